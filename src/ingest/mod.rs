@@ -1,0 +1,2 @@
+pub mod json;
+pub mod line_protocol;

@@ -1,0 +1,28 @@
+//! bucketd: a time-series ingestion server that lands sensor readings in hourly bucket
+//! documents, in MongoDB or in an embedded store on local disk.
+//!
+//! # Layout
+//! - [`model`]: readings, series, batches and the input limits every layer shares.
+//! - [`ingest`]: the wire formats (line protocol, JSON) and the listeners that speak them
+//!   (HTTP write endpoints, raw TCP). Parses, validates, and hands readings to the buffers.
+//! - [`buffer`]: bounded per-(sensor, hour) in-memory buffers; owns the memory bound and its
+//!   full-policy (reject with 503 over HTTP, stop reading over TCP).
+//! - [`flush`]: the flusher task that moves due buffers into the store, retries failures with
+//!   backoff and drains everything on shutdown.
+//! - [`store`]: the `Store` trait and its MongoDB, embedded and in-memory implementations.
+//! - [`query`]: range, rollup and sensor queries over HTTP, merging unflushed readings.
+//! - [`http`]: the router, the one place that maps errors to HTTP statuses, and middleware.
+//! - [`metrics`]: metric names and the Prometheus recorder.
+//! - [`config`]: command-line flags and their environment twins.
+//! - [`server`]: wires everything together and runs until a shutdown signal.
+
+pub mod buffer;
+pub mod config;
+pub mod flush;
+pub mod http;
+pub mod ingest;
+pub mod metrics;
+pub mod model;
+pub mod query;
+pub mod server;
+pub mod store;

@@ -1,0 +1,297 @@
+//! The data every layer shares: readings, series, the batches the flusher hands the store,
+//! and the input limits that ingest enforces before anything reaches a buffer.
+
+use std::sync::Arc;
+
+/// Milliseconds since the Unix epoch, UTC. Readings are stored at millisecond precision:
+/// finer timestamps (line protocol's ns/us) are truncated toward negative infinity.
+pub type TimestampMs = i64;
+
+pub const HOUR_MS: i64 = 3_600_000;
+
+/// Start of the hour that `ts` falls in. Uses euclidean division so that pre-1970 readings land
+/// in the hour that contains them rather than the one after.
+pub fn hour_start(ts: TimestampMs) -> TimestampMs {
+    ts.div_euclid(HOUR_MS) * HOUR_MS
+}
+
+/// Earliest and latest timestamps bucketd accepts: the range a BSON date and chrono can both
+/// represent as a calendar date (years 0000 to 9999), so every stored reading round-trips
+/// through RFC 3339 output.
+pub const MIN_TIMESTAMP_MS: TimestampMs = -62_167_219_200_000; // 0000-01-01T00:00:00Z
+pub const MAX_TIMESTAMP_MS: TimestampMs = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
+
+/// A field's value as ingest received it. Floats are always finite: NaN and infinities are
+/// rejected at ingest because neither JSON nor MongoDB's `$min`/`$max` handle them sensibly.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FieldValue {
+    Float(f64),
+    Int(i64),
+    UInt(u64),
+    Bool(bool),
+    Str(String),
+}
+
+impl FieldValue {
+    /// The value as it enters min/max/sum statistics; only numbers have statistics.
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            FieldValue::Float(v) => Some(v),
+            FieldValue::Int(v) => Some(v as f64),
+            FieldValue::UInt(v) => Some(v as f64),
+            FieldValue::Bool(_) | FieldValue::Str(_) => None,
+        }
+    }
+}
+
+/// One timestamped set of field values of one series. Field names are unique within a reading
+/// and kept in the order they arrived.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reading {
+    pub ts: TimestampMs,
+    pub fields: Vec<(String, FieldValue)>,
+}
+
+/// What identifies a series and what is stored beside it. `key` is the sensor key: for line
+/// protocol the series key (measurement plus tags sorted by key, in line-protocol escaping);
+/// for JSON the `sensor` string as sent. `tags` are sorted by key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SeriesMeta {
+    pub key: String,
+    pub measurement: String,
+    pub tags: Vec<(String, String)>,
+}
+
+/// Readings of one series within one hour, handed to a [`crate::store::Store`] as one unit.
+/// Invariant: every reading satisfies `hour_start(r.ts) == hour`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Batch {
+    pub series: Arc<SeriesMeta>,
+    pub hour: TimestampMs,
+    pub readings: Vec<Reading>,
+}
+
+/// Bounds on what one reading may carry. They exist so that one client cannot blow up memory,
+/// a bucket document, or metric cardinality; the defaults are generous for sensor data.
+#[derive(Clone, Debug)]
+pub struct InputLimits {
+    pub max_sensor_key_bytes: usize,
+    pub max_fields: usize,
+    pub max_tags: usize,
+    pub max_name_bytes: usize,
+    pub max_tag_value_bytes: usize,
+    pub max_string_value_bytes: usize,
+}
+
+impl Default for InputLimits {
+    fn default() -> Self {
+        InputLimits {
+            max_sensor_key_bytes: 1024,
+            max_fields: 256,
+            max_tags: 64,
+            max_name_bytes: 256,
+            max_tag_value_bytes: 256,
+            // Large enough for a status message or a small blob, small enough that a bucket
+            // still holds many readings under the default size cap.
+            max_string_value_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// Why a reading was refused before it reached a buffer. The `reason()` string is the metric
+/// label for rejected readings, so it must stay a small fixed set.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InvalidReading {
+    #[error("sensor key is empty")]
+    EmptySensor,
+    #[error("sensor key is {len} bytes, more than the limit of {max}")]
+    SensorTooLong { len: usize, max: usize },
+    #[error("reading has no fields")]
+    NoFields,
+    #[error("reading has {count} fields, more than the limit of {max}")]
+    TooManyFields { count: usize, max: usize },
+    #[error("reading has {count} tags, more than the limit of {max}")]
+    TooManyTags { count: usize, max: usize },
+    #[error("field or tag name {name:?} is invalid: {why}")]
+    BadName { name: String, why: &'static str },
+    #[error("field {name:?} appears more than once")]
+    DuplicateField { name: String },
+    #[error("value of {name:?} is too long ({len} bytes, limit {max})")]
+    ValueTooLong { name: String, len: usize, max: usize },
+    #[error("field {name:?} is not a finite number")]
+    NotFinite { name: String },
+    #[error("timestamp {ts} ms is outside the supported range (years 0000 to 9999)")]
+    TimestampOutOfRange { ts: i64 },
+}
+
+impl InvalidReading {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            InvalidReading::EmptySensor | InvalidReading::SensorTooLong { .. } => "sensor",
+            InvalidReading::NoFields
+            | InvalidReading::TooManyFields { .. }
+            | InvalidReading::TooManyTags { .. }
+            | InvalidReading::DuplicateField { .. } => "fields",
+            InvalidReading::BadName { .. } => "name",
+            InvalidReading::ValueTooLong { .. } | InvalidReading::NotFinite { .. } => "value",
+            InvalidReading::TimestampOutOfRange { .. } => "timestamp",
+        }
+    }
+}
+
+fn check_name(name: &str, limits: &InputLimits) -> Result<(), InvalidReading> {
+    let why = if name.is_empty() {
+        "empty"
+    } else if name.len() > limits.max_name_bytes {
+        "too long"
+    } else if name.contains('\0') {
+        // MongoDB's BSON keys are C strings: a NUL would silently truncate the name.
+        "contains a NUL byte"
+    } else {
+        return Ok(());
+    };
+    Err(InvalidReading::BadName { name: truncate_for_echo(name, 64).to_owned(), why })
+}
+
+/// Checks everything a store relies on: limits, names, finite floats, timestamp range.
+/// Names containing `.` or starting with `$` are valid here: the MongoDB store maps them
+/// reversibly, so users of Telegraf-style dotted names lose nothing.
+pub fn validate(
+    series: &SeriesMeta,
+    reading: &Reading,
+    limits: &InputLimits,
+) -> Result<(), InvalidReading> {
+    if series.key.is_empty() {
+        return Err(InvalidReading::EmptySensor);
+    }
+    if series.key.len() > limits.max_sensor_key_bytes {
+        return Err(InvalidReading::SensorTooLong {
+            len: series.key.len(),
+            max: limits.max_sensor_key_bytes,
+        });
+    }
+    if series.tags.len() > limits.max_tags {
+        return Err(InvalidReading::TooManyTags { count: series.tags.len(), max: limits.max_tags });
+    }
+    for (k, v) in &series.tags {
+        check_name(k, limits)?;
+        if v.len() > limits.max_tag_value_bytes {
+            return Err(InvalidReading::ValueTooLong {
+                name: k.clone(),
+                len: v.len(),
+                max: limits.max_tag_value_bytes,
+            });
+        }
+    }
+    if reading.fields.is_empty() {
+        return Err(InvalidReading::NoFields);
+    }
+    if reading.fields.len() > limits.max_fields {
+        return Err(InvalidReading::TooManyFields {
+            count: reading.fields.len(),
+            max: limits.max_fields,
+        });
+    }
+    if !(MIN_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&reading.ts) {
+        return Err(InvalidReading::TimestampOutOfRange { ts: reading.ts });
+    }
+    for (i, (name, value)) in reading.fields.iter().enumerate() {
+        check_name(name, limits)?;
+        if reading.fields[..i].iter().any(|(n, _)| n == name) {
+            return Err(InvalidReading::DuplicateField { name: name.clone() });
+        }
+        match value {
+            FieldValue::Float(f) if !f.is_finite() => {
+                return Err(InvalidReading::NotFinite { name: name.clone() });
+            }
+            FieldValue::Str(s) if s.len() > limits.max_string_value_bytes => {
+                return Err(InvalidReading::ValueTooLong {
+                    name: name.clone(),
+                    len: s.len(),
+                    max: limits.max_string_value_bytes,
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Cuts `s` to at most `max` bytes on a character boundary, for echoing user input in errors.
+pub fn truncate_for_echo(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(key: &str) -> SeriesMeta {
+        SeriesMeta { key: key.into(), measurement: key.into(), tags: vec![] }
+    }
+
+    fn reading(fields: Vec<(&str, FieldValue)>) -> Reading {
+        Reading { ts: 0, fields: fields.into_iter().map(|(n, v)| (n.to_string(), v)).collect() }
+    }
+
+    #[test]
+    fn hour_start_floors_negative_times() {
+        assert_eq!(hour_start(0), 0);
+        assert_eq!(hour_start(HOUR_MS - 1), 0);
+        assert_eq!(hour_start(-1), -HOUR_MS);
+    }
+
+    #[test]
+    fn validate_rejects_each_kind() {
+        let l = InputLimits::default();
+        let ok = reading(vec![("v", FieldValue::Float(1.0))]);
+        assert!(validate(&series("s"), &ok, &l).is_ok());
+        assert_eq!(validate(&series(""), &ok, &l), Err(InvalidReading::EmptySensor));
+        assert!(matches!(
+            validate(&series(&"x".repeat(2000)), &ok, &l),
+            Err(InvalidReading::SensorTooLong { .. })
+        ));
+        assert_eq!(validate(&series("s"), &reading(vec![]), &l), Err(InvalidReading::NoFields));
+        assert!(matches!(
+            validate(&series("s"), &reading(vec![("v", FieldValue::Float(f64::NAN))]), &l),
+            Err(InvalidReading::NotFinite { .. })
+        ));
+        assert!(matches!(
+            validate(&series("s"), &reading(vec![("", FieldValue::Int(1))]), &l),
+            Err(InvalidReading::BadName { .. })
+        ));
+        assert!(matches!(
+            validate(
+                &series("s"),
+                &reading(vec![("a", FieldValue::Int(1)), ("a", FieldValue::Int(2))]),
+                &l
+            ),
+            Err(InvalidReading::DuplicateField { .. })
+        ));
+        let mut late = ok.clone();
+        late.ts = MAX_TIMESTAMP_MS + 1;
+        assert!(matches!(
+            validate(&series("s"), &late, &l),
+            Err(InvalidReading::TimestampOutOfRange { .. })
+        ));
+        let many: Vec<(String, FieldValue)> =
+            (0..300).map(|i| (format!("f{i}"), FieldValue::Int(i))).collect();
+        assert!(matches!(
+            validate(&series("s"), &Reading { ts: 0, fields: many }, &l),
+            Err(InvalidReading::TooManyFields { .. })
+        ));
+    }
+
+    #[test]
+    fn truncate_respects_char_boundaries() {
+        assert_eq!(truncate_for_echo("héllo", 2), "h");
+        assert_eq!(truncate_for_echo("abc", 10), "abc");
+    }
+}

@@ -1,0 +1,190 @@
+//! The `Store` trait that ingest and query use, and its implementations:
+//! `mongo` (production), `embedded` (local disk, the default) and `memory` (tests only).
+//!
+//! Every store keeps the same logical layout: per series, hourly buckets holding the readings
+//! plus running per-field statistics; a bucket that reaches its count or size cap spills into a
+//! new bucket for the same hour. Rollups with whole-hour steps come from those statistics.
+
+pub mod embedded;
+pub mod memory;
+pub mod mongo;
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+
+use crate::model::{Batch, Reading, TimestampMs};
+
+/// Version of the on-disk / in-database bucket layout, written into every bucket so that a
+/// later bucketd can read (or migrate) what an earlier one wrote.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// Caps that close a bucket. A bucket never holds more than `max_readings` readings, and the
+/// approximate encoded size of its readings never exceeds `max_bytes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BucketLimits {
+    pub max_readings: u32,
+    pub max_bytes: u32,
+}
+
+impl BucketLimits {
+    /// The highest size cap accepted: 16 MiB less room for the bucket's own header fields and
+    /// statistics, so that a full bucket is still a legal MongoDB document.
+    pub const MAX_BYTES_CEILING: u32 = 16 * 1024 * 1024 - 512 * 1024;
+}
+
+impl Default for BucketLimits {
+    fn default() -> Self {
+        // Mirrors MongoDB's own time-series buckets (1,000 measurements / 125 KB); see the
+        // README's "Bucket caps" section for the measurement behind these numbers.
+        BucketLimits { max_readings: 1000, max_bytes: 125 * 1024 }
+    }
+}
+
+/// What a successful batch write did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteReport {
+    /// Buckets this batch created because every existing bucket of its hour was full
+    /// (or none existed yet).
+    pub buckets_created: u32,
+}
+
+/// A store failure. `is_retriable` decides whether the flusher keeps a batch for another try.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The store could not be reached or timed out; the same write may succeed later.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The store refused this write for a reason that retrying will not change.
+    #[error("store rejected the write: {0}")]
+    Rejected(String),
+    /// The query itself is wrong (unknown cursor, impossible range, ...).
+    #[error("invalid query: {0}")]
+    InvalidQuery(String),
+    /// Data on disk or in the database does not have the expected shape.
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    /// Anything else: a bug or an environment problem (disk full, permissions).
+    #[error("store error: {0}")]
+    Internal(String),
+}
+
+impl StoreError {
+    pub fn is_retriable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_) | StoreError::Internal(_))
+    }
+
+    /// Fixed label for the `bucketd_store_errors_total{kind}` metric.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::Rejected(_) => "rejected",
+            StoreError::InvalidQuery(_) => "invalid_query",
+            StoreError::Corrupt(_) => "corrupt",
+            StoreError::Internal(_) => "internal",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Order {
+    #[default]
+    Asc,
+    Desc,
+}
+
+/// Readings of one sensor with `from <= ts < to`, in `order`; at most `limit` of them.
+/// Readings with equal timestamps come in a stable order (the order they were written), so a
+/// caller can resume after "the k-th reading at time t" without gaps or duplicates.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RangeQuery {
+    pub sensor: String,
+    pub from: TimestampMs,
+    pub to: TimestampMs,
+    pub order: Order,
+    pub limit: Option<usize>,
+}
+
+/// Per-step statistics of one sensor's numeric fields over `from <= ts < to`. Steps are aligned
+/// to multiples of `step_ms` since the epoch. `fields` of `None` means every numeric field.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RollupQuery {
+    pub sensor: String,
+    pub from: TimestampMs,
+    pub to: TimestampMs,
+    pub step_ms: i64,
+    pub fields: Option<Vec<String>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FieldStats {
+    pub count: u64,
+    pub min: f64,
+    pub max: f64,
+    pub sum: f64,
+}
+
+impl FieldStats {
+    pub fn of(v: f64) -> Self {
+        FieldStats { count: 1, min: v, max: v, sum: v }
+    }
+
+    pub fn merge(&mut self, other: &FieldStats) {
+        self.count += other.count;
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+        self.sum += other.sum;
+    }
+
+    pub fn mean(&self) -> f64 {
+        self.sum / self.count as f64
+    }
+}
+
+/// One step of a rollup; steps without readings are omitted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RollupRow {
+    pub start: TimestampMs,
+    pub fields: BTreeMap<String, FieldStats>,
+}
+
+/// Sensors whose tags include every `(k, v)` in `tags` and, if given, whose measurement is
+/// `measurement`; ordered by key, starting after `after`, at most `limit`.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct SensorQuery {
+    pub tags: Vec<(String, String)>,
+    pub measurement: Option<String>,
+    pub after: Option<String>,
+    pub limit: usize,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SensorInfo {
+    pub key: String,
+    pub measurement: String,
+    pub tags: Vec<(String, String)>,
+    pub first: TimestampMs,
+    pub last: TimestampMs,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Short name for logs and `/ready` ("mongodb", "embedded", "memory").
+    fn name(&self) -> &'static str;
+
+    /// Cheap liveness check of the backing store, used by `/ready`.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Writes every batch, spilling into new buckets as the caps require. Returns one outcome
+    /// per batch, in the same order; a failed batch leaves no partial readings behind unless
+    /// the error says otherwise, and never affects the other batches.
+    async fn write(&self, batches: &[Batch]) -> Vec<Result<WriteReport, StoreError>>;
+
+    /// Streams the readings of a range without holding the whole range in memory.
+    fn readings(&self, query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>>;
+
+    async fn rollups(&self, query: RollupQuery) -> Result<Vec<RollupRow>, StoreError>;
+
+    async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError>;
+}
