@@ -12,7 +12,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 use super::error::QueryError;
-use crate::model::TimestampMs;
+use crate::model::{MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, TimestampMs};
 use crate::store::Order;
 
 const READINGS_TAG: u8 = b'r';
@@ -63,8 +63,14 @@ impl ReadingsCursor {
             skip: u64::from_be_bytes(word(3)),
             sensor_hash: u64::from_be_bytes(word(4)),
         };
-        // A cursor we issued always points inside its range and past at least one reading.
-        if c.from > c.to || !(c.from..c.to).contains(&c.last_ts) || c.skip == 0 {
+        // A cursor we issued always points inside its range, which lies within the supported
+        // times, and past at least one reading.
+        let supported = MIN_TIMESTAMP_MS..=MAX_TIMESTAMP_MS + 1;
+        if !supported.contains(&c.from)
+            || !supported.contains(&c.to)
+            || !(c.from..c.to).contains(&c.last_ts)
+            || c.skip == 0
+        {
             return Err(QueryError::BadCursor("not a readings cursor"));
         }
         Ok(c)
@@ -131,8 +137,10 @@ mod tests {
         };
         assert!(decode_sensor_cursor(&readings.encode()).is_err());
         // Past its own range: never issued.
-        let outside = ReadingsCursor { last_ts: 10, ..readings };
+        let outside = ReadingsCursor { last_ts: 10, ..readings.clone() };
         assert!(ReadingsCursor::decode(&outside.encode()).is_err());
+        let unsupported = ReadingsCursor { to: i64::MAX, ..readings };
+        assert!(ReadingsCursor::decode(&unsupported.encode()).is_err());
     }
 
     #[test]

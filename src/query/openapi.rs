@@ -47,6 +47,7 @@ use super::sensors::{SensorJson, SensorsResponse};
         SensorsResponse,
         SensorJson,
         IngestReading,
+        IngestBody,
     )),
     tags(
         (name = "query", description = "Reading data back."),
@@ -77,11 +78,12 @@ pub struct ReadingJson {
     pub fields: BTreeMap<String, FieldValueJson>,
 }
 
+/// A field value. Integer fields (i64 and u64) are written as exact JSON integers, floats as
+/// numbers; `number` covers both here because `oneOf` must match exactly one branch.
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
 #[allow(dead_code)]
 pub enum FieldValueJson {
-    Integer(i64),
     Number(f64),
     Boolean(bool),
     String(String),
@@ -98,6 +100,15 @@ pub struct IngestReading {
     pub t: Option<String>,
     pub tags: Option<BTreeMap<String, String>>,
     pub fields: BTreeMap<String, FieldValueJson>,
+}
+
+/// `POST /api/v1/readings` with `application/json`: one reading or an array of them.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum IngestBody {
+    One(IngestReading),
+    Many(Vec<IngestReading>),
 }
 
 fn document() -> &'static str {
@@ -122,8 +133,7 @@ pub async fn get_openapi() -> impl IntoResponse {
     request_body(
         description = "One reading, an array of readings (`application/json`), or one reading per line (`application/x-ndjson`). Bodies may be gzip-encoded.",
         content(
-            (IngestReading = "application/json"),
-            (Vec<IngestReading> = "application/json"),
+            (IngestBody = "application/json"),
             (String = "application/x-ndjson"),
         )
     ),

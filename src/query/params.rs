@@ -99,13 +99,18 @@ pub fn parse_limit(s: Option<&str>, default: usize, max: usize) -> Result<usize,
 pub const MIN_STEP_MS: i64 = 1000;
 
 /// Parses a rollup step such as `30s`, `15m`, `1h`, `1d` or a sum like `1h30m`. Units are
-/// s, m, h, d (days are 24 h: steps are counted in UTC since the epoch, with no calendar).
+/// ms, s, m, h, d (days are 24 h: steps are counted in UTC since the epoch, with no calendar).
+/// A bare number is milliseconds, so Grafana's `${__interval_ms}` works as is.
 pub fn parse_step(s: &str) -> Result<i64, QueryError> {
     let bad = |why: &str| QueryError::BadParam { param: "step", why: format!("{s:?}: {why}") };
     let mut total: i64 = 0;
     let mut rest = s.trim();
     if rest.is_empty() {
         return Err(bad("empty"));
+    }
+    if rest.bytes().all(|b| b.is_ascii_digit()) {
+        total = rest.parse().map_err(|_| bad("too large"))?;
+        rest = "";
     }
     while !rest.is_empty() {
         let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
@@ -116,12 +121,13 @@ pub fn parse_step(s: &str) -> Result<i64, QueryError> {
         rest = &rest[digits..];
         let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
         let unit_ms = match &rest[..unit_len] {
+            "ms" => 1,
             "s" => 1000,
             "m" => 60_000,
             "h" => 3_600_000,
             "d" => 86_400_000,
-            "" => return Err(bad("missing unit (s, m, h or d)")),
-            _ => return Err(bad("unknown unit; use s, m, h or d")),
+            "" => return Err(bad("missing unit (ms, s, m, h or d)")),
+            _ => return Err(bad("unknown unit; use ms, s, m, h or d")),
         };
         rest = &rest[unit_len..];
         total = n
@@ -204,7 +210,11 @@ mod tests {
         assert_eq!(parse_step("1h").unwrap(), 3_600_000);
         assert_eq!(parse_step("1d").unwrap(), 86_400_000);
         assert_eq!(parse_step("1h30m").unwrap(), 5_400_000);
-        for bad in ["", "0s", "500", "h", "1x", "1.5h", "-1h", "99999999999999999999d", "1ms"] {
+        assert_eq!(parse_step("60000").unwrap(), 60_000);
+        assert_eq!(parse_step("1500ms").unwrap(), 1500);
+        for bad in
+            ["", "0s", "500", "999ms", "h", "1x", "1.5h", "-1h", "99999999999999999999d", "1m5"]
+        {
             assert!(parse_step(bad).is_err(), "{bad:?} should be refused");
         }
     }
