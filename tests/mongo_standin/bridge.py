@@ -14,12 +14,16 @@ on one in-process mongomock client, and adds what mongomock lacks and the store 
 It is slow (every statement scans the collection): use it for correctness, never speed.
 
 Fault injection, only with --faults (so the store's error mapping can be tested):
-- an update statement whose filter's `s` starts with "fault:code:<N>:" fails with write
-  error code N and is not applied;
+- an update statement for sensor `s` (in its filter or its $setOnInsert) starting with
+  "fault:code:<N>:" fails with write error code N and is not applied;
 - an update command containing a statement whose `s` is "fault:hangup" closes the connection
   without replying (a network error for the client).
 
-Usage: python bridge.py [--faults] [--max-document-bytes N]
+Test hooks: --max-bson N reports and enforces a smaller maxBsonObjectSize (documents and,
+plus 16 KiB, commands), --max-write-batch N a smaller maxWriteBatchSize; the `bridgeStats`
+command reports how many commands were refused as too large.
+
+Usage: python bridge.py [--faults] [--max-bson N] [--max-write-batch N]
 Prints "PORT <n>" on stdout once listening on 127.0.0.1; exits when stdin closes, so a test
 process that dies never leaves a stand-in behind.
 """
@@ -37,12 +41,12 @@ from datetime import datetime, timezone
 import bson
 import mockupdb
 import mongomock
-from bson import ObjectId
+from bson import Int64
 from pymongo.errors import OperationFailure
 
 MAX_BSON = 16 * 1024 * 1024
-# mongod accepts a command document up to BSONObjMaxInternalSize = 16 MiB + 16 KiB.
-MAX_COMMAND = MAX_BSON + 16 * 1024
+# mongod accepts a command document up to BSONObjMaxInternalSize = maxBsonObjectSize + 16 KiB.
+COMMAND_SLACK = 16 * 1024
 MAX_MESSAGE = 48_000_000
 MAX_WRITE_BATCH = 100_000
 # MongoDB 7.0 reports maxWireVersion 21.
@@ -68,12 +72,15 @@ mockupdb.mock_server_receive = _receive
 
 
 class Bridge:
-    def __init__(self, faults, max_document_bytes):
+    def __init__(self, faults, max_bson, max_write_batch):
         self.client = mongomock.MongoClient()
         # mockupdb serializes handlers already; this lock makes the bridge correct on its own.
         self.lock = threading.Lock()
         self.faults = faults
-        self.max_doc = max_document_bytes
+        self.max_doc = max_bson
+        self.max_command = max_bson + COMMAND_SLACK
+        self.max_write_batch = max_write_batch
+        self.refused_commands = 0
         self.cursors = {}
         self.cursor_ids = itertools.count(1)
         self.connection_ids = itertools.count(1)
@@ -100,6 +107,8 @@ class Bridge:
             return self.hello()
         if key in ("ping", "endsessions", "saslstart", "getlasterror"):
             return {"ok": 1}
+        if key == "bridgestats":
+            return {"ok": 1, "refusedCommands": self.refused_commands}
         if key == "buildinfo":
             return {"ok": 1, "version": "7.0.0", "versionArray": [7, 0, 0, 0]}
         db = request.namespace.split(".")[0] if request.namespace else doc.get("$db", "test")
@@ -115,9 +124,9 @@ class Bridge:
             "helloOk": True,
             "isWritablePrimary": True,
             "ismaster": True,
-            "maxBsonObjectSize": MAX_BSON,
+            "maxBsonObjectSize": self.max_doc,
             "maxMessageSizeBytes": MAX_MESSAGE,
-            "maxWriteBatchSize": MAX_WRITE_BATCH,
+            "maxWriteBatchSize": self.max_write_batch,
             "localTime": datetime.now(timezone.utc),
             "logicalSessionTimeoutMinutes": 30,
             "connectionId": next(self.connection_ids),
@@ -129,10 +138,11 @@ class Bridge:
     # -- writes ---------------------------------------------------------------------------
     def command_too_large(self, doc):
         size = len(bson.encode(doc))
-        if size > MAX_COMMAND:
+        if size > self.max_command:
+            self.refused_commands += 1
             return {"ok": 0, "code": 10334, "codeName": "BSONObjectTooLarge",
                     "errmsg": "BSONObj size: %d (0x%x) is invalid. Size must be between 0 and "
-                              "%d(16MB)" % (size, size, MAX_COMMAND)}
+                              "%d(16MB)" % (size, size, self.max_command)}
         return None
 
     def cmd_update(self, db, doc):
@@ -141,8 +151,11 @@ class Bridge:
             return too_large
         coll = db[doc["update"]]
         statements = doc.get("updates", [])
-        if len(statements) > MAX_WRITE_BATCH:
-            return {"ok": 0, "code": 10334, "errmsg": "too many statements in one batch"}
+        if len(statements) > self.max_write_batch:
+            self.refused_commands += 1
+            return {"ok": 0, "code": 16, "codeName": "InvalidLength",
+                    "errmsg": "Write batch sizes must be between 1 and %d. Got %d operations."
+                              % (self.max_write_batch, len(statements))}
         if self.faults and any(st["q"].get("s") == "fault:hangup" for st in statements):
             return None
         ordered = doc.get("ordered", True)
@@ -169,7 +182,7 @@ class Bridge:
 
     def update_one(self, coll, st):
         q, u = st["q"], st["u"]
-        s = q.get("s")
+        s = q.get("s", (u.get("$setOnInsert") or {}).get("s"))
         if self.faults and isinstance(s, str) and s.startswith("fault:code:"):
             code = int(s.split(":")[2])
             raise OperationFailure("injected fault %d" % code, code)
@@ -253,9 +266,9 @@ class Bridge:
     def open_cursor(self, db, coll_name, it, batch_size):
         ns = "%s.%s" % (db.name, coll_name)
         batch, exhausted = self.take(it, batch_size or 101)
-        cursor_id = 0
+        cursor_id = Int64(0)  # the driver insists on int64 cursor ids
         if not exhausted:
-            cursor_id = bson.int64.Int64(next(self.cursor_ids))
+            cursor_id = Int64(next(self.cursor_ids))
             self.cursors[cursor_id] = it
         return {"ok": 1, "cursor": {"id": cursor_id, "ns": ns, "firstBatch": batch}}
 
@@ -269,7 +282,7 @@ class Bridge:
         batch, exhausted = self.take(it, doc.get("batchSize") or 1_000_000)
         if exhausted:
             del self.cursors[cursor_id]
-            cursor_id = 0
+            cursor_id = Int64(0)
         return {"ok": 1, "cursor": {"id": cursor_id, "ns": ns, "nextBatch": batch}}
 
     def cmd_killcursors(self, db, doc):
@@ -315,6 +328,15 @@ class Bridge:
             specs.append(spec)
         return self.open_cursor(db, doc["listIndexes"], iter(specs), None)
 
+    def cmd_dropindexes(self, db, doc):
+        coll = db[doc["dropIndexes"]]
+        index = doc.get("index")
+        if index == "*":
+            coll.drop_indexes()
+        else:
+            coll.drop_index(index)
+        return {"ok": 1}
+
     def cmd_drop(self, db, doc):
         db.drop_collection(doc["drop"])
         return {"ok": 1}
@@ -327,10 +349,11 @@ class Bridge:
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--faults", action="store_true")
-    parser.add_argument("--max-document-bytes", type=int, default=MAX_BSON)
+    parser.add_argument("--max-bson", type=int, default=MAX_BSON)
+    parser.add_argument("--max-write-batch", type=int, default=MAX_WRITE_BATCH)
     args = parser.parse_args()
 
-    bridge = Bridge(args.faults, args.max_document_bytes)
+    bridge = Bridge(args.faults, args.max_bson, args.max_write_batch)
     server = mockupdb.MockupDB(port=0, request_timeout=3600)
     server._address = ("127.0.0.1", 0)
     server.autoresponds(bridge.handle)

@@ -52,19 +52,20 @@ pub const ARRAY_ELEMENT_OVERHEAD: u64 = 1 + 7 + 1;
 
 /// Maps a field name to a BSON key that cannot change the meaning of an update path: `%`
 /// becomes `%25`, every `.` becomes `%2E` (a dot would address a sub-document, so `a.sum`
-/// could land inside the statistics of a field `a`), and a leading `$` becomes `%24` (update
-/// operators and aggregation treat `$`-prefixed keys as operators). Reversed by
+/// could land inside the statistics of a field `a`), and every `$` becomes `%24` (update
+/// operators and aggregation treat `$`-prefixed keys as operators, and `$` path segments as
+/// positional operators; escaping all of them keeps the rule simple). Reversed by
 /// [`decode_name`].
 pub fn encode_name(name: &str) -> Cow<'_, str> {
-    if !name.contains(['%', '.']) && !name.starts_with('$') {
+    if !name.contains(['%', '.', '$']) {
         return Cow::Borrowed(name);
     }
     let mut out = String::with_capacity(name.len() + 8);
-    for (i, c) in name.char_indices() {
+    for c in name.chars() {
         match c {
             '%' => out.push_str("%25"),
             '.' => out.push_str("%2E"),
-            '$' if i == 0 => out.push_str("%24"),
+            '$' => out.push_str("%24"),
             c => out.push(c),
         }
     }
@@ -154,7 +155,10 @@ pub fn decode_reading(doc: &Document) -> Result<Reading, StoreError> {
     let mut fields = Vec::with_capacity(fields_doc.len());
     for (key, value) in fields_doc {
         let value = decode_value(value).ok_or_else(|| {
-            StoreError::Corrupt(format!("field {key:?} has unsupported type {:?}", value.element_type()))
+            StoreError::Corrupt(format!(
+                "field {key:?} has unsupported type {:?}",
+                value.element_type()
+            ))
         })?;
         fields.push((decode_name(key)?.into_owned(), value));
     }
@@ -176,9 +180,9 @@ pub fn number(value: &Bson) -> Option<f64> {
 /// rollup aggregation).
 pub fn decode_stats(doc: &Document) -> Result<FieldStats, StoreError> {
     let get = |key: &str| {
-        doc.get(key)
-            .and_then(number)
-            .ok_or_else(|| StoreError::Corrupt(format!("statistic `{key}` missing or not a number")))
+        doc.get(key).and_then(number).ok_or_else(|| {
+            StoreError::Corrupt(format!("statistic `{key}` missing or not a number"))
+        })
     };
     Ok(FieldStats {
         count: get(STAT_COUNT)? as u64,
@@ -198,7 +202,7 @@ mod tests {
         assert_eq!(encode_name("a.b"), "a%2Eb");
         assert_eq!(encode_name("a.sum"), "a%2Esum");
         assert_eq!(encode_name("$inc"), "%24inc");
-        assert_eq!(encode_name("a$b"), "a$b");
+        assert_eq!(encode_name("a$b"), "a%24b");
         assert_eq!(encode_name("100%"), "100%25");
         assert_eq!(encode_name("%2E"), "%252E");
         assert_eq!(encode_name("$.%"), "%24%2E%25");
@@ -206,9 +210,11 @@ mod tests {
 
     #[test]
     fn mapping_round_trips() {
-        for name in ["temp", "a.b", "$x", "$$", "a$b", "%", "%2E", "%24x", "..", "é.ü", "$.%.$", "t", "f"] {
+        for name in
+            ["temp", "a.b", "$x", "$$", "a$b", "%", "%2E", "%24x", "..", "é.ü", "$.%.$", "t", "f"]
+        {
             let key = encode_name(name);
-            assert!(!key.contains('.') && !key.starts_with('$'), "{name} -> {key}");
+            assert!(!key.contains(['.', '$']), "{name} -> {key}");
             assert_eq!(decode_name(&key).unwrap(), name);
         }
     }

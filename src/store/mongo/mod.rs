@@ -129,22 +129,33 @@ impl MongoStore {
             )));
         }
         let timeout = config.op_timeout;
-        let mut options = timed(timeout, "parsing the MongoDB URI", ClientOptions::parse(&config.uri))
-            .await?
-            .map_err(|e| StoreError::Internal(format!("bad MongoDB URI: {e}")))?;
+        let mut options =
+            timed(timeout, "parsing the MongoDB URI", ClientOptions::parse(&config.uri))
+                .await?
+                .map_err(|e| StoreError::Internal(format!("bad MongoDB URI: {e}")))?;
         options.app_name.get_or_insert_with(|| "bucketd".to_owned());
-        options.server_selection_timeout.get_or_insert(DEFAULT_SERVER_SELECTION_TIMEOUT.min(timeout));
+        options
+            .server_selection_timeout
+            .get_or_insert(DEFAULT_SERVER_SELECTION_TIMEOUT.min(timeout));
         let client = Client::with_options(options).map_err(error_from_driver)?;
         let db = client.database(&config.database);
 
-        let hello = timed(timeout, "hello", client.database("admin").run_command(doc! {"hello": 1}))
-            .await?
-            .map_err(error_from_driver)?;
+        let hello =
+            timed(timeout, "hello", client.database("admin").run_command(doc! {"hello": 1}))
+                .await?
+                .map_err(error_from_driver)?;
         let number = |key: &str| hello.get(key).and_then(document::number);
         let server = ServerLimits {
             max_statements: number("maxWriteBatchSize").unwrap_or(100_000.0) as usize,
             max_command_bytes: number("maxBsonObjectSize").unwrap_or(16_777_216.0) as usize,
         };
+
+        // A server reporting a smaller document limit than MongoDB's 16 MiB keeps the same
+        // headroom for a bucket's header and statistics as MAX_BYTES_CEILING does.
+        let headroom = (16 * 1024 * 1024 - BucketLimits::MAX_BYTES_CEILING) as usize;
+        let ceiling = server.max_command_bytes.saturating_sub(headroom).max(1);
+        let mut limits = limits;
+        limits.max_bytes = limits.max_bytes.min(u32::try_from(ceiling).unwrap_or(u32::MAX));
 
         let store = MongoStore {
             inner: Arc::new(Inner {
@@ -189,9 +200,13 @@ impl MongoStore {
         };
         let ttl = IndexModel::builder()
             .keys(doc! {document::END: 1})
-            .options(IndexOptions::builder().name(TTL_INDEX.to_owned()).expire_after(retention).build())
+            .options(
+                IndexOptions::builder().name(TTL_INDEX.to_owned()).expire_after(retention).build(),
+            )
             .build();
-        match timed(inner.op_timeout, "createIndex", inner.buckets.create_index(ttl.clone())).await? {
+        match timed(inner.op_timeout, "createIndex", inner.buckets.create_index(ttl.clone()))
+            .await?
+        {
             Ok(_) => Ok(()),
             // IndexOptionsConflict / IndexKeySpecsConflict: an earlier run chose another
             // retention. Replace the index (collMod would keep it, but needs more privileges).

@@ -75,7 +75,9 @@ pub(super) fn readings(
         )
         .await?
         .map_err(error_from_driver)?;
-        Ok::<_, StoreError>(documents(cursor, timeout).map(|doc| doc.and_then(|doc| d::decode_reading(&doc))))
+        Ok::<_, StoreError>(
+            documents(cursor, timeout).map(|doc| doc.and_then(|doc| d::decode_reading(&doc))),
+        )
     };
     stream::once(open).try_flatten().boxed()
 }
@@ -96,9 +98,15 @@ fn documents(
     })
 }
 
-pub(super) async fn rollups(inner: &Inner, query: RollupQuery) -> Result<Vec<RollupRow>, StoreError> {
+pub(super) async fn rollups(
+    inner: &Inner,
+    query: RollupQuery,
+) -> Result<Vec<RollupRow>, StoreError> {
     if query.step_ms <= 0 {
-        return Err(StoreError::InvalidQuery(format!("step must be positive, got {} ms", query.step_ms)));
+        return Err(StoreError::InvalidQuery(format!(
+            "step must be positive, got {} ms",
+            query.step_ms
+        )));
     }
     let (from, to) = clamp(query.from, query.to);
     if from >= to {
@@ -120,12 +128,7 @@ pub(super) async fn rollups(inner: &Inner, query: RollupQuery) -> Result<Vec<Rol
 type Steps = BTreeMap<i64, BTreeMap<String, FieldStats>>;
 
 fn add(steps: &mut Steps, start: i64, field: String, stats: FieldStats) {
-    steps
-        .entry(start)
-        .or_default()
-        .entry(field)
-        .and_modify(|s| s.merge(&stats))
-        .or_insert(stats);
+    steps.entry(start).or_default().entry(field).and_modify(|s| s.merge(&stats)).or_insert(stats);
 }
 
 /// Whole-hour steps: merge the statistics of every bucket (spilled ones included) of each
@@ -173,9 +176,9 @@ async fn from_bucket_stats(
             if query.fields.as_ref().is_some_and(|f| !f.contains(&name)) {
                 continue;
             }
-            let value = value
-                .as_document()
-                .ok_or_else(|| StoreError::Corrupt(format!("stats of {name:?} is not a document")))?;
+            let value = value.as_document().ok_or_else(|| {
+                StoreError::Corrupt(format!("stats of {name:?} is not a document"))
+            })?;
             add(&mut steps, step, name, d::decode_stats(value)?);
         }
     }
@@ -199,7 +202,8 @@ async fn from_readings(
         doc! {"$subtract": ["$ms", {"$mod": [{"$add": [{"$mod": ["$ms", step]}, step]}, step]}]};
     let mut numeric = doc! {"kv.v": {"$type": "number"}};
     if let Some(fields) = &query.fields {
-        let keys: Vec<Bson> = fields.iter().map(|f| Bson::String(d::encode_name(f).into_owned())).collect();
+        let keys: Vec<Bson> =
+            fields.iter().map(|f| Bson::String(d::encode_name(f).into_owned())).collect();
         numeric.insert("kv.k", doc! {"$in": keys});
     }
     let pipeline = vec![
@@ -248,7 +252,10 @@ async fn from_readings(
     Ok(steps)
 }
 
-pub(super) async fn sensors(inner: &Inner, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError> {
+pub(super) async fn sensors(
+    inner: &Inner,
+    query: SensorQuery,
+) -> Result<Vec<SensorInfo>, StoreError> {
     if query.limit == 0 {
         return Ok(Vec::new());
     }
@@ -296,7 +303,8 @@ fn sensor_info(doc: &Document) -> Result<SensorInfo, StoreError> {
     };
     let mut tags = Vec::new();
     for tag in doc.get_array(d::TAGS).map_err(|e| corrupt("tags", e))? {
-        let tag = tag.as_document().ok_or_else(|| StoreError::Corrupt("tag is not a document".into()))?;
+        let tag =
+            tag.as_document().ok_or_else(|| StoreError::Corrupt("tag is not a document".into()))?;
         tags.push((
             tag.get_str(d::TAG_KEY).map_err(|e| corrupt("tag key", e))?.to_owned(),
             tag.get_str(d::TAG_VALUE).map_err(|e| corrupt("tag value", e))?.to_owned(),

@@ -59,7 +59,10 @@ struct Statement {
     doc: RawDocumentBuf,
 }
 
-pub(super) async fn write(inner: &Inner, batches: &[Batch]) -> Vec<Result<WriteReport, StoreError>> {
+pub(super) async fn write(
+    inner: &Inner,
+    batches: &[Batch],
+) -> Vec<Result<WriteReport, StoreError>> {
     let mut states: Vec<BatchState> = batches
         .iter()
         .map(|batch| BatchState {
