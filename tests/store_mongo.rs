@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use bson::{Bson, doc, oid::ObjectId};
 use bucketd::model::{Batch, FieldValue, HOUR_MS, Reading};
-use bucketd::store::mongo::{COLLECTION, MongoStore, document as d};
+use bucketd::store::mongo::{COLLECTION, MongoConfig, MongoStore, document as d};
 use bucketd::store::{BucketLimits, SCHEMA_VERSION, Store, StoreError};
 use futures::TryStreamExt;
 use mongo_standin::{MongoBackend, StandInOptions};
@@ -298,7 +298,10 @@ async fn commands_are_split_within_the_servers_limits() {
 #[ignore = "a measurement: minutes against the stand-in"]
 async fn round_trips_of_a_large_flush() {
     let backend = MongoBackend::start();
-    let store = connect(&backend, BucketLimits::default()).await;
+    let mut config = MongoConfig::new(&backend.uri, &backend.database);
+    // One command of 10,000 statements takes the stand-in minutes.
+    config.op_timeout = Duration::from_secs(1800);
+    let store = MongoStore::connect_with(config).await.expect("connect");
     let all: Vec<Batch> = (0..10_000)
         .flat_map(|i| {
             let readings: Vec<Reading> = (0..10)

@@ -71,10 +71,30 @@ def _receive(sock, length):
 mockupdb.mock_server_receive = _receive
 
 
+def _server_loop(self, client, client_addr):
+    # mockupdb's own loop runs every handler under the server's lock, so a long command
+    # would leave the driver's heartbeat (hello on another connection) unanswered until the
+    # driver gives the server up. Here handlers run concurrently; the bridge locks only
+    # around mongomock.
+    while not self._stopped:
+        try:
+            request = mockupdb.mock_server_receive_request(client, self)
+        except (socket.error, ValueError, NotImplementedError):
+            break
+        for responder in reversed(self._autoresponders):
+            if responder.handle(request):
+                break
+    client.close()
+
+
+mockupdb.MockupDB._server_loop = _server_loop
+
+
 class Bridge:
     def __init__(self, faults, max_bson, max_write_batch):
         self.client = mongomock.MongoClient()
-        # mockupdb serializes handlers already; this lock makes the bridge correct on its own.
+        # mockupdb runs a thread per connection; mongomock and the cursors are not
+        # thread-safe, so every data command holds this lock (hello and ping do not).
         self.lock = threading.Lock()
         self.faults = faults
         self.max_doc = max_bson
@@ -90,8 +110,7 @@ class Bridge:
         name = request.command_name
         doc = request.doc
         try:
-            with self.lock:
-                reply = self.dispatch(name, doc, request)
+            reply = self.dispatch(name, doc, request)
         except OperationFailure as e:
             reply = {"ok": 0, "code": e.code or 2, "errmsg": str(e)}
         except Exception as e:  # a bug in the bridge: answer instead of hanging the client
@@ -116,7 +135,8 @@ class Bridge:
         if handler is None:
             return {"ok": 0, "code": 59, "errmsg": "no such command: '%s'" % name,
                     "codeName": "CommandNotFound"}
-        return handler(self.client[db], doc)
+        with self.lock:
+            return handler(self.client[db], doc)
 
     def hello(self):
         return {

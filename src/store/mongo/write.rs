@@ -22,7 +22,7 @@ use bson::{Bson, Document, RawArrayBuf, RawDocumentBuf};
 use super::document::{self as d, EncodedReading};
 use super::{Inner, error_from_code, error_from_driver, is_too_large};
 use crate::model::{Batch, HOUR_MS};
-use crate::store::{SCHEMA_VERSION, StoreError, WriteReport};
+use crate::store::{BucketLimits, SCHEMA_VERSION, StoreError, WriteReport};
 
 /// Bytes of the `update` command around its statements: the command name and collection,
 /// `ordered`, and the array header, rounded up generously.
@@ -73,10 +73,12 @@ pub(super) async fn write(
         })
         .collect();
 
+    // Only packing shrinks this; a statement is judged against the server's real limit.
     let mut command_budget = inner.server.max_command_bytes;
     let mut pending: Vec<Work> = Vec::new();
     for (i, state) in states.iter().enumerate() {
-        for readings in chunks(state, inner) {
+        let statement_budget = inner.server.max_command_bytes.saturating_sub(COMMAND_OVERHEAD);
+        for readings in chunks(state, inner.limits, statement_budget as u64) {
             pending.push(Work { batch: i, readings, target: Target::Open });
         }
     }
@@ -95,7 +97,7 @@ pub(super) async fn write(
         let mut statements = Vec::with_capacity(pending.len());
         for work in pending.drain(..) {
             if states[work.batch].error.is_none() {
-                build(&mut states, work, inner, command_budget, &mut statements);
+                build(&mut states, work, inner, &mut statements);
             }
         }
         for command in pack(statements, inner.server.max_statements, command_budget) {
@@ -125,9 +127,7 @@ pub(super) async fn write(
 /// readings and `max_bytes` of encoded readings, and a statement (readings plus one set of
 /// statistics paths per distinct numeric field) well under the command budget. A reading
 /// larger than the size cap forms a run of its own.
-fn chunks(state: &BatchState, inner: &Inner) -> Vec<Range<usize>> {
-    let limits = inner.limits;
-    let statement_budget = inner.server.max_command_bytes.saturating_sub(COMMAND_OVERHEAD) as u64;
+fn chunks(state: &BatchState, limits: BucketLimits, statement_budget: u64) -> Vec<Range<usize>> {
     let mut out = Vec::new();
     let mut start = 0;
     let mut bytes = 0u64;
@@ -179,15 +179,9 @@ fn stats_paths_cost(name: &str) -> u64 {
 
 /// Builds the statement for `work`, halving it until it fits a command on its own. A single
 /// reading that cannot fit fails its batch.
-fn build(
-    states: &mut [BatchState<'_>],
-    work: Work,
-    inner: &Inner,
-    command_budget: usize,
-    out: &mut Vec<Statement>,
-) {
+fn build(states: &mut [BatchState<'_>], work: Work, inner: &Inner, out: &mut Vec<Statement>) {
     let doc = statement(&states[work.batch], &work, inner);
-    if doc.as_bytes().len() + COMMAND_OVERHEAD + 16 <= command_budget {
+    if doc.as_bytes().len() + COMMAND_OVERHEAD + 16 <= inner.server.max_command_bytes {
         out.push(Statement { work, doc });
         return;
     }
@@ -201,7 +195,7 @@ fn build(
         return;
     }
     for half in halves(&work) {
-        build(states, half, inner, command_budget, out);
+        build(states, half, inner, out);
     }
 }
 
@@ -457,7 +451,82 @@ fn index_of(doc: &Document, len: usize) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::model::{FieldValue, Reading, SeriesMeta};
+
+    fn batch(sizes: &[usize]) -> Batch {
+        Batch {
+            series: Arc::new(SeriesMeta { key: "s".into(), measurement: "m".into(), tags: vec![] }),
+            hour: 0,
+            readings: sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| Reading {
+                    ts: i as i64,
+                    fields: vec![("x".into(), FieldValue::Str("x".repeat(n)))],
+                })
+                .collect(),
+        }
+    }
+
+    fn state(batch: &Batch) -> BatchState<'_> {
+        BatchState {
+            batch,
+            readings: batch.readings.iter().map(d::encode_reading).collect(),
+            report: WriteReport::default(),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn chunks_respect_count_and_size_caps() {
+        let b = batch(&[10; 7]);
+        let by_count = BucketLimits { max_readings: 3, max_bytes: 1 << 20 };
+        assert_eq!(chunks(&state(&b), by_count, 1 << 24), vec![0..3, 3..6, 6..7]);
+        let one = state(&b).readings[0].size as u32;
+        let by_size = BucketLimits { max_readings: 100, max_bytes: 2 * one + 1 };
+        assert_eq!(chunks(&state(&b), by_size, 1 << 24), vec![0..2, 2..4, 4..6, 6..7]);
+    }
+
+    #[test]
+    fn an_oversized_reading_is_a_chunk_of_its_own() {
+        let b = batch(&[10, 5000, 10, 10]);
+        let limits = BucketLimits { max_readings: 100, max_bytes: 1000 };
+        assert_eq!(chunks(&state(&b), limits, 1 << 24), vec![0..1, 1..2, 2..4]);
+    }
+
+    #[test]
+    fn chunks_stay_under_the_statement_budget() {
+        let b = batch(&[100; 10]);
+        let limits = BucketLimits { max_readings: 100, max_bytes: 1 << 20 };
+        let sizes: Vec<Range<usize>> = chunks(&state(&b), limits, 450);
+        assert!(sizes.iter().all(|r| r.len() <= 3), "{sizes:?}");
+        assert_eq!(sizes.iter().map(|r| r.len()).sum::<usize>(), 10);
+    }
+
+    fn statement_of(len: usize) -> Statement {
+        let mut doc = RawDocumentBuf::new();
+        doc.append("p", "p".repeat(len));
+        Statement { work: Work { batch: 0, readings: 0..1, target: Target::Open }, doc }
+    }
+
+    #[test]
+    fn commands_respect_statement_count_and_bytes() {
+        let sizes =
+            |commands: &Vec<Vec<Statement>>| commands.iter().map(Vec::len).collect::<Vec<_>>();
+        let by_count = pack((0..25).map(|_| statement_of(10)).collect(), 10, 1 << 20);
+        assert_eq!(sizes(&by_count), vec![10, 10, 5]);
+        let by_bytes = pack((0..10).map(|_| statement_of(1000)).collect(), 100, 3500);
+        assert_eq!(sizes(&by_bytes), vec![3, 3, 3, 1]);
+        for command in &by_bytes {
+            let total: usize = command.iter().map(|s| s.doc.as_bytes().len() + 2 + 1).sum();
+            assert!(total + COMMAND_OVERHEAD <= 3500);
+        }
+        // A statement larger than the budget still goes, alone.
+        assert_eq!(sizes(&pack(vec![statement_of(10), statement_of(5000)], 100, 3500)), vec![1, 1]);
+    }
 
     #[test]
     fn digits() {
