@@ -41,6 +41,9 @@ from datetime import datetime, timezone
 import bson
 import mockupdb
 import mongomock
+from collections.abc import Mapping
+from mongomock.collection import Collection as MockCollection
+from mongomock.filtering import filter_applies
 from bson import Int64
 from pymongo.errors import OperationFailure
 
@@ -88,6 +91,42 @@ def _server_loop(self, client, client_addr):
 
 
 mockupdb.MockupDB._server_loop = _server_loop
+
+
+# mongomock scans every document for every query, which makes one flush of thousands of
+# sensors (each statement looks up its sensor's bucket) quadratic. Two lookups replace the
+# scan for the filters the store sends: `_id` equality, and sensor `s` equality through an
+# index the bridge keeps of every document it inserts (documents get in only through the
+# bridge's insert and upsert paths; `s` never changes). The full filter still decides.
+_SENSOR_INDEX = {}
+_scan = MockCollection._iter_documents
+
+
+def _iter_documents(self, filter):
+    if isinstance(filter, Mapping):
+        self._store._remove_expired_documents()
+        docs = self._store._documents
+        key = filter.get("_id")
+        if key is not None and not isinstance(key, Mapping):
+            found = [docs[key]] if key in docs else []
+            return (d for d in found if filter_applies(filter, d))
+        sensor = filter.get("s")
+        if isinstance(sensor, str):
+            ids = _SENSOR_INDEX.get((self.database.name, self.name, sensor), ())
+            found = [docs[i] for i in ids if i in docs]
+            return (d for d in found if filter_applies(filter, d))
+    return _scan(self, filter)
+
+
+MockCollection._iter_documents = _iter_documents
+
+
+def _index_document(coll, doc_id):
+    doc = coll._store._documents.get(doc_id)
+    if doc is not None and isinstance(doc.get("s"), str):
+        ids = _SENSOR_INDEX.setdefault((coll.database.name, coll.name, doc["s"]), [])
+        if doc_id not in ids:
+            ids.append(doc_id)
 
 
 class Bridge:
@@ -208,6 +247,8 @@ class Bridge:
             raise OperationFailure("injected fault %d" % code, code)
         if st.get("multi"):
             result = coll.update_many(q, u, upsert=bool(st.get("upsert")))
+            if result.upserted_id is not None:
+                _index_document(coll, result.upserted_id)
             return result.matched_count, result.modified_count, result.upserted_id
         old = coll.find_one(q)
         if old is not None:
@@ -222,6 +263,7 @@ class Bridge:
             return 0, 0, None
         result = coll.update_one(q, u, upsert=True)
         new_id = result.upserted_id
+        _index_document(coll, new_id)
         new = coll.find_one({"_id": new_id})
         if self.doc_size(new) > self.max_doc:
             coll.delete_one({"_id": new_id})
@@ -244,7 +286,7 @@ class Bridge:
             try:
                 if self.doc_size(d) > self.max_doc:
                     raise OperationFailure("object to insert too large", 10334)
-                coll.insert_one(d)
+                _index_document(coll, coll.insert_one(d).inserted_id)
                 n += 1
             except OperationFailure as e:
                 errors.append({"index": index, "code": e.code or 2, "errmsg": str(e)})
