@@ -1,1 +1,372 @@
+//! The MongoDB store: hourly bucket documents in one collection, written by unordered bulk
+//! upserts and queried by aggregation. Supports MongoDB 7.0 and later.
+//!
+//! - [`document`]: the bucket document's shape, name mapping and reading encoding.
+//! - `write`: how a flush becomes `update` commands, spilling and retries.
+//! - `query`: ranges, rollups and sensor listings.
+//!
+//! Indexes (created idempotently by [`MongoStore::connect`]):
+//! - `s_start` `{s: 1, start: 1}`: a sensor's buckets by hour, for writes' filters and ranges;
+//! - `tags` `{"tags.k": 1, "tags.v": 1}`: sensors by tag (`$elemMatch` on both);
+//! - `m_s` `{m: 1, s: 1}`: sensors by measurement;
+//! - `end_ttl` `{end: 1}` with `expireAfterSeconds` only when a retention is configured: a
+//!   bucket is deleted once its hour ended longer ago than the retention.
+//!
+//! Every command is bounded by the store's operation timeout; a timeout is `Unavailable`.
 
+pub mod document;
+mod query;
+mod write;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bson::{Document, doc};
+use futures::stream::BoxStream;
+use mongodb::error::{ErrorKind, WriteFailure};
+use mongodb::options::{ClientOptions, IndexOptions};
+use mongodb::{Client, Collection, Database, IndexModel};
+
+use crate::model::{Batch, Reading};
+use crate::store::{
+    BucketLimits, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery, Store, StoreError,
+    WriteReport,
+};
+
+/// The collection holding every bucket.
+pub const COLLECTION: &str = "buckets";
+
+const TTL_INDEX: &str = "end_ttl";
+
+/// How long a command may take before the store reports the server unavailable. Generous:
+/// a flush of many sensors is one large command.
+pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long the driver looks for a usable server when the URI does not say.
+const DEFAULT_SERVER_SELECTION_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Debug)]
+pub struct MongoConfig {
+    pub uri: String,
+    pub database: String,
+    pub limits: BucketLimits,
+    /// Delete buckets this long after their hour ended (a TTL index on `end`). `None` keeps
+    /// everything and removes a TTL index an earlier configuration created.
+    pub retention: Option<Duration>,
+    pub op_timeout: Duration,
+}
+
+impl MongoConfig {
+    pub fn new(uri: impl Into<String>, database: impl Into<String>) -> Self {
+        MongoConfig {
+            uri: uri.into(),
+            database: database.into(),
+            limits: BucketLimits::default(),
+            retention: None,
+            op_timeout: DEFAULT_OP_TIMEOUT,
+        }
+    }
+}
+
+/// Commands and statements the store has sent for writes, for measuring round trips.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteRoundTrips {
+    pub commands: u64,
+    pub statements: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    write_commands: AtomicU64,
+    write_statements: AtomicU64,
+}
+
+/// What the server's `hello` says about the size of one command.
+#[derive(Clone, Copy, Debug)]
+struct ServerLimits {
+    max_statements: usize,
+    max_command_bytes: usize,
+}
+
+struct Inner {
+    db: Database,
+    buckets: Collection<Document>,
+    limits: BucketLimits,
+    server: ServerLimits,
+    op_timeout: Duration,
+    counters: Counters,
+}
+
+#[derive(Clone)]
+pub struct MongoStore {
+    inner: Arc<Inner>,
+}
+
+impl MongoStore {
+    /// Connects with the default operation timeout; see [`MongoStore::connect_with`].
+    pub async fn connect(
+        uri: &str,
+        database: &str,
+        limits: BucketLimits,
+        retention: Option<Duration>,
+    ) -> Result<Self, StoreError> {
+        let mut config = MongoConfig::new(uri, database);
+        config.limits = limits;
+        config.retention = retention;
+        Self::connect_with(config).await
+    }
+
+    /// Connects, waits until the server answers, reads its size limits and creates the
+    /// indexes. Fails if the server cannot be reached within the operation timeout.
+    pub async fn connect_with(config: MongoConfig) -> Result<Self, StoreError> {
+        let limits = config.limits;
+        if limits.max_readings == 0 || limits.max_bytes > BucketLimits::MAX_BYTES_CEILING {
+            return Err(StoreError::Internal(format!(
+                "bucket caps {limits:?} out of range: at least one reading, at most {} bytes",
+                BucketLimits::MAX_BYTES_CEILING
+            )));
+        }
+        let timeout = config.op_timeout;
+        let mut options =
+            timed(timeout, "parsing the MongoDB URI", ClientOptions::parse(&config.uri))
+                .await?
+                .map_err(|e| StoreError::Internal(format!("bad MongoDB URI: {e}")))?;
+        options.app_name.get_or_insert_with(|| "bucketd".to_owned());
+        options
+            .server_selection_timeout
+            .get_or_insert(DEFAULT_SERVER_SELECTION_TIMEOUT.min(timeout));
+        let client = Client::with_options(options).map_err(error_from_driver)?;
+        let db = client.database(&config.database);
+
+        let hello =
+            timed(timeout, "hello", client.database("admin").run_command(doc! {"hello": 1}))
+                .await?
+                .map_err(error_from_driver)?;
+        let number = |key: &str| hello.get(key).and_then(document::number);
+        let server = ServerLimits {
+            max_statements: number("maxWriteBatchSize").unwrap_or(100_000.0) as usize,
+            max_command_bytes: number("maxBsonObjectSize").unwrap_or(16_777_216.0) as usize,
+        };
+
+        // A server reporting a smaller document limit than MongoDB's 16 MiB keeps the same
+        // headroom for a bucket's header and statistics as MAX_BYTES_CEILING does.
+        let headroom = (16 * 1024 * 1024 - BucketLimits::MAX_BYTES_CEILING) as usize;
+        let ceiling = server.max_command_bytes.saturating_sub(headroom).max(1);
+        let mut limits = limits;
+        limits.max_bytes = limits.max_bytes.min(u32::try_from(ceiling).unwrap_or(u32::MAX));
+
+        let store = MongoStore {
+            inner: Arc::new(Inner {
+                buckets: db.collection(COLLECTION),
+                db,
+                limits,
+                server,
+                op_timeout: timeout,
+                counters: Counters::default(),
+            }),
+        };
+        store.create_indexes(config.retention).await?;
+        Ok(store)
+    }
+
+    async fn create_indexes(&self, retention: Option<Duration>) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        let index = |keys: Document, name: &str| {
+            IndexModel::builder()
+                .keys(keys)
+                .options(IndexOptions::builder().name(name.to_owned()).build())
+                .build()
+        };
+        let models = vec![
+            index(doc! {document::SENSOR: 1, document::START: 1}, "s_start"),
+            index(doc! {"tags.k": 1, "tags.v": 1}, "tags"),
+            index(doc! {document::MEASUREMENT: 1, document::SENSOR: 1}, "m_s"),
+        ];
+        timed(inner.op_timeout, "createIndexes", inner.buckets.create_indexes(models))
+            .await?
+            .map_err(error_from_driver)?;
+
+        let names = timed(inner.op_timeout, "listIndexes", inner.buckets.list_index_names())
+            .await?
+            .map_err(error_from_driver)?;
+        let has_ttl = names.iter().any(|n| n == TTL_INDEX);
+        let Some(retention) = retention else {
+            if has_ttl {
+                self.drop_ttl_index().await?;
+            }
+            return Ok(());
+        };
+        let ttl = IndexModel::builder()
+            .keys(doc! {document::END: 1})
+            .options(
+                IndexOptions::builder().name(TTL_INDEX.to_owned()).expire_after(retention).build(),
+            )
+            .build();
+        match timed(inner.op_timeout, "createIndex", inner.buckets.create_index(ttl.clone()))
+            .await?
+        {
+            Ok(_) => Ok(()),
+            // IndexOptionsConflict / IndexKeySpecsConflict: an earlier run chose another
+            // retention. Replace the index (collMod would keep it, but needs more privileges).
+            Err(e) if matches!(command_code(&e), Some(85 | 86)) => {
+                self.drop_ttl_index().await?;
+                timed(inner.op_timeout, "createIndex", inner.buckets.create_index(ttl))
+                    .await?
+                    .map(|_| ())
+                    .map_err(error_from_driver)
+            }
+            Err(e) => Err(error_from_driver(e)),
+        }
+    }
+
+    async fn drop_ttl_index(&self) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        timed(inner.op_timeout, "dropIndexes", inner.buckets.drop_index(TTL_INDEX))
+            .await?
+            .map_err(error_from_driver)
+    }
+
+    /// Write commands and update statements sent so far.
+    pub fn write_round_trips(&self) -> WriteRoundTrips {
+        WriteRoundTrips {
+            commands: self.inner.counters.write_commands.load(Ordering::Relaxed),
+            statements: self.inner.counters.write_statements.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The database the buckets live in (for administration and tests).
+    pub fn database(&self) -> &Database {
+        &self.inner.db
+    }
+}
+
+#[async_trait]
+impl Store for MongoStore {
+    fn name(&self) -> &'static str {
+        "mongodb"
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        timed(inner.op_timeout, "ping", inner.db.run_command(doc! {"ping": 1}))
+            .await?
+            .map(|_| ())
+            .map_err(error_from_driver)
+    }
+
+    async fn write(&self, batches: &[Batch]) -> Vec<Result<WriteReport, StoreError>> {
+        write::write(&self.inner, batches).await
+    }
+
+    fn readings(&self, query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {
+        query::readings(self.inner.clone(), query)
+    }
+
+    async fn rollups(&self, query: RollupQuery) -> Result<Vec<RollupRow>, StoreError> {
+        query::rollups(&self.inner, query).await
+    }
+
+    async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError> {
+        query::sensors(&self.inner, query).await
+    }
+}
+
+async fn timed<F: std::future::IntoFuture>(
+    limit: Duration,
+    what: &str,
+    fut: F,
+) -> Result<F::Output, StoreError> {
+    tokio::time::timeout(limit, fut)
+        .await
+        .map_err(|_| StoreError::Unavailable(format!("MongoDB {what} timed out after {limit:?}")))
+}
+
+/// Whether a MongoDB error code is worth retrying: the server is stepping down, shutting
+/// down, unreachable, overloaded, or the credentials are (for now) wrong. Every other code is
+/// about the write itself (a bad value, a validation rule, a document too large) and will
+/// fail again. A code missing here means data is dropped on that error, so the list leans
+/// towards retrying.
+pub fn is_retriable(code: i32) -> bool {
+    matches!(
+        code,
+        6       // HostUnreachable
+        | 7     // HostNotFound
+        | 13    // Unauthorized: privileges can be granted without restarting bucketd
+        | 18    // AuthenticationFailed
+        | 24    // LockTimeout
+        | 46    // LockBusy
+        | 50    // MaxTimeMSExpired
+        | 63    // StaleShardVersion
+        | 64    // WriteConcernFailed
+        | 89    // NetworkTimeout
+        | 91    // ShutdownInProgress
+        | 112   // WriteConflict
+        | 133   // FailedToSatisfyReadPreference
+        | 134   // ReadConcernMajorityNotAvailableYet
+        | 150   // StaleEpoch
+        | 189   // PrimarySteppedDown
+        | 202   // NetworkInterfaceExceededTimeLimit
+        | 262   // ExceededTimeLimit
+        | 279   // ClientDisconnect
+        | 317   // ConnectionPoolExpired
+        | 462   // IngressRequestRateLimitExceeded
+        | 9001  // SocketException
+        | 10107 // NotWritablePrimary
+        | 11600 // InterruptedAtShutdown
+        | 11601 // Interrupted
+        | 11602 // InterruptedDueToReplStateChange
+        | 13388 // StaleConfig
+        | 13435 // NotPrimaryNoSecondaryOk
+        | 13436 // NotPrimaryOrSecondary
+    )
+}
+
+/// "The document would pass 16 MiB": BSONObjectTooLarge, and the update / upsert variants.
+/// Matched on the message too, since servers word some paths without those codes.
+fn is_too_large(code: i32, message: &str) -> bool {
+    matches!(code, 10334 | 17419 | 17420) || message.contains("larger than")
+}
+
+fn error_from_code(code: i32, message: &str) -> StoreError {
+    let text = format!("MongoDB error {code}: {message}");
+    if is_retriable(code) { StoreError::Unavailable(text) } else { StoreError::Rejected(text) }
+}
+
+fn command_code(e: &mongodb::error::Error) -> Option<i32> {
+    match e.kind.as_ref() {
+        ErrorKind::Command(c) => Some(c.code),
+        _ => None,
+    }
+}
+
+fn error_from_driver(e: mongodb::error::Error) -> StoreError {
+    match e.kind.as_ref() {
+        ErrorKind::Command(c) => error_from_code(c.code, &c.message),
+        ErrorKind::Write(WriteFailure::WriteError(w)) => error_from_code(w.code, &w.message),
+        ErrorKind::InvalidArgument { .. } => StoreError::Internal(e.to_string()),
+        ErrorKind::BsonDeserialization(_) => StoreError::Corrupt(e.to_string()),
+        // Network, server selection, pool, DNS, authentication handshakes, write concern:
+        // all may pass.
+        _ => StoreError::Unavailable(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_codes_map_to_retriable_or_permanent() {
+        assert!(matches!(error_from_code(10107, "not primary"), StoreError::Unavailable(_)));
+        assert!(matches!(error_from_code(112, "conflict"), StoreError::Unavailable(_)));
+        assert!(matches!(error_from_code(2, "bad value"), StoreError::Rejected(_)));
+        assert!(matches!(error_from_code(121, "validation"), StoreError::Rejected(_)));
+        assert!(is_too_large(17419, ""));
+        assert!(is_too_large(17420, ""));
+        assert!(is_too_large(10334, ""));
+        assert!(is_too_large(2, "Resulting document after update is larger than 16777216"));
+        assert!(!is_too_large(2, "bad value"));
+    }
+}

@@ -1,0 +1,320 @@
+//! Queries over buckets: readings of a range (one aggregation, streamed), rollups (from
+//! bucket statistics when the step is whole hours, else grouped in the database), and
+//! sensors by tag and measurement.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bson::{Bson, Document, doc};
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use mongodb::Cursor;
+
+use super::document::{self as d};
+use super::{Inner, error_from_driver, timed};
+use crate::model::{HOUR_MS, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, hour_start};
+use crate::store::{
+    FieldStats, Order, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery, StoreError,
+};
+
+/// Documents per cursor batch: enough to amortize round trips, few enough that a range is
+/// streamed rather than held (a reading is typically a few hundred bytes).
+const CURSOR_BATCH: u32 = 1000;
+
+/// The range a bucket can hold, so that hour arithmetic on user-supplied bounds cannot
+/// overflow.
+fn clamp(from: i64, to: i64) -> (i64, i64) {
+    (from.max(MIN_TIMESTAMP_MS), to.min(MAX_TIMESTAMP_MS + 1))
+}
+
+/// Buckets of `sensor` that may hold readings in `[from, to)`.
+fn buckets_overlapping(sensor: &str, from: i64, to: i64) -> Document {
+    doc! {
+        d::SENSOR: sensor,
+        d::START: {"$gte": d::date(hour_start(from)), "$lt": d::date(to)},
+    }
+}
+
+pub(super) fn readings(
+    inner: Arc<Inner>,
+    query: RangeQuery,
+) -> BoxStream<'static, Result<Reading, StoreError>> {
+    let (from, to) = clamp(query.from, query.to);
+    if from >= to || query.limit == Some(0) {
+        return stream::empty().boxed();
+    }
+    let dir = match query.order {
+        Order::Asc => 1,
+        Order::Desc => -1,
+    };
+    let time = format!("{}.{}", d::READINGS, d::TIME);
+    let mut pipeline = vec![
+        doc! {"$match": buckets_overlapping(&query.sensor, from, to)},
+        doc! {"$project": {d::READINGS: 1}},
+        doc! {"$unwind": {"path": format!("${}", d::READINGS), "includeArrayIndex": "i"}},
+        doc! {"$match": {&time: {"$gte": d::date(from), "$lt": d::date(to)}}},
+        // Equal timestamps keep a stable order: by bucket, then position in the bucket
+        // (the order readings were pushed). Descending is the exact reverse.
+        doc! {"$sort": {&time: dir, d::ID: dir, "i": dir}},
+    ];
+    if let Some(limit) = query.limit {
+        pipeline.push(doc! {"$limit": i64::try_from(limit).unwrap_or(i64::MAX)});
+    }
+    pipeline.push(doc! {"$project": {
+        d::ID: 0,
+        d::TIME: format!("${time}"),
+        d::FIELDS: format!("${}.{}", d::READINGS, d::FIELDS),
+    }});
+
+    let timeout = inner.op_timeout;
+    let open = async move {
+        // allowDiskUse: a long range without a limit sorts more than mongod keeps in memory.
+        let cursor = timed(
+            timeout,
+            "aggregate",
+            inner.buckets.aggregate(pipeline).batch_size(CURSOR_BATCH).allow_disk_use(true),
+        )
+        .await?
+        .map_err(error_from_driver)?;
+        Ok::<_, StoreError>(
+            documents(cursor, timeout).map(|doc| doc.and_then(|doc| d::decode_reading(&doc))),
+        )
+    };
+    stream::once(open).try_flatten().boxed()
+}
+
+/// A cursor as a stream whose every fetch is bounded by `timeout`; it ends after an error.
+fn documents(
+    cursor: Cursor<Document>,
+    timeout: std::time::Duration,
+) -> impl futures::Stream<Item = Result<Document, StoreError>> + Send + 'static {
+    stream::unfold(Some(cursor), move |cursor| async move {
+        let mut cursor = cursor?;
+        match timed(timeout, "getMore", cursor.try_next()).await {
+            Ok(Ok(Some(doc))) => Some((Ok(doc), Some(cursor))),
+            Ok(Ok(None)) => None,
+            Ok(Err(e)) => Some((Err(error_from_driver(e)), None)),
+            Err(e) => Some((Err(e), None)),
+        }
+    })
+}
+
+pub(super) async fn rollups(
+    inner: &Inner,
+    query: RollupQuery,
+) -> Result<Vec<RollupRow>, StoreError> {
+    if query.step_ms <= 0 {
+        return Err(StoreError::InvalidQuery(format!(
+            "step must be positive, got {} ms",
+            query.step_ms
+        )));
+    }
+    let (from, to) = clamp(query.from, query.to);
+    if from >= to {
+        return Ok(Vec::new());
+    }
+    let whole_hours = query.step_ms % HOUR_MS == 0 && from % HOUR_MS == 0 && to % HOUR_MS == 0;
+    let rows = if whole_hours {
+        from_bucket_stats(inner, &query, from, to).await?
+    } else {
+        from_readings(inner, &query, from, to).await?
+    };
+    Ok(rows
+        .into_iter()
+        .filter(|(_, fields)| !fields.is_empty())
+        .map(|(start, fields)| RollupRow { start, fields })
+        .collect())
+}
+
+type Steps = BTreeMap<i64, BTreeMap<String, FieldStats>>;
+
+fn add(steps: &mut Steps, start: i64, field: String, stats: FieldStats) {
+    steps.entry(start).or_default().entry(field).and_modify(|s| s.merge(&stats)).or_insert(stats);
+}
+
+/// Whole-hour steps: merge the statistics of every bucket (spilled ones included) of each
+/// step, fetching no readings.
+async fn from_bucket_stats(
+    inner: &Inner,
+    query: &RollupQuery,
+    from: i64,
+    to: i64,
+) -> Result<Steps, StoreError> {
+    let filter = doc! {
+        d::SENSOR: &query.sensor,
+        d::START: {"$gte": d::date(from), "$lt": d::date(to)},
+    };
+    let mut projection = doc! {d::ID: 0, d::START: 1};
+    match &query.fields {
+        None => {
+            projection.insert(d::STATS, 1);
+        }
+        Some(fields) => {
+            for f in fields {
+                projection.insert(format!("{}.{}", d::STATS, d::encode_name(f)), 1);
+            }
+        }
+    }
+    let cursor = timed(
+        inner.op_timeout,
+        "find",
+        inner.buckets.find(filter).projection(projection).batch_size(CURSOR_BATCH),
+    )
+    .await?
+    .map_err(error_from_driver)?;
+    let mut docs = std::pin::pin!(documents(cursor, inner.op_timeout));
+    let mut steps = Steps::new();
+    while let Some(doc) = docs.next().await {
+        let doc = doc?;
+        let start = doc
+            .get_datetime(d::START)
+            .map_err(|e| StoreError::Corrupt(format!("bucket without `start`: {e}")))?
+            .timestamp_millis();
+        let step = start.div_euclid(query.step_ms) * query.step_ms;
+        let Ok(stats) = doc.get_document(d::STATS) else { continue };
+        for (key, value) in stats {
+            let name = d::decode_name(key)?.into_owned();
+            if query.fields.as_ref().is_some_and(|f| !f.contains(&name)) {
+                continue;
+            }
+            let value = value.as_document().ok_or_else(|| {
+                StoreError::Corrupt(format!("stats of {name:?} is not a document"))
+            })?;
+            add(&mut steps, step, name, d::decode_stats(value)?);
+        }
+    }
+    Ok(steps)
+}
+
+/// Steps finer than an hour, or a range that cuts hours: group the numeric values of the
+/// readings in range in the database.
+async fn from_readings(
+    inner: &Inner,
+    query: &RollupQuery,
+    from: i64,
+    to: i64,
+) -> Result<Steps, StoreError> {
+    let step = query.step_ms;
+    let time = format!("${}.{}", d::READINGS, d::TIME);
+    // Milliseconds since the epoch: a date minus the epoch date (no $toLong on dates needed).
+    let ms = doc! {"$subtract": [&time, d::date(0)]};
+    // Floor to a multiple of the step, also for dates before 1970 ($mod keeps the sign).
+    let step_start =
+        doc! {"$subtract": ["$ms", {"$mod": [{"$add": [{"$mod": ["$ms", step]}, step]}, step]}]};
+    let mut numeric = doc! {"kv.v": {"$type": "number"}};
+    if let Some(fields) = &query.fields {
+        let keys: Vec<Bson> =
+            fields.iter().map(|f| Bson::String(d::encode_name(f).into_owned())).collect();
+        numeric.insert("kv.k", doc! {"$in": keys});
+    }
+    let pipeline = vec![
+        doc! {"$match": buckets_overlapping(&query.sensor, from, to)},
+        doc! {"$project": {d::ID: 0, d::READINGS: 1}},
+        doc! {"$unwind": format!("${}", d::READINGS)},
+        doc! {"$match": {&time[1..]: {"$gte": d::date(from), "$lt": d::date(to)}}},
+        doc! {"$project": {
+            "ms": ms,
+            "kv": {"$objectToArray": format!("${}.{}", d::READINGS, d::FIELDS)},
+        }},
+        doc! {"$unwind": "$kv"},
+        doc! {"$match": numeric},
+        doc! {"$group": {
+            d::ID: {"st": step_start, "k": "$kv.k"},
+            d::STAT_MIN: {"$min": "$kv.v"},
+            d::STAT_MAX: {"$max": "$kv.v"},
+            d::STAT_SUM: {"$sum": "$kv.v"},
+            d::STAT_COUNT: {"$sum": 1},
+        }},
+    ];
+    let cursor = timed(
+        inner.op_timeout,
+        "aggregate",
+        inner.buckets.aggregate(pipeline).batch_size(CURSOR_BATCH).allow_disk_use(true),
+    )
+    .await?
+    .map_err(error_from_driver)?;
+    let mut docs = std::pin::pin!(documents(cursor, inner.op_timeout));
+    let mut steps = Steps::new();
+    while let Some(doc) = docs.next().await {
+        let doc = doc?;
+        let id = doc
+            .get_document(d::ID)
+            .map_err(|e| StoreError::Internal(format!("rollup group without key: {e}")))?;
+        let start = id
+            .get("st")
+            .and_then(d::number)
+            .ok_or_else(|| StoreError::Internal("rollup group without step".into()))?
+            as i64;
+        let key = id
+            .get_str("k")
+            .map_err(|e| StoreError::Internal(format!("rollup group without field: {e}")))?;
+        add(&mut steps, start, d::decode_name(key)?.into_owned(), d::decode_stats(&doc)?);
+    }
+    Ok(steps)
+}
+
+pub(super) async fn sensors(
+    inner: &Inner,
+    query: SensorQuery,
+) -> Result<Vec<SensorInfo>, StoreError> {
+    if query.limit == 0 {
+        return Ok(Vec::new());
+    }
+    let mut filter = Document::new();
+    if !query.tags.is_empty() {
+        let all: Vec<Document> = query
+            .tags
+            .iter()
+            .map(|(k, v)| doc! {d::TAGS: {"$elemMatch": {d::TAG_KEY: k, d::TAG_VALUE: v}}})
+            .collect();
+        filter.insert("$and", all);
+    }
+    if let Some(m) = &query.measurement {
+        filter.insert(d::MEASUREMENT, m);
+    }
+    if let Some(after) = &query.after {
+        filter.insert(d::SENSOR, doc! {"$gt": after});
+    }
+    let pipeline = vec![
+        doc! {"$match": filter},
+        doc! {"$group": {
+            d::ID: format!("${}", d::SENSOR),
+            d::MEASUREMENT: {"$first": format!("${}", d::MEASUREMENT)},
+            d::TAGS: {"$first": format!("${}", d::TAGS)},
+            d::FIRST: {"$min": format!("${}", d::FIRST)},
+            d::LAST: {"$max": format!("${}", d::LAST)},
+        }},
+        doc! {"$sort": {d::ID: 1}},
+        doc! {"$limit": i64::try_from(query.limit).unwrap_or(i64::MAX)},
+    ];
+    let cursor = timed(
+        inner.op_timeout,
+        "aggregate",
+        inner.buckets.aggregate(pipeline).batch_size(CURSOR_BATCH).allow_disk_use(true),
+    )
+    .await?
+    .map_err(error_from_driver)?;
+    let docs: Vec<Document> = documents(cursor, inner.op_timeout).try_collect().await?;
+    docs.iter().map(sensor_info).collect()
+}
+
+fn sensor_info(doc: &Document) -> Result<SensorInfo, StoreError> {
+    let corrupt = |what: &str, e: bson::document::ValueAccessError| {
+        StoreError::Corrupt(format!("sensor summary without {what}: {e}"))
+    };
+    let mut tags = Vec::new();
+    for tag in doc.get_array(d::TAGS).map_err(|e| corrupt("tags", e))? {
+        let tag =
+            tag.as_document().ok_or_else(|| StoreError::Corrupt("tag is not a document".into()))?;
+        tags.push((
+            tag.get_str(d::TAG_KEY).map_err(|e| corrupt("tag key", e))?.to_owned(),
+            tag.get_str(d::TAG_VALUE).map_err(|e| corrupt("tag value", e))?.to_owned(),
+        ));
+    }
+    Ok(SensorInfo {
+        key: doc.get_str(d::ID).map_err(|e| corrupt("key", e))?.to_owned(),
+        measurement: doc.get_str(d::MEASUREMENT).map_err(|e| corrupt("measurement", e))?.to_owned(),
+        tags,
+        first: doc.get_datetime(d::FIRST).map_err(|e| corrupt("first", e))?.timestamp_millis(),
+        last: doc.get_datetime(d::LAST).map_err(|e| corrupt("last", e))?.timestamp_millis(),
+    })
+}

@@ -1,0 +1,538 @@
+//! `Store::write`: every batch of a flush becomes one or more upsert statements of unordered
+//! `update` commands, with no read before the write.
+//!
+//! A statement targets "any bucket of this sensor and hour with room for these readings":
+//! its filter is `{s, start, v, n <= cap_n - k, bytes <= cap_bytes - size}`. When no bucket has
+//! room the upsert creates one, which is how a bucket spills. The `update` command (MongoDB
+//! 3.6+) is used rather than the driver's `Client::bulk_write`, which needs MongoDB 8.0; we
+//! support 7.0 and later.
+//!
+//! A statement that MongoDB refuses because the bucket would pass 16 MiB (our size estimate
+//! is approximate: statistics of many distinct fields, or buckets written under other caps)
+//! is retried into a new bucket with a fresh `_id`, and if even a new bucket is too large, in
+//! halves. Only a single reading that cannot fit any document is rejected.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
+use std::sync::atomic::Ordering;
+
+use bson::oid::ObjectId;
+use bson::{Bson, Document, RawArrayBuf, RawDocumentBuf};
+
+use super::document::{self as d, EncodedReading};
+use super::{Inner, error_from_code, error_from_driver, is_too_large};
+use crate::model::{Batch, HOUR_MS};
+use crate::store::{BucketLimits, SCHEMA_VERSION, StoreError, WriteReport};
+
+/// Bytes of the `update` command around its statements: the command name and collection,
+/// `ordered`, and the array header, rounded up generously.
+const COMMAND_OVERHEAD: usize = 256;
+
+/// Each write call gives up after this many rounds of retries. A statement is retried only
+/// after a "too large" answer, and each retry either moves it to a new bucket or halves it,
+/// so a write of caps up to 2^20 readings needs at most ~22 rounds.
+const MAX_ROUNDS: usize = 40;
+
+#[derive(Clone, Copy, Debug)]
+enum Target {
+    /// Any bucket of the hour with room, or a new one.
+    Open,
+    /// A new bucket with this `_id`: the filter cannot match an existing document.
+    New(ObjectId),
+}
+
+struct Work {
+    batch: usize,
+    readings: Range<usize>,
+    target: Target,
+}
+
+struct BatchState<'a> {
+    batch: &'a Batch,
+    readings: Vec<EncodedReading>,
+    report: WriteReport,
+    error: Option<StoreError>,
+}
+
+struct Statement {
+    work: Work,
+    doc: RawDocumentBuf,
+}
+
+pub(super) async fn write(
+    inner: &Inner,
+    batches: &[Batch],
+) -> Vec<Result<WriteReport, StoreError>> {
+    let mut states: Vec<BatchState> = batches
+        .iter()
+        .map(|batch| BatchState {
+            batch,
+            readings: batch.readings.iter().map(d::encode_reading).collect(),
+            report: WriteReport::default(),
+            error: None,
+        })
+        .collect();
+
+    // Only packing shrinks this; a statement is judged against the server's real limit.
+    let mut command_budget = inner.server.max_command_bytes;
+    let mut pending: Vec<Work> = Vec::new();
+    for (i, state) in states.iter().enumerate() {
+        let statement_budget = inner.server.max_command_bytes.saturating_sub(COMMAND_OVERHEAD);
+        for readings in chunks(state, inner.limits, statement_budget as u64) {
+            pending.push(Work { batch: i, readings, target: Target::Open });
+        }
+    }
+
+    let mut rounds = 0;
+    while !pending.is_empty() {
+        rounds += 1;
+        if rounds > MAX_ROUNDS {
+            for work in &pending {
+                states[work.batch].error.get_or_insert_with(|| {
+                    StoreError::Internal(format!("write still retrying after {MAX_ROUNDS} rounds"))
+                });
+            }
+            break;
+        }
+        let mut statements = Vec::with_capacity(pending.len());
+        for work in pending.drain(..) {
+            if states[work.batch].error.is_none() {
+                build(&mut states, work, inner, &mut statements);
+            }
+        }
+        for command in pack(statements, inner.server.max_statements, command_budget) {
+            let retry = run(inner, &mut states, command).await;
+            match retry {
+                Retry::Statements(works) => pending.extend(works),
+                Retry::SmallerCommands(works) => {
+                    // Our estimate of the command size disagreed with the server's: resend
+                    // in commands half as large rather than fail batches for our own mistake.
+                    command_budget /= 2;
+                    pending.extend(works);
+                }
+            }
+        }
+    }
+
+    states
+        .into_iter()
+        .map(|s| match s.error {
+            Some(e) => Err(e),
+            None => Ok(s.report),
+        })
+        .collect()
+}
+
+/// Cuts a batch into runs of readings that each fit an empty bucket: at most `max_readings`
+/// readings and `max_bytes` of encoded readings, and a statement (readings plus one set of
+/// statistics paths per distinct numeric field) well under the command budget. A reading
+/// larger than the size cap forms a run of its own.
+fn chunks(state: &BatchState, limits: BucketLimits, statement_budget: u64) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0u64;
+    let mut statement = 0u64;
+    let mut fields: HashSet<&str> = HashSet::new();
+    for (i, (encoded, reading)) in state.readings.iter().zip(&state.batch.readings).enumerate() {
+        let mut stats_cost = 0u64;
+        for (name, value) in &reading.fields {
+            if value.as_f64().is_some() && !fields.contains(name.as_str()) {
+                stats_cost += stats_paths_cost(name);
+            }
+        }
+        let count = (i - start) as u64;
+        let full = count >= u64::from(limits.max_readings.max(1))
+            || bytes + encoded.size > u64::from(limits.max_bytes)
+            || statement + encoded.size + stats_cost > statement_budget;
+        if count > 0 && full {
+            out.push(start..i);
+            start = i;
+            bytes = 0;
+            statement = 0;
+            fields.clear();
+            stats_cost = reading
+                .fields
+                .iter()
+                .filter(|(_, v)| v.as_f64().is_some())
+                .map(|(n, _)| stats_paths_cost(n))
+                .sum();
+        }
+        for (name, value) in &reading.fields {
+            if value.as_f64().is_some() {
+                fields.insert(name.as_str());
+            }
+        }
+        bytes += encoded.size;
+        statement += encoded.size + stats_cost;
+    }
+    if start < state.readings.len() {
+        out.push(start..state.readings.len());
+    }
+    out
+}
+
+/// Upper bound of what one numeric field adds to a statement: four `stats.<f>.<stat>` paths
+/// with their values and element headers.
+fn stats_paths_cost(name: &str) -> u64 {
+    4 * (d::encode_name(name).len() as u64 * 3 + 32)
+}
+
+/// Builds the statement for `work`, halving it until it fits a command on its own. A single
+/// reading that cannot fit fails its batch.
+fn build(states: &mut [BatchState<'_>], work: Work, inner: &Inner, out: &mut Vec<Statement>) {
+    let doc = statement(&states[work.batch], &work, inner);
+    if doc.as_bytes().len() + COMMAND_OVERHEAD + 16 <= inner.server.max_command_bytes {
+        out.push(Statement { work, doc });
+        return;
+    }
+    if work.readings.len() <= 1 {
+        let size = doc.as_bytes().len();
+        states[work.batch].error.get_or_insert(StoreError::Rejected(format!(
+            "a reading of {} encodes to a {size}-byte update, more than MongoDB accepts in one \
+             document",
+            states[work.batch].batch.series.key
+        )));
+        return;
+    }
+    for half in halves(&work) {
+        build(states, half, inner, out);
+    }
+}
+
+fn halves(work: &Work) -> [Work; 2] {
+    let mid = work.readings.start + work.readings.len() / 2;
+    let target = |t: Target| match t {
+        Target::Open => Target::Open,
+        Target::New(_) => Target::New(ObjectId::new()),
+    };
+    [
+        Work { batch: work.batch, readings: work.readings.start..mid, target: target(work.target) },
+        Work { batch: work.batch, readings: mid..work.readings.end, target: target(work.target) },
+    ]
+}
+
+/// `{q, u, upsert: true}` for `work`; see the module documentation for the document shape.
+fn statement(state: &BatchState, work: &Work, inner: &Inner) -> RawDocumentBuf {
+    let batch = state.batch;
+    let encoded = &state.readings[work.readings.clone()];
+    let readings = &batch.readings[work.readings.clone()];
+    let k = readings.len() as i64;
+    let size: i64 = encoded.iter().map(|e| e.size as i64).sum();
+    let first = readings.iter().map(|r| r.ts).min().unwrap_or(batch.hour);
+    let last = readings.iter().map(|r| r.ts).max().unwrap_or(batch.hour);
+
+    // Statistics of this run, in the order fields first appear.
+    let mut order: Vec<&str> = Vec::new();
+    let mut stats: HashMap<&str, crate::store::FieldStats> = HashMap::new();
+    for reading in readings {
+        for (name, value) in &reading.fields {
+            if let Some(v) = value.as_f64() {
+                stats
+                    .entry(name.as_str())
+                    .and_modify(|s| s.merge(&crate::store::FieldStats::of(v)))
+                    .or_insert_with(|| {
+                        order.push(name.as_str());
+                        crate::store::FieldStats::of(v)
+                    });
+            }
+        }
+    }
+
+    let mut filter = RawDocumentBuf::new();
+    let mut on_insert = RawDocumentBuf::new();
+    match work.target {
+        Target::Open => {
+            filter.append(d::SENSOR, batch.series.key.as_str());
+            filter.append(d::START, d::date(batch.hour));
+            filter.append(d::VERSION, SCHEMA_VERSION);
+            let mut n = RawDocumentBuf::new();
+            n.append("$lte", i64::from(inner.limits.max_readings) - k);
+            filter.append(d::COUNT, n);
+            let mut b = RawDocumentBuf::new();
+            b.append("$lte", i64::from(inner.limits.max_bytes) - size);
+            filter.append(d::BYTES, b);
+        }
+        Target::New(id) => {
+            filter.append(d::ID, id);
+            on_insert.append(d::SENSOR, batch.series.key.as_str());
+            on_insert.append(d::START, d::date(batch.hour));
+            on_insert.append(d::VERSION, SCHEMA_VERSION);
+        }
+    }
+    on_insert.append(d::END, d::date(batch.hour + HOUR_MS));
+    on_insert.append(d::MEASUREMENT, batch.series.measurement.as_str());
+    let mut tags = RawArrayBuf::new();
+    for (k, v) in &batch.series.tags {
+        let mut tag = RawDocumentBuf::new();
+        tag.append(d::TAG_KEY, k.as_str());
+        tag.append(d::TAG_VALUE, v.as_str());
+        tags.push(tag);
+    }
+    on_insert.append(d::TAGS, tags);
+
+    let mut each = RawArrayBuf::new();
+    for e in encoded {
+        each.push(e.doc.clone());
+    }
+    let mut push_each = RawDocumentBuf::new();
+    push_each.append("$each", each);
+    let mut push = RawDocumentBuf::new();
+    push.append(d::READINGS, push_each);
+
+    let mut inc = RawDocumentBuf::new();
+    inc.append(d::COUNT, k);
+    inc.append(d::BYTES, size);
+    let mut min = RawDocumentBuf::new();
+    min.append(d::FIRST, d::date(first));
+    let mut max = RawDocumentBuf::new();
+    max.append(d::LAST, d::date(last));
+    for name in order {
+        let s = &stats[name];
+        let key = d::encode_name(name);
+        inc.append(format!("{}.{key}.{}", d::STATS, d::STAT_SUM), s.sum);
+        inc.append(format!("{}.{key}.{}", d::STATS, d::STAT_COUNT), s.count as i64);
+        min.append(format!("{}.{key}.{}", d::STATS, d::STAT_MIN), s.min);
+        max.append(format!("{}.{key}.{}", d::STATS, d::STAT_MAX), s.max);
+    }
+
+    let mut update = RawDocumentBuf::new();
+    update.append("$push", push);
+    update.append("$inc", inc);
+    update.append("$min", min);
+    update.append("$max", max);
+    update.append("$setOnInsert", on_insert);
+
+    let mut st = RawDocumentBuf::new();
+    st.append("q", filter);
+    st.append("u", update);
+    st.append("upsert", true);
+    st
+}
+
+/// Groups statements into commands within the server's `maxWriteBatchSize` and a byte
+/// budget. `run_command` sends the command as one BSON document, which mongod accepts up to
+/// maxBsonObjectSize + 16 KiB; we keep our part within maxBsonObjectSize and leave the 16 KiB
+/// to the fields the driver appends (`$db`, `lsid`, `$clusterTime`).
+fn pack(statements: Vec<Statement>, max_statements: usize, budget: usize) -> Vec<Vec<Statement>> {
+    let mut commands = Vec::new();
+    let mut current: Vec<Statement> = Vec::new();
+    let mut size = COMMAND_OVERHEAD;
+    for st in statements {
+        let element = st.doc.as_bytes().len() + 2 + decimal_digits(current.len());
+        if !current.is_empty() && (current.len() >= max_statements || size + element > budget) {
+            commands.push(std::mem::take(&mut current));
+            size = COMMAND_OVERHEAD;
+        }
+        size += st.doc.as_bytes().len() + 2 + decimal_digits(current.len());
+        current.push(st);
+    }
+    if !current.is_empty() {
+        commands.push(current);
+    }
+    commands
+}
+
+fn decimal_digits(n: usize) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+enum Retry {
+    Statements(Vec<Work>),
+    SmallerCommands(Vec<Work>),
+}
+
+/// Sends one command and settles each statement: success, a retry (too large), or an error
+/// for its batch.
+async fn run(inner: &Inner, states: &mut [BatchState<'_>], command: Vec<Statement>) -> Retry {
+    let mut updates = RawArrayBuf::new();
+    let mut works = Vec::with_capacity(command.len());
+    for st in command {
+        updates.push(st.doc);
+        works.push(st.work);
+    }
+    let mut cmd = RawDocumentBuf::new();
+    cmd.append("update", super::COLLECTION);
+    cmd.append("updates", updates);
+    cmd.append("ordered", false);
+
+    inner.counters.write_commands.fetch_add(1, Ordering::Relaxed);
+    inner.counters.write_statements.fetch_add(works.len() as u64, Ordering::Relaxed);
+    let reply = match tokio::time::timeout(inner.op_timeout, inner.db.run_raw_command(cmd)).await {
+        Err(_) => Err(StoreError::Unavailable(format!(
+            "update command timed out after {:?}",
+            inner.op_timeout
+        ))),
+        Ok(Err(e)) => {
+            if let mongodb::error::ErrorKind::Command(c) = e.kind.as_ref()
+                && c.code == 10334
+                && works.len() > 1
+            {
+                return Retry::SmallerCommands(works);
+            }
+            Err(error_from_driver(e))
+        }
+        Ok(Ok(reply)) => Ok(reply),
+    };
+    let reply = match reply {
+        Ok(reply) => reply,
+        Err(e) => {
+            for work in &works {
+                states[work.batch].error.get_or_insert_with(|| e.clone());
+            }
+            return Retry::Statements(Vec::new());
+        }
+    };
+    settle(states, works, &reply)
+}
+
+fn settle(states: &mut [BatchState<'_>], works: Vec<Work>, reply: &Document) -> Retry {
+    // Per statement: Ok(whether it created a bucket) or its write error.
+    let mut outcome: Vec<Result<bool, (i32, String)>> = vec![Ok(false); works.len()];
+    if let Ok(upserted) = reply.get_array("upserted") {
+        for u in upserted {
+            if let Some(i) = u.as_document().and_then(|u| index_of(u, works.len())) {
+                outcome[i] = Ok(true);
+            }
+        }
+    }
+    if let Ok(errors) = reply.get_array("writeErrors") {
+        for e in errors.iter().filter_map(Bson::as_document) {
+            if let Some(i) = index_of(e, works.len()) {
+                let code = e.get("code").and_then(d::number).unwrap_or(0.0) as i32;
+                let msg = e.get_str("errmsg").unwrap_or("").to_owned();
+                outcome[i] = Err((code, msg));
+            }
+        }
+    }
+    // The statements were applied on the primary but not acknowledged as the write concern
+    // asks; retrying may store them twice, losing them is worse (at-least-once).
+    let concern = reply.get_document("writeConcernError").ok().map(|wce| {
+        let code = wce.get("code").and_then(d::number).unwrap_or(0.0) as i32;
+        let msg = wce.get_str("errmsg").unwrap_or("").to_owned();
+        StoreError::Unavailable(format!("write concern error {code}: {msg}"))
+    });
+
+    let mut retry = Vec::new();
+    for (work, outcome) in works.into_iter().zip(outcome) {
+        let state = &mut states[work.batch];
+        match outcome {
+            Ok(created) => {
+                if created {
+                    state.report.buckets_created += 1;
+                }
+                if let Some(e) = &concern {
+                    state.error.get_or_insert_with(|| e.clone());
+                }
+            }
+            Err((code, msg)) if is_too_large(code, &msg) => match work.target {
+                Target::Open => retry.push(Work { target: Target::New(ObjectId::new()), ..work }),
+                Target::New(_) if work.readings.len() > 1 => retry.extend(halves(&work)),
+                Target::New(_) => {
+                    state.error.get_or_insert_with(|| {
+                        StoreError::Rejected(format!(
+                            "a reading of {} does not fit a MongoDB document: {msg}",
+                            state.batch.series.key
+                        ))
+                    });
+                }
+            },
+            Err((code, msg)) => {
+                state.error.get_or_insert_with(|| error_from_code(code, &msg));
+            }
+        }
+    }
+    Retry::Statements(retry)
+}
+
+fn index_of(doc: &Document, len: usize) -> Option<usize> {
+    let i = doc.get("index").and_then(d::number)? as usize;
+    (i < len).then_some(i)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::model::{FieldValue, Reading, SeriesMeta};
+
+    fn batch(sizes: &[usize]) -> Batch {
+        Batch {
+            series: Arc::new(SeriesMeta { key: "s".into(), measurement: "m".into(), tags: vec![] }),
+            hour: 0,
+            readings: sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| Reading {
+                    ts: i as i64,
+                    fields: vec![("x".into(), FieldValue::Str("x".repeat(n)))],
+                })
+                .collect(),
+        }
+    }
+
+    fn state(batch: &Batch) -> BatchState<'_> {
+        BatchState {
+            batch,
+            readings: batch.readings.iter().map(d::encode_reading).collect(),
+            report: WriteReport::default(),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn chunks_respect_count_and_size_caps() {
+        let b = batch(&[10; 7]);
+        let by_count = BucketLimits { max_readings: 3, max_bytes: 1 << 20 };
+        assert_eq!(chunks(&state(&b), by_count, 1 << 24), vec![0..3, 3..6, 6..7]);
+        let one = state(&b).readings[0].size as u32;
+        let by_size = BucketLimits { max_readings: 100, max_bytes: 2 * one + 1 };
+        assert_eq!(chunks(&state(&b), by_size, 1 << 24), vec![0..2, 2..4, 4..6, 6..7]);
+    }
+
+    #[test]
+    fn an_oversized_reading_is_a_chunk_of_its_own() {
+        let b = batch(&[10, 5000, 10, 10]);
+        let limits = BucketLimits { max_readings: 100, max_bytes: 1000 };
+        assert_eq!(chunks(&state(&b), limits, 1 << 24), vec![0..1, 1..2, 2..4]);
+    }
+
+    #[test]
+    fn chunks_stay_under_the_statement_budget() {
+        let b = batch(&[100; 10]);
+        let limits = BucketLimits { max_readings: 100, max_bytes: 1 << 20 };
+        let sizes: Vec<Range<usize>> = chunks(&state(&b), limits, 450);
+        assert!(sizes.iter().all(|r| r.len() <= 3), "{sizes:?}");
+        assert_eq!(sizes.iter().map(|r| r.len()).sum::<usize>(), 10);
+    }
+
+    fn statement_of(len: usize) -> Statement {
+        let mut doc = RawDocumentBuf::new();
+        doc.append("p", "p".repeat(len));
+        Statement { work: Work { batch: 0, readings: 0..1, target: Target::Open }, doc }
+    }
+
+    #[test]
+    fn commands_respect_statement_count_and_bytes() {
+        let sizes =
+            |commands: &Vec<Vec<Statement>>| commands.iter().map(Vec::len).collect::<Vec<_>>();
+        let by_count = pack((0..25).map(|_| statement_of(10)).collect(), 10, 1 << 20);
+        assert_eq!(sizes(&by_count), vec![10, 10, 5]);
+        let by_bytes = pack((0..10).map(|_| statement_of(1000)).collect(), 100, 3500);
+        assert_eq!(sizes(&by_bytes), vec![3, 3, 3, 1]);
+        for command in &by_bytes {
+            let total: usize = command.iter().map(|s| s.doc.as_bytes().len() + 2 + 1).sum();
+            assert!(total + COMMAND_OVERHEAD <= 3500);
+        }
+        // A statement larger than the budget still goes, alone.
+        assert_eq!(sizes(&pack(vec![statement_of(10), statement_of(5000)], 100, 3500)), vec![1, 1]);
+    }
+
+    #[test]
+    fn digits() {
+        assert_eq!(decimal_digits(0), 1);
+        assert_eq!(decimal_digits(9), 1);
+        assert_eq!(decimal_digits(10), 2);
+        assert_eq!(decimal_digits(99_999), 5);
+    }
+}
