@@ -90,7 +90,8 @@ async fn an_old_buffer_is_flushed_after_the_interval_and_not_before() {
 
 #[tokio::test(start_paused = true)]
 async fn a_failing_store_recovers_without_loss_duplicates_or_reordering() {
-    let store = FakeStore::new();
+    // Latency, so that newer readings arrive while the failing write is in flight.
+    let store = FakeStore::with_latency(Duration::from_millis(20));
     store.fail_next_calls(3);
     let (buffers, store, _flusher) = setup(10_000, 1000, Duration::from_millis(50), store);
     let mut expected: BTreeMap<(String, TimestampMs), Vec<i64>> = BTreeMap::new();
@@ -110,8 +111,8 @@ async fn a_failing_store_recovers_without_loss_duplicates_or_reordering() {
         buffers.push(items).unwrap();
     };
     push_round(&buffers);
-    assert!(wait_until(Duration::from_secs(1), || store.calls().len() == 1).await);
-    // Newer readings of the same buffers arrive while the first write is being retried.
+    assert!(wait_until(Duration::from_secs(1), || store.in_write() == 1).await);
+    // Newer readings of the same buffers arrive while the first (failing) write is in flight.
     push_round(&buffers);
     assert!(wait_until(Duration::from_secs(10), || buffers.buffered() == 0).await);
 
@@ -123,6 +124,7 @@ async fn a_failing_store_recovers_without_loss_duplicates_or_reordering() {
     assert!(gaps[1] >= Duration::from_millis(200), "{gaps:?}");
     assert!(gaps[2] >= Duration::from_millis(400), "{gaps:?}");
     assert!(gaps[2] < Duration::from_millis(500), "retried promptly after backoff: {gaps:?}");
+    assert_eq!(store.calls().len(), 4, "the retry carries the newer readings too");
 }
 
 #[tokio::test(start_paused = true)]
@@ -304,6 +306,7 @@ proptest! {
         failing_calls in 0usize..4,
         bound in 20usize..200,
         batch in 1usize..30,
+        latency_ms in 0u64..30,
     ) {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -311,7 +314,7 @@ proptest! {
             .build()
             .unwrap();
         rt.block_on(async {
-            let store = Arc::new(FakeStore::new());
+            let store = Arc::new(FakeStore::with_latency(Duration::from_millis(latency_ms)));
             store.fail_next_calls(failing_calls);
             store.script_batches(failures);
             let buffers = Buffers::new(BufferConfig {
