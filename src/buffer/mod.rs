@@ -167,6 +167,11 @@ impl Buffers {
 
     /// Accepts every item or none: none when they would take the buffers past the bound.
     /// Returns how many readings were accepted.
+    ///
+    /// A sensor's `SeriesMeta` is interned per buffer entry: the first one pushed for a key is
+    /// kept, and the tags/measurement of later items with the same key are ignored (identical
+    /// by construction for line protocol; JSON clients sending other tags under one `sensor`
+    /// get the first ones until the sensor's buffers empty).
     pub fn push(&self, items: Vec<(SeriesMeta, Reading)>) -> Result<usize, BufferFull> {
         let n = items.len();
         if n == 0 {

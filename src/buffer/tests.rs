@@ -34,8 +34,11 @@ pub(crate) fn seqs(readings: &[Reading]) -> Vec<i64> {
 /// incremented and decremented, so the sum of deltas is their value.
 pub(crate) struct MetricReader {
     snap: Snapshotter,
-    totals: std::cell::RefCell<std::collections::HashMap<(String, Vec<(String, String)>), f64>>,
+    totals: std::cell::RefCell<std::collections::HashMap<MetricKey, f64>>,
 }
+
+/// Name and sorted labels.
+type MetricKey = (String, Vec<(String, String)>);
 
 impl MetricReader {
     pub(crate) fn new(recorder: &DebuggingRecorder) -> MetricReader {

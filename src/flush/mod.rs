@@ -59,7 +59,8 @@ pub struct ShutdownReport {
     /// Readings confirmed written after `shutdown` was called (including a write that was in
     /// flight at the time).
     pub flushed: usize,
-    /// Readings still unwritten when the deadline passed (logged as lost).
+    /// Readings still unwritten when the deadline passed (logged as lost). Includes the
+    /// readings of a write abandoned at the deadline, which the store may have completed.
     pub unflushed: usize,
 }
 
@@ -275,6 +276,8 @@ struct Backoff {
 
 impl Backoff {
     fn new(min: Duration, max: Duration) -> Backoff {
+        // A zero minimum would retry a dead store in a busy loop.
+        let min = min.max(Duration::from_millis(1));
         let max = max.max(min);
         Backoff { min, max, next: min }
     }
