@@ -1,12 +1,43 @@
 //! Bounded per-(sensor, hour) in-memory buffers.
-//! STUB: the public surface that ingest, query and flush build against; bodies land with the
-//! ingest issue.
+//!
+//! # Layout
+//! One `DashMap` entry per sensor key holds the sensor's interned `Arc<SeriesMeta>` and its hour
+//! buffers (a short `Vec` sorted by hour: usually one or two hours are live per sensor). Keying
+//! the map by sensor rather than by (sensor, hour) lets the hot path look an entry up by `&str`
+//! without allocating a key, and lets [`Buffers::unflushed`] answer with one lookup.
+//!
+//! # The memory bound
+//! `held` counts readings buffered plus readings taken by the flusher whose write has not
+//! returned (and readings put back after a retriable failure). A push reserves its whole count
+//! with one compare-exchange before it touches the map; the flusher releases a batch's count
+//! only when the store confirmed it written or rejected it for good. Nothing else changes
+//! `held`, so reserved and released counts match exactly whatever the store does.
+//!
+//! # Visibility of in-flight readings
+//! The flusher moves a due buffer's readings into a [`Batch`] of the current cycle and leaves a
+//! marker (cycle, index) in the hour buffer, so queries still see those readings until the write
+//! returns. The cycle's batches are published through a `OnceLock` when the take scan ends; a
+//! query that meets a marker of a cycle still being assembled waits for that (short, await-free)
+//! scan after dropping its map guard, so the wait can never deadlock with the scan.
+//!
+//! # Locks
+//! Every function that takes a dashmap guard is synchronous, so no guard can live across an
+//! `.await` (dashmap's guards are `Send`, so the compiler would not catch one).
 
-use std::sync::Arc;
+mod group;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::model::{Reading, SeriesMeta, TimestampMs};
+use dashmap::DashMap;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::metrics::READINGS_BUFFERED;
+use crate::model::{Batch, HOUR_MS, Reading, SeriesMeta, TimestampMs};
 use crate::store::SensorInfo;
+use group::{Group, Span};
 
 #[derive(Clone, Debug)]
 pub struct BufferConfig {
@@ -27,40 +58,440 @@ pub struct BufferFull {
     pub limit: usize,
 }
 
+/// The per-(sensor, hour) buffers and their memory bound.
+///
+/// Full-policy: [`Buffers::push`] refuses the whole push with [`BufferFull`] (nothing is
+/// dropped silently); [`Buffers::push_when_room`] waits for the flusher to release room.
 pub struct Buffers {
-    _private: (),
+    config: BufferConfig,
+    map: DashMap<String, SensorBuffers>,
+    /// Readings buffered or in flight; see the module doc.
+    held: AtomicUsize,
+    /// Woken (all waiters) whenever the flusher releases readings.
+    room: Notify,
+    /// Woken (one permit) when a push makes a buffer reach `max_batch_readings`.
+    due: Notify,
+}
+
+struct SensorBuffers {
+    /// Interned: the first `SeriesMeta` pushed for this key since the entry was created. For
+    /// line protocol the key determines the tags, so later readings carry identical metadata;
+    /// for JSON a client could send other tags under the same `sensor` and those are ignored
+    /// until the sensor's buffers empty and the entry is recreated.
+    meta: Arc<SeriesMeta>,
+    /// Sorted by hour, no duplicates.
+    hours: Vec<HourBuffer>,
+}
+
+struct HourBuffer {
+    hour: TimestampMs,
+    /// Arrival order.
+    readings: Vec<Reading>,
+    /// Of `readings`; `Span::EMPTY` when there are none.
+    span: Span,
+    /// When the oldest of `readings` arrived (meaningless while `readings` is empty).
+    since: Instant,
+    /// Readings taken by the flusher whose write has not returned; older than `readings`.
+    in_flight: Option<InFlight>,
+}
+
+struct InFlight {
+    cycle: Arc<Cycle>,
+    index: usize,
+    span: Span,
+    since: Instant,
+}
+
+/// The batches of one flush cycle, set once the take scan has finished.
+type Cycle = OnceLock<Vec<Batch>>;
+
+/// Readings taken by the flusher for one `Store::write` call; hand it back to
+/// [`Buffers::complete`] with one outcome per batch.
+pub(crate) struct Taken {
+    cycle: Arc<Cycle>,
+    readings: usize,
+}
+
+impl Taken {
+    pub(crate) fn batches(&self) -> &[Batch] {
+        self.cycle.get().expect("a taken cycle is published before it is handed out")
+    }
+
+    pub(crate) fn readings(&self) -> usize {
+        self.readings
+    }
+}
+
+/// What became of one batch of a [`Taken`] cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The store confirmed it: release it.
+    Written,
+    /// A retriable failure: put it back ahead of newer readings of its buffer.
+    Retry,
+    /// Permanently rejected: release it (the caller counts it as dropped).
+    Drop,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Released {
+    pub written: usize,
+    pub dropped: usize,
+    pub retried: usize,
+}
+
+/// Which buffers [`Buffers::take`] takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TakeMode {
+    /// Buffers at `max_batch_readings`, or whose oldest reading waited `flush_interval`.
+    Due,
+    /// Every buffer with readings (shutdown drain).
+    All,
 }
 
 impl Buffers {
-    pub fn new(_config: BufferConfig) -> Arc<Buffers> {
-        todo!()
+    pub fn new(config: BufferConfig) -> Arc<Buffers> {
+        let config = BufferConfig {
+            max_buffered_readings: config.max_buffered_readings.max(1),
+            max_batch_readings: config.max_batch_readings.max(1),
+            ..config
+        };
+        Arc::new(Buffers {
+            config,
+            map: DashMap::new(),
+            held: AtomicUsize::new(0),
+            room: Notify::new(),
+            due: Notify::new(),
+        })
     }
 
     /// Accepts every item or none: none when they would take the buffers past the bound.
     /// Returns how many readings were accepted.
-    pub fn push(&self, _items: Vec<(SeriesMeta, Reading)>) -> Result<usize, BufferFull> {
-        todo!()
+    ///
+    /// A sensor's `SeriesMeta` is interned per buffer entry: the first one pushed for a key is
+    /// kept, and the tags/measurement of later items with the same key are ignored (identical
+    /// by construction for line protocol; JSON clients sending other tags under one `sensor`
+    /// get the first ones until the sensor's buffers empty).
+    pub fn push(&self, items: Vec<(SeriesMeta, Reading)>) -> Result<usize, BufferFull> {
+        let n = items.len();
+        if n == 0 {
+            return Ok(0);
+        }
+        self.reserve(n, false)?;
+        self.insert(items);
+        Ok(n)
     }
 
     /// Like `push`, but waits until there is room instead of failing. A batch larger than the
     /// whole bound is accepted once the buffers are empty, so this cannot wait forever.
-    pub async fn push_when_room(&self, _items: Vec<(SeriesMeta, Reading)>) -> usize {
-        todo!()
+    pub async fn push_when_room(&self, items: Vec<(SeriesMeta, Reading)>) -> usize {
+        let n = items.len();
+        if n == 0 {
+            return 0;
+        }
+        loop {
+            // Register interest before checking, so a release between the check and the await
+            // still wakes us.
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.reserve(n, true).is_ok() {
+                self.insert(items);
+                return n;
+            }
+            notified.await;
+        }
     }
 
     /// Readings currently held (buffered or being flushed).
     pub fn buffered(&self) -> usize {
-        todo!()
+        self.held.load(Ordering::Acquire)
     }
 
     /// Readings of `sensor` with `from <= ts < to` not yet confirmed written by the store,
-    /// ascending by timestamp, in arrival order for equal timestamps.
-    pub fn unflushed(&self, _sensor: &str, _from: TimestampMs, _to: TimestampMs) -> Vec<Reading> {
-        todo!()
+    /// ascending by timestamp, in arrival order for equal timestamps. Includes readings whose
+    /// write is in flight.
+    ///
+    /// Merging with the store: call this BEFORE reading the store. Then no reading is missed
+    /// (a reading not in this snapshot was either confirmed earlier, so the store has it, or
+    /// arrived later). A reading whose write lands between this call and the store read is
+    /// seen twice; the window is one store write long.
+    pub fn unflushed(&self, sensor: &str, from: TimestampMs, to: TimestampMs) -> Vec<Reading> {
+        if from >= to {
+            return Vec::new();
+        }
+        let in_range = |r: &&Reading| r.ts >= from && r.ts < to;
+        let mut in_flight: Vec<(Arc<Cycle>, usize)> = Vec::new();
+        let mut buffered: Vec<Reading> = Vec::new();
+        {
+            let Some(entry) = self.map.get(sensor) else {
+                return Vec::new();
+            };
+            // Hours that end at or before `from`; saturating, as `from` may be `i64::MIN`.
+            let start = entry.hours.partition_point(|h| h.hour.saturating_add(HOUR_MS) <= from);
+            for hb in entry.hours[start..].iter().take_while(|h| h.hour < to) {
+                if let Some(f) = &hb.in_flight
+                    && f.span.overlaps(from, to)
+                {
+                    in_flight.push((f.cycle.clone(), f.index));
+                }
+                if hb.span.overlaps(from, to) {
+                    buffered.extend(hb.readings.iter().filter(in_range).cloned());
+                }
+            }
+        }
+        // Guard dropped: `wait` may block for the rest of a take scan, which needs the map.
+        let mut out = Vec::with_capacity(buffered.len());
+        for (cycle, index) in in_flight {
+            out.extend(cycle.wait()[index].readings.iter().filter(in_range).cloned());
+        }
+        // In-flight readings of an hour arrived before its buffered ones, and equal timestamps
+        // share an hour, so a stable sort of this concatenation keeps arrival order for ties.
+        out.append(&mut buffered);
+        out.sort_by_key(|r| r.ts);
+        out
     }
 
     /// Sensors with unflushed readings, with the first and last unflushed timestamps.
+    /// Ordered by key.
     pub fn unflushed_sensors(&self) -> Vec<SensorInfo> {
-        todo!()
+        let mut out: Vec<SensorInfo> = self
+            .map
+            .iter()
+            .filter_map(|entry| {
+                let mut span = Span::EMPTY;
+                for hb in &entry.hours {
+                    span.merge(hb.span);
+                    if let Some(f) = &hb.in_flight {
+                        span.merge(f.span);
+                    }
+                }
+                (!span.is_empty()).then(|| SensorInfo {
+                    key: entry.meta.key.clone(),
+                    measurement: entry.meta.measurement.clone(),
+                    tags: entry.meta.tags.clone(),
+                    first: span.first,
+                    last: span.last,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out
+    }
+
+    /// Waits until a push made a buffer reach the batch size (a stored permit counts).
+    pub(crate) async fn due_notified(&self) {
+        self.due.notified().await
+    }
+
+    pub(crate) fn flush_interval(&self) -> Duration {
+        self.config.flush_interval
+    }
+
+    /// Reserves room for `n` readings, all or nothing. With `oversize`, a push larger than the
+    /// whole bound is let in when nothing is held.
+    fn reserve(&self, n: usize, oversize: bool) -> Result<(), BufferFull> {
+        let limit = self.config.max_buffered_readings;
+        let mut cur = self.held.load(Ordering::Acquire);
+        loop {
+            let fits = cur.checked_add(n).is_some_and(|t| t <= limit) || (oversize && cur == 0);
+            if !fits {
+                return Err(BufferFull { buffered: cur, limit });
+            }
+            match self.held.compare_exchange_weak(cur, cur + n, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    ::metrics::gauge!(READINGS_BUFFERED).increment(n as f64);
+                    return Ok(());
+                }
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Appends reserved items to their buffers: one map operation per (sensor, hour) group.
+    fn insert(&self, items: Vec<(SeriesMeta, Reading)>) {
+        let groups = group::group(items);
+        let now = Instant::now();
+        let batch = self.config.max_batch_readings;
+        let mut wake = false;
+        for Group { meta, hour, mut readings, span } in groups {
+            let mut entry = match self.map.get_mut(meta.key.as_str()) {
+                Some(entry) => entry,
+                None => self
+                    .map
+                    .entry(meta.key.clone())
+                    .or_insert_with(|| SensorBuffers { meta: Arc::new(meta), hours: Vec::new() }),
+            };
+            let hours = &mut entry.hours;
+            let i = match hours.binary_search_by_key(&hour, |h| h.hour) {
+                Ok(i) => i,
+                Err(i) => {
+                    hours.insert(
+                        i,
+                        HourBuffer {
+                            hour,
+                            readings: Vec::new(),
+                            span: Span::EMPTY,
+                            since: now,
+                            in_flight: None,
+                        },
+                    );
+                    i
+                }
+            };
+            let hb = &mut hours[i];
+            let was_due = hb.readings.len() >= batch;
+            if hb.readings.is_empty() {
+                // Adopt the group's vector rather than copying into an empty one.
+                hb.readings = readings;
+                hb.since = now;
+            } else {
+                hb.readings.append(&mut readings);
+            }
+            hb.span.merge(span);
+            wake |= !was_due && hb.readings.len() >= batch;
+        }
+        if wake {
+            self.due.notify_one();
+        }
+    }
+
+    /// Takes the buffers `mode` selects, oldest readings first, at most `max_readings` in all
+    /// (a buffer may be split). `None` when nothing is to be taken. Await-free: see the module
+    /// doc on why the scan must not be interrupted between the first marker and publishing.
+    pub(crate) fn take(&self, mode: TakeMode, max_readings: usize) -> Option<Taken> {
+        let now = Instant::now();
+        let batch_size = self.config.max_batch_readings;
+        let interval = self.config.flush_interval;
+        let cycle: Arc<Cycle> = Arc::new(OnceLock::new());
+        // Publishes on drop, so even an unwinding scan never leaves a query waiting forever.
+        let mut publish = Publish { cycle: &cycle, batches: Vec::new() };
+        let mut total = 0usize;
+        'scan: for mut entry in self.map.iter_mut() {
+            let sensor = &mut *entry;
+            for hb in sensor.hours.iter_mut() {
+                let len = hb.readings.len();
+                // An hour with a write in flight keeps its newer readings back, so that a
+                // store never sees them before the older ones. (With one flusher this does not
+                // occur: every cycle completes before the next take.)
+                if len == 0 || hb.in_flight.is_some() {
+                    continue;
+                }
+                let due = mode == TakeMode::All
+                    || len >= batch_size
+                    || now.saturating_duration_since(hb.since) >= interval;
+                if !due {
+                    continue;
+                }
+                if total >= max_readings {
+                    break 'scan;
+                }
+                let k = len.min(max_readings - total);
+                let (readings, span) = if k == len {
+                    (std::mem::take(&mut hb.readings), std::mem::replace(&mut hb.span, Span::EMPTY))
+                } else {
+                    let taken: Vec<Reading> = hb.readings.drain(..k).collect();
+                    hb.span = Span::of(&hb.readings);
+                    let span = Span::of(&taken);
+                    (taken, span)
+                };
+                hb.in_flight = Some(InFlight {
+                    cycle: cycle.clone(),
+                    index: publish.batches.len(),
+                    span,
+                    since: hb.since,
+                });
+                publish.batches.push(Batch {
+                    series: sensor.meta.clone(),
+                    hour: hb.hour,
+                    readings,
+                });
+                total += k;
+            }
+        }
+        if publish.batches.is_empty() {
+            return None;
+        }
+        drop(publish);
+        Some(Taken { cycle, readings: total })
+    }
+
+    /// Settles a taken cycle: `outcomes[i]` is what became of `taken.batches()[i]`.
+    /// Written and dropped readings leave the bound; retried ones go back to the head of their
+    /// buffer. Marker removal and put-back happen under the entry's guard, so a query sees each
+    /// reading exactly once meanwhile.
+    pub(crate) fn complete(&self, taken: Taken, outcomes: &[Outcome]) -> Released {
+        let batches = taken.batches();
+        assert_eq!(outcomes.len(), batches.len(), "one outcome per batch");
+        let mut released = Released::default();
+        for (index, (batch, &outcome)) in batches.iter().zip(outcomes).enumerate() {
+            let n = batch.readings.len();
+            match outcome {
+                Outcome::Written => released.written += n,
+                Outcome::Drop => released.dropped += n,
+                Outcome::Retry => released.retried += n,
+            }
+            let key = batch.series.key.as_str();
+            let sensor_empty = {
+                let Some(mut entry) = self.map.get_mut(key) else {
+                    debug_assert!(false, "in-flight marker kept the entry alive");
+                    continue;
+                };
+                let hours = &mut entry.hours;
+                let Ok(i) = hours.binary_search_by_key(&batch.hour, |h| h.hour) else {
+                    debug_assert!(false, "in-flight marker kept the hour alive");
+                    continue;
+                };
+                let hb = &mut hours[i];
+                let Some(f) = hb
+                    .in_flight
+                    .take_if(|f| Arc::ptr_eq(&f.cycle, &taken.cycle) && f.index == index)
+                else {
+                    debug_assert!(false, "marker belongs to this cycle");
+                    continue;
+                };
+                if outcome == Outcome::Retry {
+                    // Cloned because the cycle's batches stay shared until every marker is
+                    // gone; this costs one copy per failed attempt, which backoff spaces out.
+                    let mut back = batch.readings.clone();
+                    hb.since = if hb.readings.is_empty() { f.since } else { hb.since.min(f.since) };
+                    back.append(&mut hb.readings);
+                    hb.readings = back;
+                    hb.span.merge(f.span);
+                }
+                if hb.readings.is_empty() && hb.in_flight.is_none() {
+                    hours.remove(i);
+                }
+                hours.is_empty()
+            };
+            if sensor_empty {
+                // Re-checked under the shard lock: a push may have refilled it meanwhile.
+                self.map.remove_if(key, |_, s| s.hours.is_empty());
+            }
+        }
+        let freed = released.written + released.dropped;
+        if freed > 0 {
+            self.held.fetch_sub(freed, Ordering::AcqRel);
+            ::metrics::gauge!(READINGS_BUFFERED).decrement(freed as f64);
+            self.room.notify_waiters();
+        }
+        released
     }
 }
+
+struct Publish<'a> {
+    cycle: &'a Cycle,
+    batches: Vec<Batch>,
+}
+
+impl Drop for Publish<'_> {
+    fn drop(&mut self) {
+        if !self.batches.is_empty() {
+            let _ = self.cycle.set(std::mem::take(&mut self.batches));
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,10 +1,50 @@
-//! The flusher task. STUB: the public surface; bodies land with the ingest issue.
+//! The flusher task: moves due buffers into the store, retries retriable failures with
+//! exponential backoff, drops permanently rejected batches (counted and logged), and drains
+//! everything on shutdown.
+//!
+//! # Cycle
+//! The task wakes every `max(flush_interval / 4, 10 ms)`, or early when a push filled a buffer
+//! to the batch size. Each cycle takes the due buffers (at `max_batch_readings`, or oldest
+//! reading older than `flush_interval`), at most [`MAX_READINGS_PER_WRITE`] readings, and writes
+//! them with ONE `Store::write` call; another cycle follows at once while more is due.
+//!
+//! # Failures
+//! A retriable error puts the batch back at the head of its buffer (so order is kept) and the
+//! next cycle waits `min_backoff`, doubling per consecutive failing cycle up to `max_backoff`;
+//! a cycle without retriable failures resets it. Readings are never dropped for a retriable
+//! error: while the store is down the buffers fill to their bound and pushes are refused, which
+//! is the intended backpressure. A permanent error drops that batch only.
 
+#[cfg(test)]
+mod fake_store;
+#[cfg(test)]
+mod tests;
+
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::buffer::Buffers;
-use crate::store::Store;
+use futures::FutureExt;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::buffer::{Buffers, Outcome, TakeMode, Taken};
+use crate::metrics::{
+    BUCKETS_SPILLED, FLUSH_DURATION, FLUSH_READINGS, FLUSHES, READINGS_DROPPED, STORE_ERRORS,
+};
+use crate::store::{Store, StoreError};
+
+/// Readings per `Store::write` call at most: bounds the memory a write holds twice (the batch
+/// and its encoding) and keeps a MongoDB bulk command well under its limits.
+pub const MAX_READINGS_PER_WRITE: usize = 100_000;
+
+/// The shortest wait between cycles, so a tiny flush interval cannot make the task spin.
+const MIN_TICK: Duration = Duration::from_millis(10);
+
+/// At most one log line per kind of failure per this period; the rest are counted into it.
+const LOG_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Debug)]
 pub struct FlushConfig {
@@ -16,22 +56,263 @@ pub struct FlushConfig {
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ShutdownReport {
+    /// Readings confirmed written after `shutdown` was called (including a write that was in
+    /// flight at the time).
     pub flushed: usize,
-    /// Readings still unwritten when the deadline passed (logged as lost).
+    /// Readings still unwritten when the deadline passed (logged as lost). Includes the
+    /// readings of a write abandoned at the deadline, which the store may have completed.
     pub unflushed: usize,
 }
 
+/// Handle to the flusher task. Dropping it leaves the task running; call
+/// [`Flusher::shutdown`] to drain.
 pub struct Flusher {
-    _private: (),
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+    buffers: Arc<Buffers>,
+    written: Arc<AtomicUsize>,
 }
 
 impl Flusher {
-    pub fn spawn(_buffers: Arc<Buffers>, _store: Arc<dyn Store>, _config: FlushConfig) -> Flusher {
-        todo!()
+    pub fn spawn(buffers: Arc<Buffers>, store: Arc<dyn Store>, config: FlushConfig) -> Flusher {
+        let stop = CancellationToken::new();
+        let written = Arc::new(AtomicUsize::new(0));
+        let interval = config.flush_interval.min(buffers.flush_interval());
+        let worker = Worker {
+            buffers: buffers.clone(),
+            store,
+            tick: (interval / 4).max(MIN_TICK),
+            backoff: Backoff::new(config.min_backoff, config.max_backoff),
+            written: written.clone(),
+            rejected_log: LogLimiter::default(),
+            retry_log: LogLimiter::default(),
+        };
+        let task = tokio::spawn(worker.run(stop.clone()));
+        Flusher { stop, task, buffers, written }
     }
 
     /// Stops the periodic loop, then flushes everything buffered until empty or `deadline`.
-    pub async fn shutdown(self, _deadline: Duration) -> ShutdownReport {
-        todo!()
+    /// Ingest should be stopped first: readings pushed during the drain are flushed too, but
+    /// only while the deadline allows.
+    pub async fn shutdown(self, deadline: Duration) -> ShutdownReport {
+        let Flusher { stop, mut task, buffers, written } = self;
+        let before = written.load(Ordering::Acquire);
+        stop.cancel();
+        match tokio::time::timeout(deadline, &mut task).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "flusher task failed"),
+            Err(_) => {
+                // Dropping an in-flight write is safe: its readings are still counted as held
+                // (and so reported below), nothing was released.
+                task.abort();
+                let _ = task.await;
+            }
+        }
+        let report = ShutdownReport {
+            flushed: written.load(Ordering::Acquire) - before,
+            unflushed: buffers.buffered(),
+        };
+        if report.unflushed > 0 {
+            tracing::error!(
+                unflushed = report.unflushed,
+                flushed = report.flushed,
+                deadline_ms = deadline.as_millis() as u64,
+                "shutdown deadline passed with readings unwritten; they are lost"
+            );
+        }
+        report
+    }
+}
+
+struct Worker {
+    buffers: Arc<Buffers>,
+    store: Arc<dyn Store>,
+    tick: Duration,
+    backoff: Backoff,
+    written: Arc<AtomicUsize>,
+    rejected_log: LogLimiter,
+    retry_log: LogLimiter,
+}
+
+impl Worker {
+    async fn run(mut self, stop: CancellationToken) {
+        // Periodic phase. A write in progress is never cancelled by `stop`: it finishes and
+        // its outcome is settled before the drain starts.
+        while !stop.is_cancelled() {
+            match self.buffers.take(TakeMode::Due, MAX_READINGS_PER_WRITE) {
+                Some(taken) => {
+                    if let Some(delay) = self.write(taken).await {
+                        tokio::select! {
+                            _ = stop.cancelled() => {}
+                            _ = tokio::time::sleep(delay) => {}
+                        }
+                    }
+                }
+                None => {
+                    tokio::select! {
+                        _ = stop.cancelled() => {}
+                        _ = tokio::time::sleep(self.tick) => {}
+                        _ = self.buffers.due_notified() => {}
+                    }
+                }
+            }
+        }
+        // Drain: everything, due or not, until empty; `shutdown` enforces the deadline.
+        while let Some(taken) = self.buffers.take(TakeMode::All, MAX_READINGS_PER_WRITE) {
+            if let Some(delay) = self.write(taken).await {
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+
+    /// Writes one cycle and settles it. Returns the backoff to wait when a retriable failure
+    /// occurred.
+    async fn write(&mut self, taken: Taken) -> Option<Duration> {
+        let started = std::time::Instant::now();
+        let results = AssertUnwindSafe(self.store.write(taken.batches())).catch_unwind().await;
+        ::metrics::histogram!(FLUSH_DURATION).record(started.elapsed().as_secs_f64());
+        ::metrics::histogram!(FLUSH_READINGS).record(taken.readings() as f64);
+
+        let batches = taken.batches();
+        let results = match results {
+            Ok(results) => {
+                if results.len() != batches.len() {
+                    tracing::error!(
+                        store = self.store.name(),
+                        outcomes = results.len(),
+                        batches = batches.len(),
+                        "store returned the wrong number of outcomes; batches without one are retried"
+                    );
+                }
+                results
+            }
+            Err(_) => {
+                tracing::error!(store = self.store.name(), "store write panicked; retrying");
+                Vec::new()
+            }
+        };
+        let missing = Err(StoreError::Internal("store returned no outcome for this batch".into()));
+
+        let mut outcomes = Vec::with_capacity(batches.len());
+        let (mut ok, mut retried, mut rejected) = (0u64, 0u64, 0u64);
+        let (mut spilled, mut dropped_readings) = (0u64, 0u64);
+        let mut first_rejected: Option<(String, String)> = None;
+        let mut first_retry: Option<String> = None;
+        for (i, batch) in batches.iter().enumerate() {
+            match results.get(i).unwrap_or(&missing) {
+                Ok(report) => {
+                    ok += 1;
+                    spilled += u64::from(report.buckets_created);
+                    outcomes.push(Outcome::Written);
+                }
+                Err(e) if e.is_retriable() => {
+                    retried += 1;
+                    ::metrics::counter!(STORE_ERRORS, "kind" => e.kind()).increment(1);
+                    first_retry.get_or_insert_with(|| e.to_string());
+                    outcomes.push(Outcome::Retry);
+                }
+                Err(e) => {
+                    rejected += 1;
+                    dropped_readings += batch.readings.len() as u64;
+                    ::metrics::counter!(STORE_ERRORS, "kind" => e.kind()).increment(1);
+                    first_rejected.get_or_insert_with(|| (batch.series.key.clone(), e.to_string()));
+                    outcomes.push(Outcome::Drop);
+                }
+            }
+        }
+        ::metrics::counter!(FLUSHES, "result" => "ok").increment(ok);
+        ::metrics::counter!(FLUSHES, "result" => "retry").increment(retried);
+        ::metrics::counter!(FLUSHES, "result" => "rejected").increment(rejected);
+        // Every bucket a write created, an hour's first bucket included: the store does not
+        // say whether the hour already had one.
+        ::metrics::counter!(BUCKETS_SPILLED).increment(spilled);
+        ::metrics::counter!(READINGS_DROPPED, "reason" => "rejected").increment(dropped_readings);
+
+        let released = self.buffers.complete(taken, &outcomes);
+        self.written.fetch_add(released.written, Ordering::AcqRel);
+
+        let now = Instant::now();
+        if let Some((sensor, reason)) = first_rejected
+            && let Some(suppressed) = self.rejected_log.allow(now, rejected, released.dropped)
+        {
+            tracing::error!(
+                batches = rejected,
+                readings = released.dropped,
+                first_sensor = %sensor,
+                reason = %reason,
+                suppressed_batches = suppressed.0,
+                suppressed_readings = suppressed.1,
+                "store rejected batches permanently; their readings are dropped"
+            );
+        }
+        if retried == 0 {
+            self.backoff.reset();
+            return None;
+        }
+        let delay = self.backoff.next();
+        if let Some(error) = first_retry
+            && let Some(suppressed) = self.retry_log.allow(now, retried, released.retried)
+        {
+            tracing::warn!(
+                batches = retried,
+                readings = released.retried,
+                error = %error,
+                retry_in_ms = delay.as_millis() as u64,
+                suppressed_batches = suppressed.0,
+                suppressed_readings = suppressed.1,
+                "store write failed; batches kept for retry"
+            );
+        }
+        Some(delay)
+    }
+}
+
+/// Exponential backoff: `min`, doubling per call up to `max`, back to `min` on reset.
+struct Backoff {
+    min: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    fn new(min: Duration, max: Duration) -> Backoff {
+        // A zero minimum would retry a dead store in a busy loop.
+        let min = min.max(Duration::from_millis(1));
+        let max = max.max(min);
+        Backoff { min, max, next: min }
+    }
+
+    fn next(&mut self) -> Duration {
+        let delay = self.next;
+        self.next = self.next.saturating_mul(2).min(self.max);
+        delay
+    }
+
+    fn reset(&mut self) {
+        self.next = self.min;
+    }
+}
+
+/// At most one line per [`LOG_EVERY`]; what it holds back is reported with the next line.
+#[derive(Default)]
+struct LogLimiter {
+    last: Option<Instant>,
+    suppressed_batches: u64,
+    suppressed_readings: usize,
+}
+
+impl LogLimiter {
+    /// `Some(suppressed (batches, readings) since the last line)` when a line may be logged.
+    fn allow(&mut self, now: Instant, batches: u64, readings: usize) -> Option<(u64, usize)> {
+        if self.last.is_some_and(|last| now.saturating_duration_since(last) < LOG_EVERY) {
+            self.suppressed_batches += batches;
+            self.suppressed_readings += readings;
+            return None;
+        }
+        self.last = Some(now);
+        Some((
+            std::mem::take(&mut self.suppressed_batches),
+            std::mem::take(&mut self.suppressed_readings),
+        ))
     }
 }

@@ -1,0 +1,375 @@
+use std::time::Duration;
+
+use futures::FutureExt;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+
+use super::*;
+use crate::model::{FieldValue, hour_start};
+
+/// A reading of series `key` at `ts`, tagged with a unique `seq` so tests can follow it.
+pub(crate) fn item(key: &str, ts: TimestampMs, seq: i64) -> (SeriesMeta, Reading) {
+    (
+        SeriesMeta {
+            key: key.into(),
+            measurement: "m".into(),
+            tags: vec![("host".into(), key.into())],
+        },
+        Reading { ts, fields: vec![("seq".into(), FieldValue::Int(seq))] },
+    )
+}
+
+pub(crate) fn seq(r: &Reading) -> i64 {
+    match r.fields[0].1 {
+        FieldValue::Int(v) => v,
+        ref other => panic!("not a test reading: {other:?}"),
+    }
+}
+
+pub(crate) fn seqs(readings: &[Reading]) -> Vec<i64> {
+    readings.iter().map(seq).collect()
+}
+
+/// Reads a debugging recorder. Its snapshots drain what they report (counters and gauges are
+/// swapped to 0, histograms cleared), so the deltas are accumulated here. Gauges are only ever
+/// incremented and decremented, so the sum of deltas is their value.
+pub(crate) struct MetricReader {
+    snap: Snapshotter,
+    totals: std::cell::RefCell<std::collections::HashMap<MetricKey, f64>>,
+}
+
+/// Name and sorted labels.
+type MetricKey = (String, Vec<(String, String)>);
+
+impl MetricReader {
+    pub(crate) fn new(recorder: &DebuggingRecorder) -> MetricReader {
+        MetricReader { snap: recorder.snapshotter(), totals: Default::default() }
+    }
+
+    /// A counter's or gauge's value, or a histogram's sample count; 0 when never touched.
+    pub(crate) fn get(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let mut totals = self.totals.borrow_mut();
+        for (ck, _, _, value) in self.snap.snapshot().into_vec() {
+            let mut key_labels: Vec<(String, String)> =
+                ck.key().labels().map(|l| (l.key().to_string(), l.value().to_string())).collect();
+            key_labels.sort();
+            let delta = match value {
+                DebugValue::Counter(c) => c as f64,
+                DebugValue::Gauge(g) => g.into_inner(),
+                DebugValue::Histogram(h) => h.len() as f64,
+            };
+            *totals.entry((ck.key().name().to_string(), key_labels)).or_default() += delta;
+        }
+        let mut want: Vec<(String, String)> =
+            labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        want.sort();
+        totals.get(&(name.to_string(), want)).copied().unwrap_or(0.0)
+    }
+}
+
+fn config(max: usize, batch: usize) -> BufferConfig {
+    BufferConfig {
+        max_buffered_readings: max,
+        max_batch_readings: batch,
+        flush_interval: Duration::from_secs(1),
+    }
+}
+
+fn settle_all(b: &Buffers, outcome: Outcome) -> Released {
+    let taken = b.take(TakeMode::All, usize::MAX).expect("something to take");
+    let outcomes = vec![outcome; taken.batches().len()];
+    b.complete(taken, &outcomes)
+}
+
+#[test]
+fn push_is_all_or_nothing_at_the_bound() {
+    let b = Buffers::new(config(10, 100));
+    assert_eq!(b.push((0..6).map(|i| item("a", i, i)).collect()).unwrap(), 6);
+    let err = b.push((0..5).map(|i| item("b", i, i)).collect()).unwrap_err();
+    assert_eq!((err.buffered, err.limit), (6, 10));
+    assert_eq!(b.buffered(), 6);
+    assert!(b.unflushed("b", i64::MIN, i64::MAX).is_empty(), "nothing of the refused push");
+    assert_eq!(b.push((0..4).map(|i| item("b", i, i)).collect()).unwrap(), 4);
+    assert_eq!(b.buffered(), 10);
+    assert!(b.push(vec![item("c", 0, 0)]).is_err());
+    assert_eq!(b.push(vec![]).unwrap(), 0);
+}
+
+#[test]
+fn push_refuses_a_batch_larger_than_the_bound_even_when_empty() {
+    let b = Buffers::new(config(10, 100));
+    let err = b.push((0..11).map(|i| item("a", i, i)).collect()).unwrap_err();
+    assert_eq!((err.buffered, err.limit), (0, 10));
+    assert_eq!(b.buffered(), 0);
+}
+
+#[tokio::test]
+async fn push_when_room_accepts_an_oversized_batch_once_empty() {
+    let b = Buffers::new(config(10, 100));
+    assert_eq!(b.push_when_room((0..25).map(|i| item("a", i, i)).collect()).await, 25);
+    assert_eq!(b.buffered(), 25);
+    assert!(b.push(vec![item("a", 0, 99)]).is_err(), "over the bound until flushed");
+    assert_eq!(settle_all(&b, Outcome::Written).written, 25);
+    assert_eq!(b.buffered(), 0);
+}
+
+#[tokio::test]
+async fn push_when_room_waits_until_a_flush_frees_room() {
+    let b = Buffers::new(config(10, 100));
+    b.push((0..8).map(|i| item("a", i, i)).collect()).unwrap();
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(
+            async move { b.push_when_room((0..5).map(|i| item("b", i, i)).collect()).await },
+        )
+    };
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!waiter.is_finished(), "no room for 5 while 8 of 10 are held");
+    assert_eq!(b.buffered(), 8);
+
+    // A retry frees nothing, so the waiter keeps waiting.
+    settle_all(&b, Outcome::Retry);
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!waiter.is_finished());
+
+    settle_all(&b, Outcome::Written);
+    assert_eq!(waiter.await.unwrap(), 5);
+    assert_eq!(b.buffered(), 5);
+    assert_eq!(seqs(&b.unflushed("b", i64::MIN, i64::MAX)), vec![0, 1, 2, 3, 4]);
+}
+
+#[test]
+fn take_groups_by_sensor_and_hour_and_interns_series() {
+    let b = Buffers::new(config(1000, 1000));
+    let mut items = Vec::new();
+    for i in 0..60 {
+        let key = ["a", "b", "c"][i % 3];
+        let ts = if i % 2 == 0 { HOUR_MS + i as i64 } else { 2 * HOUR_MS + i as i64 };
+        items.push(item(key, ts, i as i64));
+    }
+    b.push(items).unwrap();
+    // A late reading for an earlier hour, after newer ones.
+    b.push(vec![item("a", 5, 100)]).unwrap();
+
+    let taken = b.take(TakeMode::All, usize::MAX).unwrap();
+    let mut got: Vec<(String, TimestampMs, Vec<i64>)> = taken
+        .batches()
+        .iter()
+        .map(|batch| (batch.series.key.clone(), batch.hour, seqs(&batch.readings)))
+        .collect();
+    got.sort();
+    let expect = |key: usize, parity: usize| -> Vec<i64> {
+        (0..60).filter(|i| i % 3 == key && i % 2 == parity).map(|i| i as i64).collect()
+    };
+    assert_eq!(
+        got,
+        vec![
+            ("a".into(), 0, vec![100]),
+            ("a".into(), HOUR_MS, expect(0, 0)),
+            ("a".into(), 2 * HOUR_MS, expect(0, 1)),
+            ("b".into(), HOUR_MS, expect(1, 0)),
+            ("b".into(), 2 * HOUR_MS, expect(1, 1)),
+            ("c".into(), HOUR_MS, expect(2, 0)),
+            ("c".into(), 2 * HOUR_MS, expect(2, 1)),
+        ]
+    );
+    for batch in taken.batches() {
+        assert!(batch.readings.iter().all(|r| hour_start(r.ts) == batch.hour));
+        let same_series: Vec<_> =
+            taken.batches().iter().filter(|o| o.series.key == batch.series.key).collect();
+        assert!(same_series.iter().all(|o| Arc::ptr_eq(&o.series, &batch.series)), "interned");
+    }
+    assert_eq!(taken.readings(), 61);
+    let n = taken.batches().len();
+    assert_eq!(b.complete(taken, &vec![Outcome::Written; n]).written, 61);
+    assert_eq!(b.buffered(), 0);
+    assert!(b.unflushed_sensors().is_empty());
+    assert!(b.map.is_empty(), "settled entries are removed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_buffer_is_due_by_size_at_once_and_by_age_after_the_interval() {
+    let b = Buffers::new(config(1000, 10));
+    b.push((0..9).map(|i| item("a", i, i)).collect()).unwrap();
+    assert!(b.take(TakeMode::Due, usize::MAX).is_none(), "neither full nor old");
+    assert!(b.due_notified().now_or_never().is_none(), "no early wake-up below the size");
+
+    b.push(vec![item("a", 9, 9)]).unwrap();
+    assert!(b.due_notified().now_or_never().is_some(), "reaching the size wakes the flusher");
+    let taken = b.take(TakeMode::Due, usize::MAX).expect("due by size");
+    assert_eq!(seqs(&taken.batches()[0].readings), (0..10).collect::<Vec<_>>());
+    b.complete(taken, &[Outcome::Written]);
+
+    b.push(vec![item("b", 0, 0)]).unwrap();
+    tokio::time::advance(Duration::from_millis(999)).await;
+    b.push(vec![item("c", 0, 0)]).unwrap();
+    assert!(b.take(TakeMode::Due, usize::MAX).is_none());
+    tokio::time::advance(Duration::from_millis(1)).await;
+    let taken = b.take(TakeMode::Due, usize::MAX).expect("b is due by age");
+    assert_eq!(taken.batches().len(), 1, "c is younger");
+    assert_eq!(taken.batches()[0].series.key, "b");
+    b.complete(taken, &[Outcome::Written]);
+    assert!(b.take(TakeMode::All, usize::MAX).is_some(), "All ignores age");
+}
+
+#[test]
+fn unflushed_is_ascending_with_ties_in_arrival_order_and_half_open() {
+    let b = Buffers::new(config(1000, 1000));
+    b.push(vec![
+        item("a", 30, 0),
+        item("a", 10, 1),
+        item("a", 20, 2),
+        item("a", HOUR_MS + 1, 3),
+        item("a", 20, 4),
+        item("b", 20, 5),
+    ])
+    .unwrap();
+    b.push(vec![item("a", 10, 6), item("a", -5, 7)]).unwrap();
+    assert_eq!(seqs(&b.unflushed("a", i64::MIN, i64::MAX)), vec![7, 1, 6, 2, 4, 0, 3]);
+    assert_eq!(seqs(&b.unflushed("a", 10, 30)), vec![1, 6, 2, 4]);
+    assert_eq!(seqs(&b.unflushed("a", 30, HOUR_MS + 2)), vec![0, 3]);
+    assert!(b.unflushed("a", 31, HOUR_MS).is_empty());
+    assert!(b.unflushed("a", 10, 10).is_empty());
+    assert!(b.unflushed("zzz", i64::MIN, i64::MAX).is_empty());
+}
+
+#[test]
+fn in_flight_readings_stay_visible_until_written_and_precede_newer_ones() {
+    let b = Buffers::new(config(1000, 1000));
+    b.push(vec![item("a", 10, 0), item("a", 20, 1)]).unwrap();
+    let taken = b.take(TakeMode::All, usize::MAX).unwrap();
+    b.push(vec![item("a", 10, 2), item("a", 5, 3)]).unwrap();
+    assert_eq!(seqs(&b.unflushed("a", 0, 100)), vec![3, 0, 2, 1]);
+    assert_eq!(b.buffered(), 4);
+    let info = b.unflushed_sensors();
+    assert_eq!(info.len(), 1);
+    assert_eq!((info[0].first, info[0].last), (5, 20));
+    assert_eq!(info[0].tags, vec![("host".to_string(), "a".to_string())]);
+    assert!(b.take(TakeMode::All, usize::MAX).is_none(), "hour with a write in flight waits");
+
+    b.complete(taken, &[Outcome::Written]);
+    assert_eq!(seqs(&b.unflushed("a", 0, 100)), vec![3, 2]);
+    assert_eq!(b.buffered(), 2);
+    let info = b.unflushed_sensors();
+    assert_eq!((info[0].first, info[0].last), (5, 10));
+}
+
+#[test]
+fn a_retried_batch_goes_back_ahead_of_newer_readings() {
+    let b = Buffers::new(config(1000, 1000));
+    b.push(vec![item("a", 1, 0), item("a", 2, 1), item("b", 1, 2)]).unwrap();
+    let taken = b.take(TakeMode::All, usize::MAX).unwrap();
+    b.push(vec![item("a", 0, 3)]).unwrap();
+    let outcomes: Vec<Outcome> = taken
+        .batches()
+        .iter()
+        .map(|batch| if batch.series.key == "a" { Outcome::Retry } else { Outcome::Written })
+        .collect();
+    let released = b.complete(taken, &outcomes);
+    assert_eq!(released, Released { written: 1, dropped: 0, retried: 2 });
+    assert_eq!(b.buffered(), 3);
+
+    let taken = b.take(TakeMode::All, usize::MAX).unwrap();
+    assert_eq!(taken.batches().len(), 1);
+    assert_eq!(seqs(&taken.batches()[0].readings), vec![0, 1, 3], "arrival order, not ts order");
+    assert_eq!(b.complete(taken, &[Outcome::Drop]).dropped, 3);
+    assert_eq!(b.buffered(), 0);
+    assert!(b.map.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retried_batch_keeps_its_age() {
+    let b = Buffers::new(config(1000, 1000));
+    b.push(vec![item("a", 1, 0)]).unwrap();
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let taken = b.take(TakeMode::Due, usize::MAX).unwrap();
+    b.push(vec![item("a", 2, 1)]).unwrap();
+    b.complete(taken, &[Outcome::Retry]);
+    let again = b.take(TakeMode::Due, usize::MAX).expect("still due: its oldest reading is old");
+    assert_eq!(seqs(&again.batches()[0].readings), vec![0, 1]);
+}
+
+#[test]
+fn take_caps_the_readings_per_cycle_splitting_a_buffer_in_order() {
+    let b = Buffers::new(config(1000, 1000));
+    b.push((0..10).map(|i| item("a", i, i)).collect()).unwrap();
+    let first = b.take(TakeMode::All, 4).unwrap();
+    assert_eq!(seqs(&first.batches()[0].readings), vec![0, 1, 2, 3]);
+    assert_eq!(seqs(&b.unflushed("a", 0, 100)), (0..10).collect::<Vec<_>>());
+    b.complete(first, &[Outcome::Written]);
+    let second = b.take(TakeMode::All, 4).unwrap();
+    assert_eq!(seqs(&second.batches()[0].readings), vec![4, 5, 6, 7]);
+    assert_eq!(b.unflushed_sensors()[0].first, 4);
+    b.complete(second, &[Outcome::Written]);
+    let third = b.take(TakeMode::All, 4).unwrap();
+    assert_eq!(seqs(&third.batches()[0].readings), vec![8, 9]);
+    b.complete(third, &[Outcome::Written]);
+    assert_eq!(b.buffered(), 0);
+}
+
+#[test]
+fn take_stops_at_the_cap_across_buffers() {
+    let b = Buffers::new(config(1000, 1000));
+    for key in ["a", "b", "c"] {
+        b.push((0..3).map(|i| item(key, i, i)).collect()).unwrap();
+    }
+    let first = b.take(TakeMode::All, 6).unwrap();
+    assert_eq!(first.readings(), 6);
+    assert_eq!(first.batches().len(), 2);
+    let rest = b.take(TakeMode::All, 6).unwrap();
+    assert_eq!(rest.readings(), 3);
+}
+
+#[test]
+fn the_gauge_follows_reservations_and_releases() {
+    let recorder = DebuggingRecorder::new();
+    let m = MetricReader::new(&recorder);
+    ::metrics::with_local_recorder(&recorder, || {
+        let b = Buffers::new(config(100, 100));
+        b.push((0..7).map(|i| item("a", i, i)).collect()).unwrap();
+        b.push((0..3).map(|i| item("b", i, i)).collect()).unwrap();
+        assert!(b.push((0..95).map(|i| item("b", i, i)).collect()).is_err());
+        assert_eq!(m.get(READINGS_BUFFERED, &[]), 10.0);
+        let taken = b.take(TakeMode::All, usize::MAX).unwrap();
+        let outcomes: Vec<Outcome> = taken
+            .batches()
+            .iter()
+            .map(|batch| if batch.series.key == "a" { Outcome::Written } else { Outcome::Retry })
+            .collect();
+        b.complete(taken, &outcomes);
+        assert_eq!(m.get(READINGS_BUFFERED, &[]), 3.0);
+    });
+}
+
+#[test]
+fn concurrent_pushes_never_exceed_the_bound_and_lose_nothing() {
+    let b = Buffers::new(config(5000, 100));
+    let accepted: usize = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let b = &b;
+                s.spawn(move || {
+                    let mut ok = 0;
+                    for i in 0..200 {
+                        let items: Vec<_> = (0..10)
+                            .map(|j| item(&format!("s{}", j % 3), i, t * 10_000 + j))
+                            .collect();
+                        if let Ok(n) = b.push(items) {
+                            ok += n;
+                        }
+                        assert!(b.buffered() <= 5000);
+                    }
+                    ok
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    assert_eq!(accepted, 5000, "exactly the bound's worth of 10-reading pushes fit");
+    assert_eq!(b.buffered(), 5000);
+    let total: usize = ["s0", "s1", "s2"].iter().map(|k| b.unflushed(k, 0, 1000).len()).sum();
+    assert_eq!(total, 5000);
+}

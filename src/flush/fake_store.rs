@@ -1,0 +1,128 @@
+//! A scriptable `Store` for flusher tests: records what it was given, fails on request.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use tokio::time::Instant;
+
+use crate::model::{Batch, Reading};
+use crate::store::{
+    RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery, Store, StoreError, WriteReport,
+};
+
+#[derive(Default)]
+pub(crate) struct FakeStore {
+    state: Mutex<State>,
+    latency: Duration,
+}
+
+#[derive(Default)]
+struct State {
+    written: Vec<Batch>,
+    /// Every batch of the next this-many write calls fails with `Unavailable`.
+    fail_calls: usize,
+    fail_forever: bool,
+    /// Batches of this sensor are rejected permanently.
+    reject_sensor: Option<String>,
+    /// One entry per batch, consumed in order: `true` fails that batch with `Unavailable`.
+    batch_script: VecDeque<bool>,
+    /// Start time of every write call.
+    calls: Vec<Instant>,
+    in_write: usize,
+}
+
+impl FakeStore {
+    pub fn new() -> FakeStore {
+        FakeStore::default()
+    }
+
+    pub fn with_latency(latency: Duration) -> FakeStore {
+        FakeStore { latency, ..FakeStore::default() }
+    }
+
+    pub fn fail_next_calls(&self, n: usize) {
+        self.state.lock().unwrap().fail_calls = n;
+    }
+
+    pub fn fail_forever(&self, on: bool) {
+        self.state.lock().unwrap().fail_forever = on;
+    }
+
+    pub fn reject_sensor(&self, key: &str) {
+        self.state.lock().unwrap().reject_sensor = Some(key.to_string());
+    }
+
+    pub fn script_batches(&self, fail: impl IntoIterator<Item = bool>) {
+        self.state.lock().unwrap().batch_script.extend(fail);
+    }
+
+    pub fn written(&self) -> Vec<Batch> {
+        self.state.lock().unwrap().written.clone()
+    }
+
+    pub fn written_readings(&self) -> usize {
+        self.state.lock().unwrap().written.iter().map(|b| b.readings.len()).sum()
+    }
+
+    pub fn calls(&self) -> Vec<Instant> {
+        self.state.lock().unwrap().calls.clone()
+    }
+
+    pub fn in_write(&self) -> usize {
+        self.state.lock().unwrap().in_write
+    }
+}
+
+#[async_trait]
+impl Store for FakeStore {
+    fn name(&self) -> &'static str {
+        "fake"
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn write(&self, batches: &[Batch]) -> Vec<Result<WriteReport, StoreError>> {
+        {
+            let mut s = self.state.lock().unwrap();
+            s.calls.push(Instant::now());
+            s.in_write += 1;
+        }
+        if !self.latency.is_zero() {
+            tokio::time::sleep(self.latency).await;
+        }
+        let mut s = self.state.lock().unwrap();
+        s.in_write -= 1;
+        let whole_call_fails = s.fail_forever || s.fail_calls > 0;
+        s.fail_calls = s.fail_calls.saturating_sub(1);
+        let mut out = Vec::with_capacity(batches.len());
+        for batch in batches {
+            let scripted = s.batch_script.pop_front().unwrap_or(false);
+            if whole_call_fails || scripted {
+                out.push(Err(StoreError::Unavailable("fake outage".into())));
+            } else if s.reject_sensor.as_deref() == Some(batch.series.key.as_str()) {
+                out.push(Err(StoreError::Rejected("fake rejection".into())));
+            } else {
+                s.written.push(batch.clone());
+                out.push(Ok(WriteReport { buckets_created: 1 }));
+            }
+        }
+        out
+    }
+
+    fn readings(&self, _query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {
+        Box::pin(futures::stream::empty())
+    }
+
+    async fn rollups(&self, _query: RollupQuery) -> Result<Vec<RollupRow>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    async fn sensors(&self, _query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError> {
+        Ok(Vec::new())
+    }
+}

@@ -1,0 +1,372 @@
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics_util::debugging::DebuggingRecorder;
+use proptest::prelude::*;
+use tokio::time::{Instant, sleep};
+
+use super::fake_store::FakeStore;
+use super::*;
+use crate::buffer::tests::{MetricReader, item, seqs};
+use crate::buffer::{BufferConfig, Buffers};
+use crate::model::{HOUR_MS, TimestampMs};
+
+fn setup(
+    bound: usize,
+    batch: usize,
+    interval: Duration,
+    store: FakeStore,
+) -> (Arc<Buffers>, Arc<FakeStore>, Flusher) {
+    let buffers = Buffers::new(BufferConfig {
+        max_buffered_readings: bound,
+        max_batch_readings: batch,
+        flush_interval: interval,
+    });
+    let store = Arc::new(store);
+    let flusher = Flusher::spawn(
+        buffers.clone(),
+        store.clone(),
+        FlushConfig {
+            flush_interval: interval,
+            min_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(1),
+        },
+    );
+    (buffers, store, flusher)
+}
+
+/// Polls `cond` every virtual millisecond for at most `max`.
+async fn wait_until(max: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + max;
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        sleep(Duration::from_millis(1)).await;
+    }
+    cond()
+}
+
+/// Written sequence numbers per (sensor, hour), in the order the store received them.
+fn written_by_buffer(store: &FakeStore) -> BTreeMap<(String, TimestampMs), Vec<i64>> {
+    let mut out: BTreeMap<(String, TimestampMs), Vec<i64>> = BTreeMap::new();
+    for batch in store.written() {
+        out.entry((batch.series.key.clone(), batch.hour))
+            .or_default()
+            .extend(seqs(&batch.readings));
+    }
+    out
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_buffer_wakes_the_flusher_early() {
+    let (buffers, store, _flusher) = setup(1000, 10, Duration::from_secs(3600), FakeStore::new());
+    // Let the flusher reach its wait (a 15-minute tick).
+    sleep(Duration::from_millis(5)).await;
+    buffers.push((0..9).map(|i| item("a", i, i)).collect()).unwrap();
+    assert!(!wait_until(Duration::from_secs(1), || store.written_readings() > 0).await);
+
+    let start = Instant::now();
+    buffers.push(vec![item("a", 9, 9)]).unwrap();
+    assert!(wait_until(Duration::from_secs(10), || store.written_readings() == 10).await);
+    assert!(start.elapsed() < Duration::from_millis(100), "woken by the push, not the tick");
+    assert!(wait_until(Duration::from_secs(1), || buffers.buffered() == 0).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_old_buffer_is_flushed_after_the_interval_and_not_before() {
+    let (buffers, store, _flusher) = setup(1000, 1000, Duration::from_secs(1), FakeStore::new());
+    buffers.push((0..5).map(|i| item("a", i, i)).collect()).unwrap();
+    sleep(Duration::from_millis(900)).await;
+    assert_eq!(store.written_readings(), 0);
+    assert_eq!(buffers.buffered(), 5);
+    // Due at 1 s; the flusher looks every 250 ms.
+    sleep(Duration::from_millis(400)).await;
+    assert_eq!(seqs(&store.written()[0].readings), vec![0, 1, 2, 3, 4]);
+    assert_eq!(buffers.buffered(), 0);
+    assert_eq!(store.calls().len(), 1, "one write call for the cycle");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_store_recovers_without_loss_duplicates_or_reordering() {
+    // Latency, so that newer readings arrive while the failing write is in flight.
+    let store = FakeStore::with_latency(Duration::from_millis(20));
+    store.fail_next_calls(3);
+    let (buffers, store, _flusher) = setup(10_000, 1000, Duration::from_millis(50), store);
+    let mut expected: BTreeMap<(String, TimestampMs), Vec<i64>> = BTreeMap::new();
+    let mut seq = 0;
+    let mut push_round = |buffers: &Buffers| {
+        let mut items = Vec::new();
+        for k in 0..4 {
+            for hour in 0..2 {
+                let key = format!("s{k}");
+                for j in 0..5 {
+                    items.push(item(&key, hour * HOUR_MS + j, seq));
+                    expected.entry((key.clone(), hour * HOUR_MS)).or_default().push(seq);
+                    seq += 1;
+                }
+            }
+        }
+        buffers.push(items).unwrap();
+    };
+    push_round(&buffers);
+    assert!(wait_until(Duration::from_secs(1), || store.in_write() == 1).await);
+    // Newer readings of the same buffers arrive while the first (failing) write is in flight.
+    push_round(&buffers);
+    assert!(wait_until(Duration::from_secs(10), || buffers.buffered() == 0).await);
+
+    assert_eq!(written_by_buffer(&store), expected);
+    let calls = store.calls();
+    assert!(calls.len() >= 4);
+    let gaps: Vec<Duration> = calls.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps[0] >= Duration::from_millis(100), "{gaps:?}");
+    assert!(gaps[1] >= Duration::from_millis(200), "{gaps:?}");
+    assert!(gaps[2] >= Duration::from_millis(400), "{gaps:?}");
+    assert!(gaps[2] < Duration::from_millis(500), "retried promptly after backoff: {gaps:?}");
+    assert_eq!(store.calls().len(), 4, "the retry carries the newer readings too");
+}
+
+#[tokio::test(start_paused = true)]
+async fn backoff_resets_after_a_successful_cycle() {
+    let store = FakeStore::new();
+    store.fail_next_calls(2);
+    let (buffers, store, _flusher) = setup(10_000, 1, Duration::from_secs(3600), store);
+    buffers.push(vec![item("a", 0, 0)]).unwrap();
+    assert!(wait_until(Duration::from_secs(10), || buffers.buffered() == 0).await);
+    store.fail_next_calls(1);
+    buffers.push(vec![item("a", 1, 1)]).unwrap();
+    assert!(wait_until(Duration::from_secs(10), || buffers.buffered() == 0).await);
+    let calls = store.calls();
+    assert_eq!(calls.len(), 5);
+    let retry_gap = calls[4] - calls[3];
+    assert!(retry_gap >= Duration::from_millis(100) && retry_gap < Duration::from_millis(200));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permanent_rejection_drops_only_that_batch_and_counts_it() {
+    let recorder = DebuggingRecorder::new();
+    let m = MetricReader::new(&recorder);
+    // The current-thread runtime runs the flusher task on this thread, so it records here.
+    let _guard = ::metrics::set_default_local_recorder(&recorder);
+
+    let store = FakeStore::new();
+    store.reject_sensor("bad");
+    let (buffers, store, _flusher) = setup(1000, 1000, Duration::from_millis(100), store);
+    let mut items: Vec<_> = (0..10).map(|i| item("good", i, i)).collect();
+    items.extend((10..15).map(|i| item("bad", i, i)));
+    buffers.push(items).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || buffers.buffered() == 0).await);
+
+    let written = store.written();
+    assert_eq!(written.len(), 1);
+    assert_eq!(written[0].series.key, "good");
+    assert_eq!(seqs(&written[0].readings), (0..10).collect::<Vec<_>>());
+    assert_eq!(m.get(READINGS_DROPPED, &[("reason", "rejected")]), 5.0);
+    assert_eq!(m.get(STORE_ERRORS, &[("kind", "rejected")]), 1.0);
+    assert_eq!(m.get(FLUSHES, &[("result", "rejected")]), 1.0);
+    assert_eq!(m.get(FLUSHES, &[("result", "ok")]), 1.0);
+    assert_eq!(m.get(FLUSHES, &[("result", "retry")]), 0.0);
+    assert_eq!(m.get(BUCKETS_SPILLED, &[]), 1.0);
+    assert_eq!(m.get(FLUSH_READINGS, &[]), 1.0, "one histogram sample per write call");
+    assert_eq!(m.get(crate::metrics::READINGS_BUFFERED, &[]), 0.0);
+    assert!(buffers.unflushed("bad", 0, 100).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_flushes_everything_even_when_not_due() {
+    let (buffers, store, flusher) =
+        setup(100_000, 100_000, Duration::from_secs(3600), FakeStore::new());
+    for k in 0..5 {
+        buffers.push((0..100).map(|i| item(&format!("s{k}"), i, i)).collect()).unwrap();
+    }
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(store.written_readings(), 0, "nothing is due yet");
+    let report = flusher.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(report, ShutdownReport { flushed: 500, unflushed: 0 });
+    assert_eq!(store.written_readings(), 500);
+    assert_eq!(buffers.buffered(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_drains_more_than_one_write_call() {
+    let (buffers, store, flusher) =
+        setup(1_000_000, 1_000_000, Duration::from_secs(3600), FakeStore::new());
+    let n = MAX_READINGS_PER_WRITE + 10;
+    buffers.push((0..n as i64).map(|i| item("a", i % HOUR_MS, i)).collect()).unwrap();
+    let report = flusher.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(report, ShutdownReport { flushed: n, unflushed: 0 });
+    assert_eq!(store.calls().len(), 2);
+    let batches = store.written();
+    assert_eq!(batches.len(), 2);
+    assert_eq!(batches[0].readings.len(), MAX_READINGS_PER_WRITE);
+    assert_eq!(
+        seqs(&batches[1].readings),
+        (MAX_READINGS_PER_WRITE as i64..n as i64).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_with_a_dead_store_returns_at_the_deadline_with_the_count() {
+    let store = FakeStore::new();
+    store.fail_forever(true);
+    let (buffers, store, flusher) = setup(1000, 1000, Duration::from_millis(100), store);
+    buffers.push((0..50).map(|i| item("a", i, i)).collect()).unwrap();
+    sleep(Duration::from_millis(500)).await;
+    let start = Instant::now();
+    let report = flusher.shutdown(Duration::from_secs(2)).await;
+    assert_eq!(report, ShutdownReport { flushed: 0, unflushed: 50 });
+    let took = start.elapsed();
+    assert!(took >= Duration::from_secs(2) && took < Duration::from_millis(2100), "{took:?}");
+    assert!(store.calls().len() >= 3, "kept retrying during the drain");
+    assert_eq!(buffers.unflushed("a", 0, 100).len(), 50, "still visible, nothing released");
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_during_a_hung_write_reports_the_in_flight_readings() {
+    let (buffers, store, flusher) = setup(
+        1000,
+        10,
+        Duration::from_secs(3600),
+        FakeStore::with_latency(Duration::from_secs(60)),
+    );
+    buffers.push((0..10).map(|i| item("a", i, i)).collect()).unwrap();
+    buffers.push((0..3).map(|i| item("b", i, i)).collect()).unwrap();
+    assert!(wait_until(Duration::from_secs(1), || store.in_write() == 1).await);
+    let report = flusher.shutdown(Duration::from_secs(1)).await;
+    assert_eq!(report, ShutdownReport { flushed: 0, unflushed: 13 });
+}
+
+#[tokio::test(start_paused = true)]
+async fn unflushed_includes_readings_whose_write_is_in_flight() {
+    let (buffers, store, _flusher) =
+        setup(1000, 10, Duration::from_secs(3600), FakeStore::with_latency(Duration::from_secs(1)));
+    buffers.push((0..10).map(|i| item("a", i, i)).collect()).unwrap();
+    assert!(wait_until(Duration::from_secs(1), || store.in_write() == 1).await);
+    buffers.push(vec![item("a", 3, 10)]).unwrap();
+    assert_eq!(store.written_readings(), 0);
+    assert_eq!(buffers.buffered(), 11);
+    assert_eq!(seqs(&buffers.unflushed("a", 0, 100)), vec![0, 1, 2, 3, 10, 4, 5, 6, 7, 8, 9]);
+    assert_eq!(buffers.unflushed_sensors().len(), 1);
+
+    assert!(wait_until(Duration::from_secs(2), || store.written_readings() == 10).await);
+    assert_eq!(seqs(&buffers.unflushed("a", 0, 100)), vec![10]);
+    assert_eq!(buffers.buffered(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_down_store_fills_the_bound_then_pushes_fail_until_it_recovers() {
+    let store = FakeStore::new();
+    store.fail_forever(true);
+    let (buffers, store, _flusher) = setup(100, 1000, Duration::from_millis(50), store);
+    for round in 0..10 {
+        buffers.push((0..10).map(|i| item("a", i, round * 10 + i)).collect()).unwrap();
+        sleep(Duration::from_millis(30)).await;
+    }
+    assert_eq!(buffers.buffered(), 100);
+    assert!(buffers.push(vec![item("a", 0, 100)]).is_err());
+    sleep(Duration::from_secs(5)).await;
+    assert_eq!(buffers.buffered(), 100, "retriable failures never drop readings");
+
+    store.fail_forever(false);
+    assert!(wait_until(Duration::from_secs(5), || buffers.buffered() == 0).await);
+    assert_eq!(
+        seqs(&store.written().iter().flat_map(|b| b.readings.clone()).collect::<Vec<_>>()),
+        (0..100).collect::<Vec<_>>()
+    );
+    assert!(buffers.push(vec![item("a", 0, 100)]).is_ok());
+}
+
+#[derive(Debug, Clone)]
+struct Push {
+    sensor: u8,
+    hour: i64,
+    count: usize,
+    gap_ms: u64,
+}
+
+fn push_strategy() -> impl Strategy<Value = Push> {
+    (0u8..4, 0i64..3, 1usize..40, 0u64..150).prop_map(|(sensor, hour, count, gap_ms)| Push {
+        sensor,
+        hour,
+        count,
+        gap_ms,
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// Random pushes against a store failing at random: every pushed reading is written
+    /// exactly once, in arrival order per buffer, and the memory count returns to 0.
+    #[test]
+    fn every_reading_is_written_exactly_once(
+        pushes in prop::collection::vec(push_strategy(), 1..30),
+        failures in prop::collection::vec(prop::bool::weighted(0.3), 0..200),
+        failing_calls in 0usize..4,
+        bound in 20usize..200,
+        batch in 1usize..30,
+        latency_ms in 0u64..30,
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let store = Arc::new(FakeStore::with_latency(Duration::from_millis(latency_ms)));
+            store.fail_next_calls(failing_calls);
+            store.script_batches(failures);
+            let buffers = Buffers::new(BufferConfig {
+                max_buffered_readings: bound,
+                max_batch_readings: batch,
+                flush_interval: Duration::from_millis(100),
+            });
+            let flusher = Flusher::spawn(buffers.clone(), store.clone(), FlushConfig {
+                flush_interval: Duration::from_millis(100),
+                min_backoff: Duration::from_millis(1),
+                max_backoff: Duration::from_millis(50),
+            });
+            let mut expected: BTreeMap<(String, TimestampMs), Vec<i64>> = BTreeMap::new();
+            let mut seq = 0i64;
+            for p in pushes {
+                let key = format!("s{}", p.sensor);
+                let items: Vec<_> = (0..p.count)
+                    .map(|j| {
+                        let it = item(&key, p.hour * HOUR_MS + (j as i64 * 7919) % HOUR_MS, seq);
+                        expected.entry((key.clone(), p.hour * HOUR_MS)).or_default().push(seq);
+                        seq += 1;
+                        it
+                    })
+                    .collect();
+                prop_assert_eq!(buffers.push_when_room(items).await, p.count);
+                prop_assert!(buffers.buffered() <= bound.max(p.count));
+                sleep(Duration::from_millis(p.gap_ms)).await;
+            }
+            let report = flusher.shutdown(Duration::from_secs(3600)).await;
+            prop_assert_eq!(report.unflushed, 0);
+            prop_assert_eq!(buffers.buffered(), 0);
+            prop_assert_eq!(written_by_buffer(&store), expected);
+            Ok(())
+        })?;
+    }
+}
+
+#[test]
+fn backoff_doubles_to_the_cap_and_resets() {
+    let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(350));
+    let got: Vec<u128> = (0..5).map(|_| b.next().as_millis()).collect();
+    assert_eq!(got, vec![100, 200, 350, 350, 350]);
+    b.reset();
+    assert_eq!(b.next(), Duration::from_millis(100));
+}
+
+#[test]
+fn log_limiter_allows_one_line_per_period_and_carries_the_rest() {
+    let mut l = LogLimiter::default();
+    let t0 = Instant::now();
+    assert_eq!(l.allow(t0, 2, 20), Some((0, 0)));
+    assert_eq!(l.allow(t0 + Duration::from_millis(500), 3, 30), None);
+    assert_eq!(l.allow(t0 + Duration::from_millis(900), 1, 10), None);
+    assert_eq!(l.allow(t0 + Duration::from_millis(1000), 5, 50), Some((4, 40)));
+}
