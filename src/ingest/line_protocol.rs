@@ -1,6 +1,37 @@
-//! InfluxDB line protocol. STUB: the public surface; bodies land with the ingest issue.
+//! InfluxDB line protocol, read the way the Go reference decoder (influxdata/line-protocol
+//! v2.1.0) reads it: that is what Telegraf, InfluxDB 1.x/2.x and their client libraries agree on,
+//! and `tests/line_protocol_conformance.rs` pins it against that decoder's corpus.
+//!
+//! # Rules
+//! - `measurement[,tag=value...] field=value[,field=value...] [timestamp]`, one entry per line.
+//!   Lines that are blank (spaces and an optional `\r`) or start with `#` (after spaces) are
+//!   skipped; a comment holding a control character is an error, as in the reference.
+//! - Outside string fields a backslash escapes only `,`, `=` and space (in the measurement only
+//!   `,` and space); every other backslash is literal. In string fields only `\"` and `\\` are
+//!   escapes, and a raw newline is part of the string.
+//! - Field values: `"string"`, booleans exactly `t T true True TRUE f F false False FALSE`, `1i`
+//!   signed, `1u` unsigned, anything else numeric is a float. NaN and infinities are rejected.
+//! - Tags and fields must be non-empty; a repeated tag key is an error.
+//! - The timestamp is an optional signed 64-bit integer in the write's [`Precision`].
+//! - Every token must be valid UTF-8; a line that breaks this is rejected alone.
+//!
+//! # Where bucketd differs from the reference, on purpose
+//! - Readings are stored in milliseconds: finer timestamps are floored (toward negative
+//!   infinity, so -1 ns is -1 ms) and coarser ones multiplied, so `precision=s` accepts times
+//!   beyond the year 2262 that the reference (which converts to ns) refuses; the store's range
+//!   (years 0000 to 9999) is enforced by [`crate::model::validate`] afterwards.
+//! - A field key repeated within one line keeps its first position and its last value, as
+//!   InfluxDB's storage does (the reference decoder hands both on).
+//! - Hexadecimal floats (`0x1p3`), which Go's `ParseFloat` happens to accept, are rejected.
+//! - Entries are framed before they are parsed (see [`complete_line_len`]): after a syntax error
+//!   the rest of the entry is skipped up to the newline that a quote-aware scan finds. The
+//!   reference resumes at the first newline after the error instead, so for a malformed line
+//!   followed by a quoted newline the next entry may start elsewhere; both reject the bad line.
+//! - A line without a timestamp gets `now_ms` as given, not truncated to the precision.
 
-use crate::model::{InputLimits, Reading, SeriesMeta, TimestampMs};
+use std::borrow::Cow;
+
+use crate::model::{self, FieldValue, InputLimits, Reading, SeriesMeta, TimestampMs};
 
 /// Timestamp precision of a write (`precision=` query parameter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -15,18 +46,42 @@ pub enum Precision {
 }
 
 impl Precision {
-    /// v1 `/write` spellings: n, ns, u, us, ms, s, m, h (absent means ns).
-    pub fn from_v1(_s: &str) -> Option<Precision> {
-        todo!()
+    /// v1 `/write` spellings: n, ns, u, us, ms, s, m, h (absent means ns). An empty value is
+    /// taken as absent, as InfluxDB 1.x does.
+    pub fn from_v1(s: &str) -> Option<Precision> {
+        Some(match s {
+            "" | "n" | "ns" => Precision::Nanoseconds,
+            "u" | "us" => Precision::Microseconds,
+            "ms" => Precision::Milliseconds,
+            "s" => Precision::Seconds,
+            "m" => Precision::Minutes,
+            "h" => Precision::Hours,
+            _ => return None,
+        })
     }
-    /// v2 `/api/v2/write` spellings: ns, us, ms, s.
-    pub fn from_v2(_s: &str) -> Option<Precision> {
-        todo!()
+
+    /// v2 `/api/v2/write` spellings: ns, us, ms, s (absent or empty means ns).
+    pub fn from_v2(s: &str) -> Option<Precision> {
+        Some(match s {
+            "" | "ns" => Precision::Nanoseconds,
+            "us" => Precision::Microseconds,
+            "ms" => Precision::Milliseconds,
+            "s" => Precision::Seconds,
+            _ => return None,
+        })
     }
+
     /// Converts a timestamp in this precision to milliseconds, truncating toward negative
     /// infinity; `None` on overflow.
-    pub fn to_millis(self, _ts: i64) -> Option<TimestampMs> {
-        todo!()
+    pub fn to_millis(self, ts: i64) -> Option<TimestampMs> {
+        match self {
+            Precision::Nanoseconds => Some(ts.div_euclid(1_000_000)),
+            Precision::Microseconds => Some(ts.div_euclid(1_000)),
+            Precision::Milliseconds => Some(ts),
+            Precision::Seconds => ts.checked_mul(1_000),
+            Precision::Minutes => ts.checked_mul(60_000),
+            Precision::Hours => ts.checked_mul(3_600_000),
+        }
     }
 }
 
@@ -41,20 +96,775 @@ pub struct LineError {
     pub reason: &'static str,
 }
 
+/// How many bytes of a bad line an error echoes back.
+const ECHO_BYTES: usize = 100;
+
 /// Parses and validates a whole body. Every line yields one result, so one bad line never
 /// hides the good ones. Lines without a timestamp get `now_ms`.
 pub fn parse_body(
-    _body: &[u8],
-    _precision: Precision,
-    _now_ms: TimestampMs,
-    _limits: &InputLimits,
+    body: &[u8],
+    precision: Precision,
+    now_ms: TimestampMs,
+    limits: &InputLimits,
 ) -> Vec<Result<(SeriesMeta, Reading), LineError>> {
-    todo!()
+    // Sizing the output once avoids repeated moves of a vector of large elements.
+    let mut out = Vec::with_capacity(memchr::memchr_iter(b'\n', body).count() + 1);
+    let mut scratch = Scratch::default();
+    let mut pos = 0;
+    let mut line_no = 1;
+    while pos < body.len() {
+        let frame = frame(&body[pos..]);
+        let line = &body[pos..pos + frame.len];
+        let this_line = line_no;
+        line_no += 1;
+        if frame.multiline {
+            line_no += memchr::memchr_iter(b'\n', line).count();
+        }
+        pos += frame.len + usize::from(frame.terminated);
+
+        let result = match classify(line) {
+            Kind::Blank | Kind::Comment => continue,
+            Kind::BadComment(at) => Err(Bad::syntax(at, "invalid character in comment line")),
+            Kind::Entry(start) => parse_entry(line, start, &mut scratch)
+                .and_then(|()| build(line, &mut scratch, precision, now_ms, limits)),
+        };
+        out.push(result.map_err(|bad| bad.into_line_error(this_line, line)));
+    }
+    out
 }
 
 /// Length of the first complete line in `buf` including its `\n`, or `None` when `buf` holds
 /// no complete line yet. Knows that a quoted string field may contain a newline, so a TCP
 /// reader can frame lines that arrive split across reads.
-pub fn complete_line_len(_buf: &[u8]) -> Option<usize> {
-    todo!()
+///
+/// A blank or comment line is a complete line too (parsing it yields nothing). An unterminated
+/// string keeps the line open until its closing quote arrives, so callers must bound how much
+/// they buffer.
+pub fn complete_line_len(buf: &[u8]) -> Option<usize> {
+    let f = frame(buf);
+    f.terminated.then_some(f.len + 1)
+}
+
+/// The series key of a measurement and its tags (sorted by key): the line-protocol text of
+/// that part of a line, e.g. `env,sensor=s1,site=w3`. Escapes `,` and space in the measurement
+/// and `,`, `=` and space in tag keys and values, so parsing the key gives the series back.
+pub fn series_key(measurement: &str, sorted_tags: &[(String, String)]) -> String {
+    let len =
+        measurement.len() + sorted_tags.iter().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>();
+    let mut key = String::with_capacity(len);
+    escape_into(&mut key, measurement, ESC_MEASUREMENT);
+    for (k, v) in sorted_tags {
+        key.push(',');
+        escape_into(&mut key, k, ESC_KEY);
+        key.push('=');
+        escape_into(&mut key, v, ESC_KEY);
+    }
+    key
+}
+
+/// Splits a series key (`measurement[,tag=value...]`, as [`series_key`] writes it) into its
+/// unescaped measurement and tags, in the order written. `None` when `key` is not exactly that.
+pub(crate) fn parse_series_key(key: &str) -> Option<ParsedSeries<'_>> {
+    let s = key.as_bytes();
+    let mut p = 0;
+    let (m_start, esc) = scan(s, &mut p, MEASUREMENT, ESC_MEASUREMENT);
+    if p == m_start {
+        return None;
+    }
+    let measurement = token(s, m_start, p, esc, ESC_MEASUREMENT).ok()?;
+    let mut tags = Vec::new();
+    while p < s.len() {
+        if s[p] != b',' {
+            return None;
+        }
+        p += 1;
+        let (k0, kesc) = scan(s, &mut p, KEY, ESC_KEY);
+        if p == k0 || s.get(p) != Some(&b'=') {
+            return None;
+        }
+        let k = token(s, k0, p, kesc, ESC_KEY).ok()?;
+        p += 1;
+        let (v0, vesc) = scan(s, &mut p, TAG_VALUE, ESC_KEY);
+        if p == v0 {
+            return None;
+        }
+        let v = token(s, v0, p, vesc, ESC_KEY).ok()?;
+        if tags.iter().any(|(seen, _): &(Cow<str>, Cow<str>)| *seen == k) {
+            return None;
+        }
+        tags.push((k, v));
+    }
+    Some(ParsedSeries { measurement, tags })
+}
+
+/// The measurement of a string that may or may not be a series key: its text up to the first
+/// unescaped `,`, with the measurement escapes (`\,` and `\ `) undone. Spaces are kept.
+pub(crate) fn measurement_prefix(key: &str) -> Cow<'_, str> {
+    let s = key.as_bytes();
+    let mut i = 0;
+    let mut escaped = false;
+    while i < s.len() {
+        match s[i] {
+            b'\\' if i + 1 < s.len() && is(s[i + 1], ESC_MEASUREMENT) => {
+                escaped = true;
+                i += 2;
+            }
+            b',' => break,
+            _ => i += 1,
+        }
+    }
+    if escaped {
+        // Unescaping removes only ASCII backslashes, so the result stays valid UTF-8.
+        Cow::Owned(String::from_utf8(unescape(&s[..i], ESC_MEASUREMENT)).unwrap_or_default())
+    } else {
+        Cow::Borrowed(&key[..i])
+    }
+}
+
+/// A series key taken apart by [`parse_series_key`].
+pub(crate) struct ParsedSeries<'a> {
+    pub measurement: Cow<'a, str>,
+    pub tags: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+}
+
+// ---- byte classes -------------------------------------------------------------------------
+
+/// Bytes allowed in a measurement: anything but `,`, space and control characters.
+const MEASUREMENT: u8 = 1 << 0;
+/// Bytes allowed in tag keys and field keys: anything but `,`, `=`, space and control characters.
+const KEY: u8 = 1 << 1;
+/// Bytes allowed in tag values: anything but `,`, `=`, space, `\r` and `\n` (the reference
+/// allows other control characters here, unlike in keys).
+const TAG_VALUE: u8 = 1 << 2;
+/// Bytes allowed in an unquoted field value: anything but `,`, space, `\r` and `\n`.
+const FIELD_VALUE: u8 = 1 << 3;
+/// Bytes allowed in a comment: anything but control characters.
+const COMMENT: u8 = 1 << 4;
+/// Bytes a backslash escapes in a measurement.
+const ESC_MEASUREMENT: u8 = 1 << 5;
+/// Bytes a backslash escapes in tag keys, tag values and field keys.
+const ESC_KEY: u8 = 1 << 6;
+/// Bytes a backslash escapes in a string field value.
+const ESC_STRING: u8 = 1 << 7;
+
+const fn byte_classes() -> [u8; 256] {
+    let mut table = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        let control = b < 0x20 || b == 0x7f;
+        let mut c = 0;
+        if !(control || b == b',' || b == b' ') {
+            c |= MEASUREMENT;
+        }
+        if !(control || b == b',' || b == b'=' || b == b' ') {
+            c |= KEY;
+        }
+        if !(b == b',' || b == b'=' || b == b' ' || b == b'\r' || b == b'\n') {
+            c |= TAG_VALUE;
+        }
+        if !(b == b',' || b == b' ' || b == b'\r' || b == b'\n') {
+            c |= FIELD_VALUE;
+        }
+        if !control {
+            c |= COMMENT;
+        }
+        if b == b',' || b == b' ' {
+            c |= ESC_MEASUREMENT;
+        }
+        if b == b',' || b == b'=' || b == b' ' {
+            c |= ESC_KEY;
+        }
+        if b == b'\\' || b == b'"' {
+            c |= ESC_STRING;
+        }
+        table[i] = c;
+        i += 1;
+    }
+    table
+}
+
+static CLASS: [u8; 256] = byte_classes();
+
+#[inline]
+fn is(b: u8, class: u8) -> bool {
+    CLASS[b as usize] & class != 0
+}
+
+// ---- framing --------------------------------------------------------------------------------
+
+/// Where one entry ends: `len` bytes of content, then a `\n` when `terminated`.
+struct Frame {
+    len: usize,
+    terminated: bool,
+    /// The content may hold newlines (inside a quoted string).
+    multiline: bool,
+}
+
+/// Finds the end of the first entry in `buf`: the first newline that is not inside a string
+/// field value. Both `parse_body` and `complete_line_len` use this, so a TCP stream framed line
+/// by line parses exactly like the same bytes sent as one body.
+fn frame(buf: &[u8]) -> Frame {
+    let first_nl = memchr::memchr(b'\n', buf);
+    let line = &buf[..first_nl.unwrap_or(buf.len())];
+    // A string can only start at a quote: without one, the first newline ends the entry.
+    if memchr::memchr(b'"', line).is_none() {
+        return Frame { len: line.len(), terminated: first_nl.is_some(), multiline: false };
+    }
+    match quoted_entry_end(buf) {
+        Some(end) => Frame { len: end, terminated: true, multiline: true },
+        None => Frame { len: buf.len(), terminated: false, multiline: true },
+    }
+}
+
+/// The index of the newline that ends the first entry, scanning the entry's structure just far
+/// enough to know where a `"` opens a string (only in field-value position: elsewhere it is an
+/// ordinary byte). Malformed input ends at the next newline from where it goes wrong.
+fn quoted_entry_end(s: &[u8]) -> Option<usize> {
+    let rest_of_line = |i: usize| memchr::memchr(b'\n', &s[i..]).map(|n| i + n);
+    let mut i = 0;
+    while s.get(i) == Some(&b' ') {
+        i += 1;
+    }
+    if s.get(i) == Some(&b'#') {
+        return rest_of_line(i);
+    }
+    // Measurement and tags: up to the first unescaped space. Both escape a space the same way,
+    // so one scan serves both.
+    loop {
+        match *s.get(i)? {
+            b'\n' => return Some(i),
+            b' ' => break,
+            b'\\' if s.get(i + 1).is_some_and(|&b| is(b, ESC_KEY)) => i += 2,
+            _ => i += 1,
+        }
+    }
+    while s.get(i) == Some(&b' ') {
+        i += 1;
+    }
+    loop {
+        // Field key.
+        let key_start = i;
+        loop {
+            let b = *s.get(i)?;
+            if b == b'\\' && s.get(i + 1).is_some_and(|&n| is(n, ESC_KEY)) {
+                i += 2;
+            } else if b == b'=' && i > key_start {
+                i += 1;
+                break;
+            } else if is(b, KEY) || b == b'\\' {
+                i += 1;
+            } else {
+                return rest_of_line(i);
+            }
+        }
+        // Field value.
+        match *s.get(i)? {
+            b'"' => {
+                i += 1;
+                loop {
+                    match *s.get(i)? {
+                        b'"' => break,
+                        b'\\' if s.get(i + 1).is_some_and(|&n| is(n, ESC_STRING)) => i += 2,
+                        _ => i += 1,
+                    }
+                }
+                i += 1;
+            }
+            b't' | b'T' | b'f' | b'F' | b'-' | b'.' | b'0'..=b'9' => {
+                while s.get(i).is_some_and(|&b| is(b, FIELD_VALUE)) {
+                    i += 1;
+                }
+            }
+            _ => return rest_of_line(i),
+        }
+        if *s.get(i)? != b',' {
+            // Timestamp, end of line, or garbage: no string can follow.
+            return rest_of_line(i);
+        }
+        i += 1;
+    }
+}
+
+enum Kind {
+    Blank,
+    Comment,
+    BadComment(usize),
+    /// An entry whose measurement starts at this offset.
+    Entry(usize),
+}
+
+/// Blank and comment lines, as the reference skips them: leading spaces, then nothing (or a
+/// lone `\r`), or `#` and printable bytes up to an optional final `\r`.
+fn classify(line: &[u8]) -> Kind {
+    let start = line.iter().position(|&b| b != b' ').unwrap_or(line.len());
+    let rest = &line[start..];
+    match rest.first() {
+        None => Kind::Blank,
+        Some(b'\r') if rest.len() == 1 => Kind::Blank,
+        Some(b'#') => {
+            let body = rest.strip_suffix(b"\r").unwrap_or(rest);
+            match body.iter().position(|&b| !is(b, COMMENT)) {
+                None => Kind::Comment,
+                Some(at) => Kind::BadComment(start + at),
+            }
+        }
+        Some(_) => Kind::Entry(start),
+    }
+}
+
+// ---- parsing --------------------------------------------------------------------------------
+
+/// A field value before it is made owned.
+enum Value<'a> {
+    Float(f64),
+    Int(i64),
+    UInt(u64),
+    Bool(bool),
+    Str(Cow<'a, str>),
+}
+
+/// What one entry parsed to, borrowing from the body. Reused from line to line so that a body
+/// costs no allocations beyond the owned output and escaped tokens.
+#[derive(Default)]
+struct Scratch<'a> {
+    measurement: Cow<'a, str>,
+    /// Where the measurement and tags end (exclusive), for the series key.
+    series: (usize, usize),
+    tags: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    fields: Vec<(Cow<'a, str>, Value<'a>)>,
+    ts: Option<i64>,
+}
+
+/// Why a line was rejected, before it is tied to a line number.
+struct Bad {
+    /// Byte offset in the line, for the message.
+    at: Option<usize>,
+    message: String,
+    reason: &'static str,
+}
+
+impl Bad {
+    fn syntax(at: usize, message: impl Into<String>) -> Bad {
+        Bad { at: Some(at), message: message.into(), reason: "syntax" }
+    }
+
+    fn into_line_error(self, line_no: usize, line: &[u8]) -> LineError {
+        let message = match self.at {
+            Some(at) => format!("{} (column {})", self.message, at + 1),
+            None => self.message,
+        };
+        let text = String::from_utf8_lossy(line.strip_suffix(b"\r").unwrap_or(line));
+        LineError {
+            line: line_no,
+            message,
+            input: model::truncate_for_echo(&text, ECHO_BYTES).to_owned(),
+            reason: self.reason,
+        }
+    }
+}
+
+/// Describes a byte for an error message.
+fn show(b: Option<&u8>) -> String {
+    match b {
+        None => "end of line".to_owned(),
+        Some(&b) if b.is_ascii() => format!("{:?}", b as char),
+        Some(&b) => format!("byte 0x{b:02x}"),
+    }
+}
+
+/// Scans a token of bytes in `class` from `*p`. A backslash followed by a byte in `escapes`
+/// takes that byte into the token even when it is outside `class`; any other backslash is an
+/// ordinary byte. Returns the token's start and whether it holds an escape.
+#[inline]
+fn scan(s: &[u8], p: &mut usize, class: u8, escapes: u8) -> (usize, bool) {
+    let start = *p;
+    let mut i = start;
+    let mut escaped = false;
+    while i < s.len() {
+        let b = s[i];
+        if b == b'\\' {
+            if i + 1 < s.len() && is(s[i + 1], escapes) {
+                escaped = true;
+                i += 2;
+            } else {
+                i += 1;
+            }
+        } else if is(b, class) {
+            i += 1;
+        } else {
+            break;
+        }
+    }
+    *p = i;
+    (start, escaped)
+}
+
+/// Removes the escaping backslashes from a token.
+fn unescape(raw: &[u8], escapes: u8) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        if raw[i] == b'\\' && i + 1 < raw.len() && is(raw[i + 1], escapes) {
+            i += 1;
+        }
+        out.push(raw[i]);
+        i += 1;
+    }
+    out
+}
+
+/// The text of a scanned token: borrowed unless it holds an escape. Rejects invalid UTF-8.
+fn token(
+    s: &[u8],
+    start: usize,
+    end: usize,
+    escaped: bool,
+    escapes: u8,
+) -> Result<Cow<'_, str>, Bad> {
+    let raw = &s[start..end];
+    let text = if escaped {
+        String::from_utf8(unescape(raw, escapes)).map(Cow::Owned).map_err(|_| ())
+    } else {
+        std::str::from_utf8(raw).map(Cow::Borrowed).map_err(|_| ())
+    };
+    text.map_err(|()| Bad::syntax(start, "invalid UTF-8"))
+}
+
+#[inline]
+fn skip_spaces(s: &[u8], p: &mut usize) {
+    while s.get(*p) == Some(&b' ') {
+        *p += 1;
+    }
+}
+
+/// End of line where the reference accepts one: the end, or a `\r` that ends the line.
+#[inline]
+fn at_eol(s: &[u8], p: usize) -> bool {
+    p == s.len() || (s[p] == b'\r' && p + 1 == s.len())
+}
+
+/// After a measurement or tag value: a comma must be followed by a tag.
+fn tag_comma(s: &[u8], p: &mut usize) -> Result<(), Bad> {
+    if s.get(*p) != Some(&b',') {
+        return Ok(());
+    }
+    *p += 1;
+    match s.get(*p) {
+        None | Some(b' ' | b'\r' | b'\n') => {
+            Err(Bad::syntax(*p, format!("expected tag key after comma, found {}", show(s.get(*p)))))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+/// Parses one entry (its line without the final `\n`) from `start` into `out`.
+fn parse_entry<'a>(s: &'a [u8], start: usize, out: &mut Scratch<'a>) -> Result<(), Bad> {
+    out.tags.clear();
+    out.fields.clear();
+    out.ts = None;
+    let mut p = start;
+
+    let (m0, esc) = scan(s, &mut p, MEASUREMENT, ESC_MEASUREMENT);
+    if p == m0 {
+        return Err(Bad::syntax(
+            p,
+            format!("invalid character {} at start of measurement", show(s.get(p))),
+        ));
+    }
+    out.measurement = token(s, m0, p, esc, ESC_MEASUREMENT)?;
+    tag_comma(s, &mut p)?;
+
+    loop {
+        match s.get(p) {
+            Some(b' ') => break,
+            None if !out.tags.is_empty() => break,
+            None => {
+                return Err(Bad::syntax(
+                    p,
+                    "expected tags or fields after the measurement, found end of line",
+                ));
+            }
+            Some(_) => {}
+        }
+        let (k0, kesc) = scan(s, &mut p, KEY, ESC_KEY);
+        if p == k0 {
+            return Err(Bad::syntax(
+                p,
+                format!("expected tag key or fields, found {}", show(s.get(p))),
+            ));
+        }
+        if s.get(p) != Some(&b'=') {
+            return Err(Bad::syntax(
+                p,
+                format!("expected '=' after tag key, found {}", show(s.get(p))),
+            ));
+        }
+        let key = token(s, k0, p, kesc, ESC_KEY)?;
+        p += 1;
+        let (v0, vesc) = scan(s, &mut p, TAG_VALUE, ESC_KEY);
+        if p == v0 {
+            return Err(Bad::syntax(
+                p,
+                format!("expected a value for tag {key:?}, found {}", show(s.get(p))),
+            ));
+        }
+        let value = token(s, v0, p, vesc, ESC_KEY)?;
+        out.tags.push((key, value));
+        tag_comma(s, &mut p)?;
+    }
+    out.series = (start, p);
+    skip_spaces(s, &mut p);
+
+    loop {
+        let (k0, kesc) = scan(s, &mut p, KEY, ESC_KEY);
+        if p == k0 {
+            return Err(Bad::syntax(p, format!("expected a field key, found {}", show(s.get(p)))));
+        }
+        if s.get(p) != Some(&b'=') {
+            return Err(Bad::syntax(
+                p,
+                format!("expected '=' after field key, found {}", show(s.get(p))),
+            ));
+        }
+        let key = token(s, k0, p, kesc, ESC_KEY)?;
+        p += 1;
+        let value = field_value(s, &mut p, &key)?;
+        push_field(&mut out.fields, key, value);
+        match s.get(p) {
+            None => return Ok(()),
+            Some(b',') => {
+                p += 1;
+                continue;
+            }
+            Some(b' ' | b'\r' | b'\n') => {}
+            other => {
+                return Err(Bad::syntax(p, format!("unexpected {} after field value", show(other))));
+            }
+        }
+        skip_spaces(s, &mut p);
+        if at_eol(s, p) {
+            return Ok(());
+        }
+        break;
+    }
+
+    let t0 = p;
+    while s.get(p).is_some_and(|b| *b == b'-' || b.is_ascii_digit()) {
+        p += 1;
+    }
+    let digits = &s[t0..p];
+    if s.get(p).is_some_and(|b| !matches!(b, b' ' | b'\r' | b'\n')) {
+        let end = memchr::memchr(b'\r', &s[p..]).map_or(s.len(), |n| p + n);
+        let shown = String::from_utf8_lossy(&s[t0..end]);
+        return Err(Bad::syntax(t0, format!("invalid timestamp {shown:?}")));
+    }
+    skip_spaces(s, &mut p);
+    if !at_eol(s, p) {
+        return Err(Bad::syntax(p, "unexpected text after timestamp"));
+    }
+    // The timestamp bytes are ASCII by construction.
+    let text = std::str::from_utf8(digits).unwrap_or_default();
+    out.ts = Some(text.parse::<i64>().map_err(|e| match e.kind() {
+        std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => Bad {
+            at: Some(t0),
+            message: format!("timestamp {text} does not fit in 64 bits"),
+            reason: "timestamp",
+        },
+        _ => Bad::syntax(t0, format!("invalid timestamp {text:?}")),
+    })?);
+    Ok(())
+}
+
+/// Parses the field value at `*p` (just after `=`).
+fn field_value<'a>(s: &'a [u8], p: &mut usize, key: &str) -> Result<Value<'a>, Bad> {
+    let v0 = *p;
+    match s.get(v0) {
+        None => {
+            Err(Bad::syntax(v0, format!("expected a value for field {key:?}, found end of line")))
+        }
+        Some(b'"') => {
+            let mut i = v0 + 1;
+            let mut escaped = false;
+            loop {
+                match memchr::memchr2(b'"', b'\\', &s[i..]) {
+                    None => {
+                        return Err(Bad::syntax(
+                            v0,
+                            format!("string value of field {key:?} has no closing quote"),
+                        ));
+                    }
+                    Some(n) if s[i + n] == b'"' => {
+                        i += n;
+                        break;
+                    }
+                    Some(n) => {
+                        i += n;
+                        if s.get(i + 1).is_some_and(|&b| is(b, ESC_STRING)) {
+                            escaped = true;
+                            i += 2;
+                        } else {
+                            i += 1;
+                        }
+                    }
+                }
+            }
+            let text = token(s, v0 + 1, i, escaped, ESC_STRING)?;
+            *p = i + 1;
+            Ok(Value::Str(text))
+        }
+        Some(b't' | b'T' | b'f' | b'F') => {
+            let raw = unquoted(s, p);
+            match raw {
+                b"t" | b"T" | b"true" | b"True" | b"TRUE" => Ok(Value::Bool(true)),
+                b"f" | b"F" | b"false" | b"False" | b"FALSE" => Ok(Value::Bool(false)),
+                _ => Err(bad_value(v0, key, "boolean", raw)),
+            }
+        }
+        Some(b'-' | b'.' | b'0'..=b'9') => {
+            let raw = unquoted(s, p);
+            // Numeric syntax is ASCII: anything else fails to parse below.
+            let text = std::str::from_utf8(raw).unwrap_or("\u{fffd}");
+            if let Some(int) = text.strip_suffix('i') {
+                int.parse::<i64>()
+                    .map(Value::Int)
+                    .map_err(|e| int_error(v0, key, "integer", raw, e))
+            } else if let Some(uint) = text.strip_suffix('u') {
+                uint.parse::<u64>()
+                    .map(Value::UInt)
+                    .map_err(|e| int_error(v0, key, "unsigned integer", raw, e))
+            } else {
+                match text.parse::<f64>() {
+                    Ok(f) if f.is_finite() => Ok(Value::Float(f)),
+                    // Rust reads "-inf" and "-nan" too; the reference refuses every non-finite.
+                    Ok(_)
+                        if text
+                            .bytes()
+                            .any(|b| b.is_ascii_alphabetic() && b != b'e' && b != b'E') =>
+                    {
+                        Err(bad_value(v0, key, "float", raw))
+                    }
+                    Ok(_) => Err(Bad {
+                        at: Some(v0),
+                        message: format!(
+                            "value of field {key:?} is out of range for a 64-bit float"
+                        ),
+                        reason: "value",
+                    }),
+                    Err(_) => Err(bad_value(v0, key, "float", raw)),
+                }
+            }
+        }
+        Some(_) => Err(Bad::syntax(
+            v0,
+            format!(
+                "value of field {key:?} has no recognised type (expected a number, boolean or \"string\")"
+            ),
+        )),
+    }
+}
+
+fn unquoted<'a>(s: &'a [u8], p: &mut usize) -> &'a [u8] {
+    let start = *p;
+    while s.get(*p).is_some_and(|&b| is(b, FIELD_VALUE)) {
+        *p += 1;
+    }
+    &s[start..*p]
+}
+
+fn bad_value(at: usize, key: &str, kind: &str, raw: &[u8]) -> Bad {
+    let shown = String::from_utf8_lossy(&raw[..raw.len().min(40)]);
+    Bad::syntax(at, format!("value of field {key:?} is not a valid {kind}: {shown:?}"))
+}
+
+fn int_error(at: usize, key: &str, kind: &str, raw: &[u8], e: std::num::ParseIntError) -> Bad {
+    match e.kind() {
+        std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => Bad {
+            at: Some(at),
+            message: format!("value of field {key:?} is out of range for a 64-bit {kind}"),
+            reason: "value",
+        },
+        _ => bad_value(at, key, kind, raw),
+    }
+}
+
+/// Adds a field; a repeated key keeps its first position and takes the new value.
+fn push_field<'a>(
+    fields: &mut Vec<(Cow<'a, str>, Value<'a>)>,
+    key: Cow<'a, str>,
+    value: Value<'a>,
+) {
+    match fields.iter_mut().find(|(k, _)| *k == key) {
+        Some(slot) => slot.1 = value,
+        None => fields.push((key, value)),
+    }
+}
+
+/// Turns a parsed entry into the owned series and reading, and validates them.
+fn build(
+    line: &[u8],
+    e: &mut Scratch<'_>,
+    precision: Precision,
+    now_ms: TimestampMs,
+    limits: &InputLimits,
+) -> Result<(SeriesMeta, Reading), Bad> {
+    let presorted = e.tags.windows(2).all(|w| w[0].0 < w[1].0);
+    if !presorted {
+        e.tags.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        if let Some(w) = e.tags.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(Bad {
+                at: None,
+                message: format!("tag key {:?} appears more than once", w[0].0),
+                reason: "syntax",
+            });
+        }
+    }
+    let tags: Vec<(String, String)> =
+        e.tags.iter().map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned())).collect();
+    // Text that parsed and re-encodes to itself: with the tags already in order, the written
+    // series text is the series key, and copying it is cheaper than re-encoding.
+    let key = match std::str::from_utf8(&line[e.series.0..e.series.1]) {
+        Ok(raw) if presorted => raw.to_owned(),
+        _ => series_key(&e.measurement, &tags),
+    };
+    let series = SeriesMeta { key, measurement: e.measurement.as_ref().to_owned(), tags };
+
+    let ts = match e.ts {
+        None => now_ms,
+        Some(ts) => precision.to_millis(ts).ok_or_else(|| Bad {
+            at: None,
+            message: format!("timestamp {ts} in {precision:?} overflows milliseconds"),
+            reason: "timestamp",
+        })?,
+    };
+    let fields = e
+        .fields
+        .drain(..)
+        .map(|(k, v)| {
+            let v = match v {
+                Value::Float(f) => FieldValue::Float(f),
+                Value::Int(i) => FieldValue::Int(i),
+                Value::UInt(u) => FieldValue::UInt(u),
+                Value::Bool(b) => FieldValue::Bool(b),
+                Value::Str(s) => FieldValue::Str(s.into_owned()),
+            };
+            (k.into_owned(), v)
+        })
+        .collect();
+    let reading = Reading { ts, fields };
+    model::validate(&series, &reading, limits).map_err(|invalid| Bad {
+        at: None,
+        message: invalid.to_string(),
+        reason: invalid.reason(),
+    })?;
+    Ok((series, reading))
+}
+
+fn escape_into(out: &mut String, text: &str, escapes: u8) {
+    for c in text.chars() {
+        if c.is_ascii() && is(c as u8, escapes) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
 }
