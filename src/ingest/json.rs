@@ -413,3 +413,280 @@ fn describe_malformed(e: &serde_json::Error, body: &[u8]) -> String {
         message
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::line_protocol::{Precision, parse_body};
+    use proptest::prelude::*;
+
+    const NOW: i64 = 1_700_000_000_000;
+
+    fn doc(body: &str) -> Parsed {
+        parse_document(body.as_bytes(), NOW, &InputLimits::default())
+    }
+
+    fn one(body: &str) -> (SeriesMeta, Reading) {
+        let mut r = doc(body);
+        assert_eq!(r.len(), 1, "{r:?}");
+        r.remove(0).unwrap_or_else(|e| panic!("{body}: {e}"))
+    }
+
+    fn err(body: &str) -> ItemError {
+        let mut r = doc(body);
+        assert_eq!(r.len(), 1, "{r:?}");
+        r.remove(0).expect_err(body)
+    }
+
+    #[test]
+    fn value_and_fields() {
+        let (s, r) = one(r#"{"sensor": "boiler", "value": 71}"#);
+        assert_eq!(
+            s,
+            SeriesMeta { key: "boiler".into(), measurement: "boiler".into(), tags: vec![] }
+        );
+        assert_eq!(r, Reading { ts: NOW, fields: vec![("value".into(), FieldValue::Float(71.0))] });
+
+        let (_, r) = one(
+            r#"{"fields": {"t": -1.5e2, "ok": false, "msg": "a\"b", "n": 3}, "sensor": "s", "ts": 5}"#,
+        );
+        assert_eq!(r.ts, 5);
+        assert_eq!(
+            r.fields,
+            vec![
+                ("t".into(), FieldValue::Float(-150.0)),
+                ("ok".into(), FieldValue::Bool(false)),
+                ("msg".into(), FieldValue::Str("a\"b".into())),
+                ("n".into(), FieldValue::Float(3.0)),
+            ]
+        );
+    }
+
+    #[test]
+    fn arrays_give_one_result_per_item() {
+        assert!(doc("[]").is_empty());
+        assert!(doc(" [ ] ").is_empty());
+        let r = doc(
+            r#"[{"sensor":"a","value":1}, {"sensor":"b","value":1e400}, 7, {"sensor":"c","feilds":{}}, {"sensor":"d","value":2}]"#,
+        );
+        assert_eq!(r.len(), 5);
+        assert!(r[0].is_ok() && r[4].is_ok());
+        let e = r[1].as_ref().unwrap_err();
+        assert_eq!((e.index, e.reason), (1, "value"));
+        assert_eq!(r[2].as_ref().unwrap_err().index, 2);
+        let e = r[3].as_ref().unwrap_err();
+        assert_eq!((e.index, e.reason), (3, "syntax"));
+        assert!(e.message.contains("unknown field `feilds`"), "{}", e.message);
+        assert!(!e.message.contains("column"), "positions inside an item mislead: {}", e.message);
+    }
+
+    #[test]
+    fn malformed_json_is_one_syntax_error() {
+        for body in
+            ["", "   ", "{", "[{\"sensor\":\"a\",\"value\":1},", "[1,]", "\"str\"", "3", "{} x"]
+        {
+            let r = doc(body);
+            assert_eq!(r.len(), 1, "{body:?}");
+            let e = r[0].as_ref().unwrap_err();
+            assert_eq!((e.index, e.reason), (0, "syntax"), "{body:?}");
+        }
+        let e = err("[{\"sensor\": \"a\", \"value\": 1}] trailing");
+        assert!(e.message.contains("trailing"), "{}", e.message);
+    }
+
+    #[test]
+    fn nan_and_infinity_get_a_clear_message() {
+        for body in [
+            r#"{"sensor":"a","value":NaN}"#,
+            r#"[{"sensor":"a","value":Infinity}]"#,
+            "[\n{\"sensor\":\"a\",\n\"value\": -Infinity}]",
+        ] {
+            let e = err(body);
+            assert_eq!(e.reason, "syntax");
+            assert!(e.message.contains("NaN and Infinity are not valid JSON"), "{}", e.message);
+        }
+        assert!(!err("{\"sensor\":\"a\",\"value\":x}").message.contains("NaN"));
+        let e = err(r#"{"sensor":"a","fields":{"x":-1e309}}"#);
+        assert_eq!(e.reason, "value");
+        assert!(e.message.contains("out of range"), "{}", e.message);
+    }
+
+    #[test]
+    fn value_or_fields_exactly_once() {
+        assert_eq!(err(r#"{"sensor":"a"}"#).reason, "fields");
+        assert_eq!(err(r#"{"sensor":"a","value":null}"#).reason, "fields");
+        assert_eq!(err(r#"{"sensor":"a","value":1,"fields":{"b":2}}"#).reason, "fields");
+        assert_eq!(err(r#"{"sensor":"a","fields":{}}"#).reason, "fields");
+        assert_eq!(err(r#"{"sensor":"a","value":"1"}"#).reason, "syntax");
+        assert_eq!(err(r#"{"sensor":"a","value":true}"#).reason, "syntax");
+        assert_eq!(err(r#"{"sensor":"a","fields":{"b":null}}"#).reason, "syntax");
+        assert_eq!(err(r#"{"sensor":"a","fields":{"b":[1]}}"#).reason, "syntax");
+        assert_eq!(err(r#"{"sensor":"a","fields":{"b":1,"b":2}}"#).reason, "fields");
+        assert_eq!(err(r#"{"value":1}"#).reason, "syntax");
+        assert_eq!(err(r#"{"sensor":5,"value":1}"#).reason, "syntax");
+        assert_eq!(err(r#"{"sensor":"","value":1}"#).reason, "sensor");
+        assert_eq!(err(r#"{"sensor":"a","sensor":"b","value":1}"#).reason, "syntax");
+    }
+
+    #[test]
+    fn timestamps() {
+        let ts = |t: &str| doc(&format!(r#"{{"sensor":"a","value":1,"ts":{t}}}"#)).remove(0);
+        assert_eq!(ts("null").unwrap().1.ts, NOW);
+        assert_eq!(ts("-5").unwrap().1.ts, -5);
+        assert_eq!(ts(r#""1970-01-01T00:00:01.5Z""#).unwrap().1.ts, 1_500);
+        assert_eq!(ts(r#""1970-01-01T01:00:00+01:00""#).unwrap().1.ts, 0);
+        assert_eq!(ts(r#""1969-12-31T23:59:59.9999Z""#).unwrap().1.ts, -1, "floored");
+        for bad in [
+            "9223372036854775808",
+            "100000000000000000000",
+            "1.5",
+            "1e3",
+            r#""yesterday""#,
+            "true",
+            "253402300800000",
+            r#""0000-01-01T00:00:00+01:00""#,
+        ] {
+            let e = ts(bad).unwrap_err();
+            assert_eq!(e.reason, "timestamp", "{bad}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn a_series_key_sensor_lands_in_the_line_protocol_series() {
+        let (from_json, _) = one(r#"{"sensor":"env,sensor=s1,site=w3","value":1}"#);
+        let lp = parse_body(
+            b"env,site=w3,sensor=s1 value=1",
+            Precision::Nanoseconds,
+            NOW,
+            &InputLimits::default(),
+        );
+        let (from_lp, _) = lp[0].as_ref().unwrap();
+        assert_eq!(&from_json, from_lp);
+
+        let (s, _) =
+            one(r#"{"sensor":"c\\,pu\\ x,host=a","value":1,"tags":{"zone":"z","host":"a"}}"#);
+        assert_eq!(s.key, "c\\,pu\\ x,host=a");
+        assert_eq!(s.measurement, "c,pu x");
+        assert_eq!(s.tags, vec![("host".into(), "a".into()), ("zone".into(), "z".into())]);
+
+        let e = err(r#"{"sensor":"env,site=w3","value":1,"tags":{"site":"w4"}}"#);
+        assert!(e.message.contains("w3") && e.message.contains("w4"), "{}", e.message);
+
+        // Not a series key: the measurement is the text before the first comma.
+        let (s, _) = one(r#"{"sensor":"living room,2nd floor","value":1,"tags":{"b":"x"}}"#);
+        assert_eq!(s.measurement, "living room");
+        assert_eq!(s.tags, vec![("b".into(), "x".into())]);
+        assert_eq!(err(r#"{"sensor":"a","value":1,"tags":{"b":1}}"#).reason, "syntax");
+    }
+
+    #[test]
+    fn validation_applies() {
+        let limits = InputLimits { max_sensor_key_bytes: 4, ..InputLimits::default() };
+        let r = parse_document(br#"{"sensor":"toolong","value":1}"#, NOW, &limits);
+        assert_eq!(r[0].as_ref().unwrap_err().reason, "sensor");
+    }
+
+    #[test]
+    fn ndjson_lines() {
+        let limits = InputLimits::default();
+        let mut d = NdjsonDecoder::new(64);
+        let mut out =
+            d.feed(b"{\"sensor\":\"a\",\"value\":1}\r\n\n  \r\n{\"sensor\":\"b\",", NOW, &limits);
+        assert_eq!(out.len(), 1);
+        out.extend(d.feed(b"\"value\":2}\n[1]\n{\"sensor\":\"", NOW, &limits));
+        out.extend(d.feed(&[b'x'; 100], NOW, &limits));
+        out.extend(d.feed(b"\"}\n{\"sensor\":\"c\",\"value\":3}", NOW, &limits));
+        out.extend(d.finish(NOW, &limits));
+        let idx: Vec<_> = out
+            .iter()
+            .map(|r| match r {
+                Ok((s, _)) => (s.key.clone(), usize::MAX),
+                Err(e) => (e.message.clone(), e.index),
+            })
+            .collect();
+        assert_eq!(idx[0].0, "a");
+        assert_eq!(idx[1].0, "b");
+        assert_eq!(idx[2].1, 4, "blank lines count: {idx:?}");
+        assert_eq!(idx[3], ("line is longer than the limit of 64 bytes".to_owned(), 5));
+        assert_eq!(idx[4].0, "c");
+        assert_eq!(out.len(), 5);
+    }
+
+    #[test]
+    fn ndjson_does_not_buffer_a_monster_line() {
+        let limits = InputLimits::default();
+        let mut d = NdjsonDecoder::new(16);
+        let out = d.feed(b"{\"sensor\":", NOW, &limits);
+        assert!(out.is_empty());
+        let out = d.feed(b"\"aaaaaaaa\"", NOW, &limits);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].as_ref().unwrap_err().index, 0);
+        for _ in 0..100 {
+            assert!(d.feed(&[b' '; 1000], NOW, &limits).is_empty());
+            assert!(d.partial.capacity() <= 1000, "kept {} bytes", d.partial.capacity());
+        }
+        let out = d.feed(b"}\n{\"sensor\":\"b\"", NOW, &limits);
+        assert!(out.is_empty());
+        assert_eq!(d.partial, b"{\"sensor\":\"b\"");
+        assert!(d.finish(NOW, &limits)[0].as_ref().unwrap_err().index == 1);
+    }
+
+    fn ndjson_line() -> impl Strategy<Value = String> {
+        prop_oneof![
+            (0i64..10, -1e6f64..1e6)
+                .prop_map(|(s, v)| format!(r#"{{"sensor":"s{s}","value":{v}}}"#)),
+            Just(String::new()),
+            Just("  \r".to_owned()),
+            Just(r#"{"sensor":"a","fields":{"x":"a long string value here"}}"#.to_owned()),
+            Just("{not json".to_owned()),
+            Just(r#"{"sensor":"a","value":1e999}"#.to_owned()),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn ndjson_chunking_does_not_matter(
+            lines in proptest::collection::vec(ndjson_line(), 0..12),
+            crlf in any::<bool>(),
+            trailing_newline in any::<bool>(),
+            cuts in proptest::collection::vec(any::<proptest::sample::Index>(), 0..8),
+        ) {
+            let limits = InputLimits::default();
+            let mut body = lines.join(if crlf { "\r\n" } else { "\n" }).into_bytes();
+            if trailing_newline {
+                body.push(b'\n');
+            }
+            let max = 48;
+            let run = |chunks: &[&[u8]]| {
+                let mut d = NdjsonDecoder::new(max);
+                let mut out = Vec::new();
+                for c in chunks {
+                    out.extend(d.feed(c, NOW, &limits));
+                }
+                out.extend(d.finish(NOW, &limits));
+                out
+            };
+            let whole = run(&[&body]);
+            let bytes: Vec<&[u8]> = body.chunks(1).collect();
+            prop_assert_eq!(&run(&bytes), &whole);
+            let mut points: Vec<usize> = cuts.iter().map(|i| i.index(body.len() + 1)).collect();
+            points.sort();
+            let mut chunks = Vec::new();
+            let mut last = 0;
+            for p in points {
+                chunks.push(&body[last..p]);
+                last = p;
+            }
+            chunks.push(&body[last..]);
+            prop_assert_eq!(&run(&chunks), &whole);
+            // Each non-blank line gives one result, in order.
+            let expected = lines.iter().filter(|l| !l.trim().is_empty()).count();
+            prop_assert_eq!(whole.len(), expected);
+        }
+
+        #[test]
+        fn documents_never_panic(body in proptest::collection::vec(any::<u8>(), 0..100)) {
+            let _ = parse_document(&body, NOW, &InputLimits::default());
+        }
+    }
+}
