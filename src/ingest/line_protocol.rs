@@ -454,14 +454,23 @@ impl Bad {
             Some(at) => format!("{} (column {})", self.message, at + 1),
             None => self.message,
         };
-        let text = String::from_utf8_lossy(line.strip_suffix(b"\r").unwrap_or(line));
-        LineError {
-            line: line_no,
-            message,
-            input: model::truncate_for_echo(&text, ECHO_BYTES).to_owned(),
-            reason: self.reason,
-        }
+        LineError { line: line_no, message, input: echo(line), reason: self.reason }
     }
+}
+
+/// The start of a line for an error message, without converting all of a long line.
+fn echo(line: &[u8]) -> String {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let cut = &line[..line.len().min(ECHO_BYTES)];
+    let text = match std::str::from_utf8(cut) {
+        Ok(text) => Cow::Borrowed(text),
+        // The cut split a character: drop its first bytes.
+        Err(e) if e.error_len().is_none() => {
+            Cow::Borrowed(std::str::from_utf8(&cut[..e.valid_up_to()]).unwrap_or_default())
+        }
+        Err(_) => String::from_utf8_lossy(cut),
+    };
+    model::truncate_for_echo(&text, ECHO_BYTES).to_owned()
 }
 
 /// Describes a byte for an error message.
@@ -1003,6 +1012,9 @@ mod tests {
         let e = err(&long);
         assert_eq!(e.input.len(), ECHO_BYTES);
         assert!(long.starts_with(&e.input));
+        let wide = format!("a{}", "é".repeat(60));
+        assert_eq!(echo(wide.as_bytes()), format!("a{}", "é".repeat(49)), "cut on a char boundary");
+        assert_eq!(echo(b"a\xffb\r"), "a\u{fffd}b");
         // A final CR ends the line; one in the middle is an error.
         assert_eq!(one("m v=1\r").1.fields.len(), 1);
         assert_eq!(err("m v=1\rx").line, 1);
