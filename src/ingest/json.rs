@@ -23,11 +23,12 @@
 //!
 //! # Series
 //! The measurement is the sensor key's text before its first unescaped `,` (line-protocol
-//! escapes `\,` and `\ ` undone). When the whole key parses as a line-protocol series key
-//! (`measurement,tag=value,...`), its tags are the reading's tags too, so the reading lands in
-//! the same series, with the same tags, as a line-protocol point with that key. Tags from the
-//! `tags` object are merged in; a tag that the key and the object both give with different
-//! values is an error, because either choice would silently contradict what the client sent.
+//! escapes `\,` and `\ ` undone), or the whole key when that is empty. When the whole key
+//! parses as a line-protocol series key (`measurement,tag=value,...`), its tags are the
+//! reading's tags too, so the reading lands in the same series, with the same tags, as a
+//! line-protocol point with that key. Tags from the `tags` object are merged in; a tag that
+//! the key and the object both give with different values is an error, because either choice
+//! would silently contradict what the client sent.
 //!
 //! # Errors
 //! Each reading yields its own result, so one bad reading never hides the good ones. A body
@@ -297,7 +298,11 @@ fn parse_item(
     let sensor = wire.sensor.0;
     let (measurement, mut tags) = match line_protocol::parse_series_key(&sensor) {
         Some(ParsedSeries { measurement, tags }) => (measurement, tags),
-        None => (line_protocol::measurement_prefix(&sensor), Vec::new()),
+        None => match line_protocol::measurement_prefix(&sensor) {
+            // A key that starts with a comma has no measurement part: use the whole key.
+            prefix if prefix.is_empty() => (sensor.clone(), Vec::new()),
+            prefix => (prefix, Vec::new()),
+        },
     };
     if let Some(Entries(extra)) = wire.tags {
         tags.extend(extra.into_iter().map(|(k, Text(v))| (k, v)));
@@ -577,6 +582,7 @@ mod tests {
         assert_eq!(s.measurement, "living room");
         assert_eq!(s.tags, vec![("b".into(), "x".into())]);
         assert_eq!(err(r#"{"sensor":"a","value":1,"tags":{"b":1}}"#).reason, "syntax");
+        assert_eq!(one(r#"{"sensor":",x","value":1}"#).0.measurement, ",x");
     }
 
     #[test]
