@@ -28,6 +28,9 @@ use crate::store::Store;
 /// sends a newline costs little.
 pub const TCP_MAX_LINE_BYTES: usize = 1 << 20;
 
+/// Most readings a TCP connection pushes at once (one read's worth of short lines).
+pub const TCP_MAX_PUSH_READINGS: usize = 1000;
+
 /// Opens the store the configuration selects: MongoDB when `--mongodb-uri` is given, else the
 /// embedded store in `--data-dir`. The one place that decides.
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
@@ -155,6 +158,7 @@ impl Server {
                 max_body_bytes: config.max_body_bytes,
                 request_timeout: config.request_timeout,
                 max_concurrent_writes: config.max_concurrent_writes,
+                max_buffered_readings: config.max_buffered_readings,
             },
             metrics,
         };
@@ -169,6 +173,7 @@ impl Server {
                 max_connections: config.max_tcp_connections,
                 max_line_bytes: TCP_MAX_LINE_BYTES,
                 idle_timeout: config.tcp_idle_timeout,
+                max_push_readings: TCP_MAX_PUSH_READINGS.min(config.max_buffered_readings),
             };
             tokio::spawn(tcp::serve(
                 listener,

@@ -34,6 +34,9 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("request body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    /// One request read whole carries more readings than the buffers can ever hold.
+    #[error("request carries {count} readings, more than the {limit} the server buffers at once")]
+    TooManyReadings { count: usize, limit: usize },
     /// The buffers are at their bound. `accepted` readings of this request (streamed NDJSON
     /// only; otherwise 0) were taken before the bound was hit and stay accepted.
     #[error("buffers are full; retry in {RETRY_AFTER_SECS} s")]
@@ -77,7 +80,9 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) | ApiError::InvalidItems(_) => StatusCode::BAD_REQUEST,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::PayloadTooLarge { .. } | ApiError::TooManyReadings { .. } => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             ApiError::BuffersFull { .. } | ApiError::Overloaded | ApiError::NotReady { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }

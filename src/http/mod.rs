@@ -48,6 +48,9 @@ pub struct HttpLimits {
     pub request_timeout: Duration,
     /// Write requests handled at once; more get 503.
     pub max_concurrent_writes: usize,
+    /// The buffers' bound: a request read whole with more readings can never fit (413), and
+    /// streamed NDJSON pushes in pieces no larger than it.
+    pub max_buffered_readings: usize,
 }
 
 /// The whole HTTP API.

@@ -209,16 +209,22 @@ fn partition<E>(
     (good, bad)
 }
 
-/// Pushes all-or-nothing and counts the outcome.
+/// Pushes all-or-nothing and counts the outcome. More readings than the buffers' whole bound
+/// could never be taken, so that is 413 rather than a 503 the client would retry forever.
 fn push(
     buffers: &Buffers,
     items: Vec<(SeriesMeta, Reading)>,
     protocol: Protocol,
+    limits: &HttpLimits,
 ) -> Result<usize, ApiError> {
     if items.is_empty() {
         return Ok(0);
     }
     let n = items.len();
+    if n > limits.max_buffered_readings {
+        count_rejected(protocol, "too_many_readings", n);
+        return Err(ApiError::TooManyReadings { count: n, limit: limits.max_buffered_readings });
+    }
     match buffers.push(items) {
         Ok(accepted) => {
             count_accepted(protocol, accepted);
@@ -299,18 +305,23 @@ impl JsonTally {
         }
     }
 
-    fn push_pending(&mut self, buffers: &Buffers) -> Result<(), ApiError> {
-        let items = std::mem::take(&mut self.pending);
-        match push(buffers, items, self.protocol) {
-            Ok(n) => {
-                self.accepted += n;
-                Ok(())
+    /// Pushes what is pending, in pieces of at most `piece` readings. Each piece is
+    /// all-or-nothing; pieces pushed before a failure stay accepted.
+    fn push_pending(&mut self, state: &AppState, piece: usize) -> Result<(), ApiError> {
+        let mut items = std::mem::take(&mut self.pending);
+        while !items.is_empty() {
+            let rest = items.split_off(items.len().min(piece.max(1)));
+            match push(&state.buffers, items, self.protocol, &state.http) {
+                Ok(n) => self.accepted += n,
+                Err(ApiError::BuffersFull { .. }) => {
+                    count_rejected(self.protocol, "buffers_full", rest.len());
+                    return Err(ApiError::BuffersFull { accepted: self.accepted });
+                }
+                Err(e) => return Err(e),
             }
-            Err(ApiError::BuffersFull { .. }) => {
-                Err(ApiError::BuffersFull { accepted: self.accepted })
-            }
-            Err(e) => Err(e),
+            items = rest;
         }
+        Ok(())
     }
 
     fn into_response(self) -> Result<Response, ApiError> {
@@ -336,10 +347,15 @@ async fn write_readings(
         JsonBody::Document => {
             let bytes =
                 read_body(body, &headers, state.http.max_body_bytes, Protocol::Json).await?;
+            if bytes.iter().all(u8::is_ascii_whitespace) {
+                return Err(ApiError::BadRequest(
+                    "empty body: send one JSON reading, an array of them, or NDJSON".into(),
+                ));
+            }
             let mut tally = JsonTally::new(Protocol::Json);
             tally.add(json::parse_document(&bytes, now_ms(), &state.limits));
             drop(bytes);
-            tally.push_pending(&state.buffers)?;
+            tally.push_pending(&state, usize::MAX)?;
             tally.into_response()
         }
         JsonBody::Ndjson => {
@@ -397,6 +413,7 @@ async fn stream_ndjson(
     let mut gzip = (encoding == Encoding::Gzip).then(GzipStream::new);
     let mut tally = JsonTally::new(Protocol::Ndjson);
     let mut stream = body.into_data_stream();
+    let push_every = NDJSON_PUSH_READINGS.min(state.http.max_buffered_readings);
 
     // Readings already pushed stay accepted whatever happens later in the stream, so every
     // failure from here on reports how many there were.
@@ -421,8 +438,8 @@ async fn stream_ndjson(
                 })
                 .map_err(|e| mid_stream(tally.accepted, e))?,
         }
-        if tally.pending.len() >= NDJSON_PUSH_READINGS {
-            tally.push_pending(&state.buffers)?;
+        if tally.pending.len() >= push_every {
+            tally.push_pending(state, push_every)?;
         }
     }
     if let Some(gz) = gzip {
@@ -433,7 +450,7 @@ async fn stream_ndjson(
         .map_err(|e| mid_stream(tally.accepted, e))?;
     }
     tally.add(decoder.finish(now, limits));
-    tally.push_pending(&state.buffers)?;
+    tally.push_pending(state, push_every)?;
     tally.into_response()
 }
 
@@ -513,7 +530,7 @@ async fn write_line_protocol(
     for e in &bad {
         count_rejected(Protocol::LpHttp, e.reason, 1);
     }
-    let accepted = push(&state.buffers, good, Protocol::LpHttp)?;
+    let accepted = push(&state.buffers, good, Protocol::LpHttp, &state.http)?;
     if bad.is_empty() {
         Ok(StatusCode::NO_CONTENT)
     } else {

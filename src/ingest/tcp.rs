@@ -42,6 +42,9 @@ pub struct TcpConfig {
     pub max_line_bytes: usize,
     /// A connection that sends nothing for this long is closed.
     pub idle_timeout: Duration,
+    /// Most readings pushed at once. At most the buffers' bound, so that waiting for room
+    /// never lets one push take the buffers past it.
+    pub max_push_readings: usize,
 }
 
 /// Accepts connections until `shutdown` fires, then waits for open connections to stop (each
@@ -192,18 +195,20 @@ where
         }
         if end > 0 {
             let chunk = buf.split_to(end);
-            let items = sink.parse(&chunk);
+            let mut items = sink.parse(&chunk);
             drop(chunk);
-            if !items.is_empty() {
-                let n = items.len();
+            while !items.is_empty() {
+                let rest = items.split_off(items.len().min(config.max_push_readings.max(1)));
+                let waiting = items.len() + rest.len();
                 tokio::select! {
                     biased;
                     _ = shutdown.cancelled() => {
-                        sink.dropped_at_shutdown(n);
+                        sink.dropped_at_shutdown(waiting);
                         return ConnectionEnd::Shutdown;
                     }
                     _ = sink.push(items) => {}
                 }
+                items = rest;
             }
         }
         if eof {
@@ -357,6 +362,7 @@ mod tests {
             max_connections: 10,
             max_line_bytes: 100,
             idle_timeout: Duration::from_secs(300),
+            max_push_readings: 1000,
         }
     }
 
