@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -154,11 +154,14 @@ where
     // True while discarding the rest of an over-long line, up to its newline.
     let mut skipping = false;
     loop {
+        // `limit`: the buffer's spare capacity may be larger than asked, and one read must not
+        // bring in more than READ_CHUNK, or a line could grow far past the limit unchecked.
         buf.reserve(READ_CHUNK);
+        let mut room = (&mut buf).limit(READ_CHUNK);
         let read = tokio::select! {
             biased;
             _ = shutdown.cancelled() => return ConnectionEnd::Shutdown,
-            read = tokio::time::timeout(config.idle_timeout, reader.read_buf(&mut buf)) => read,
+            read = tokio::time::timeout(config.idle_timeout, reader.read_buf(&mut room)) => read,
         };
         let n = match read {
             Err(_elapsed) => return ConnectionEnd::Idle,
@@ -185,30 +188,40 @@ where
             }
         }
 
-        let mut end = 0;
-        while let Some(len) = sink.complete_line_len(&buf[end..]) {
-            end += len;
-        }
-        if eof {
-            // A last line without its newline is still a line.
-            end = buf.len();
-        }
-        if end > 0 {
-            let chunk = buf.split_to(end);
-            let mut items = sink.parse(&chunk);
-            drop(chunk);
-            while !items.is_empty() {
-                let rest = items.split_off(items.len().min(config.max_push_readings.max(1)));
-                let waiting = items.len() + rest.len();
-                tokio::select! {
-                    biased;
-                    _ = shutdown.cancelled() => {
-                        sink.dropped_at_shutdown(waiting);
-                        return ConnectionEnd::Shutdown;
-                    }
-                    _ = sink.push(items) => {}
+        // Deliver the complete lines, stepping over any that is longer than the limit.
+        loop {
+            let mut end = 0;
+            let mut over_long = None;
+            while let Some(len) = sink.complete_line_len(&buf[end..]) {
+                if len > config.max_line_bytes {
+                    over_long = Some(len);
+                    break;
                 }
-                items = rest;
+                end += len;
+            }
+            if eof && over_long.is_none() && end < buf.len() {
+                // A last line without its newline is still a line.
+                let tail = buf.len() - end;
+                if tail > config.max_line_bytes {
+                    over_long = Some(tail);
+                } else {
+                    end = buf.len();
+                }
+            }
+            if end > 0 {
+                let chunk = buf.split_to(end);
+                let items = sink.parse(&chunk);
+                drop(chunk);
+                if let Err(end) = push_all(sink, items, config, shutdown).await {
+                    return end;
+                }
+            }
+            match over_long {
+                Some(len) => {
+                    buf.advance(len);
+                    sink.line_too_long();
+                }
+                None => break,
             }
         }
         if eof {
@@ -220,6 +233,29 @@ where
             skipping = true;
         }
     }
+}
+
+/// Pushes in pieces of at most `max_push_readings`, each raced against shutdown.
+async fn push_all<S: LineSink>(
+    sink: &mut S,
+    mut items: Vec<(SeriesMeta, Reading)>,
+    config: &TcpConfig,
+    shutdown: &CancellationToken,
+) -> Result<(), ConnectionEnd> {
+    while !items.is_empty() {
+        let rest = items.split_off(items.len().min(config.max_push_readings.max(1)));
+        let waiting = items.len() + rest.len();
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => {
+                sink.dropped_at_shutdown(waiting);
+                return Err(ConnectionEnd::Shutdown);
+            }
+            _ = sink.push(items) => {}
+        }
+        items = rest;
+    }
+    Ok(())
 }
 
 /// Parses line protocol (nanosecond timestamps, as the TCP listeners of InfluxDB take them)
@@ -401,6 +437,18 @@ mod tests {
         writer.await.unwrap();
         assert_eq!(sink.lines, ["a v=1", "b v=2"]);
         assert_eq!(sink.too_long, 1);
+    }
+
+    #[tokio::test]
+    async fn an_over_long_line_arriving_whole_is_skipped_too() {
+        // One read brings the whole line with its newline, and the stream ends on another
+        // over-long line without a newline.
+        let long = "y".repeat(150);
+        let input = format!("a v=1\n{long}\nb v=2\n{long}");
+        let mut sink = FakeSink::default();
+        read_lines(input.as_bytes(), &mut sink, &config(), &CancellationToken::new()).await;
+        assert_eq!(sink.lines, ["a v=1", "b v=2"]);
+        assert_eq!(sink.too_long, 2);
     }
 
     #[tokio::test(start_paused = true)]
