@@ -1,1 +1,126 @@
-//! (placeholder until its issue lands)
+//! Range, rollup and sensor queries over HTTP, for dashboards. Every endpoint merges the
+//! readings still in the buffers with what the store holds, so a reading is visible as soon as
+//! its write was acknowledged.
+//!
+//! # Consistency during a flush
+//! Readings and the buffers' unflushed readings are read one after the other, not atomically.
+//! If a flush confirms a batch between the two reads, that batch's readings are missed by this
+//! request (store read first, buffers after) or, if the store read comes second, counted twice.
+//! The window is one store round trip and closes with the next request.
+//!
+//! # Layout
+//! - [`readings`]: `GET /api/v1/readings` (JSON / NDJSON / CSV, streamed, cursor paging).
+//! - [`rollups`]: `GET /api/v1/rollups`.
+//! - [`sensors`]: `GET /api/v1/sensors`.
+//! - [`openapi`]: `GET /api/v1/openapi.json`.
+//! - [`error`]: `QueryError` and its status mapping; [`params`], [`cursor`]: shared parsing.
+
+pub mod cursor;
+pub mod error;
+mod merge;
+pub mod openapi;
+pub mod params;
+pub mod readings;
+pub mod rollups;
+pub mod sensors;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::get;
+
+pub use error::{QueryError, status_of};
+
+use crate::buffer::Buffers;
+use crate::model::{HOUR_MS, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, TimestampMs};
+use crate::store::{SensorInfo, Store, StoreError};
+
+/// Where the query side finds readings accepted but not yet written to the store. A trait so
+/// tests can stand in for [`Buffers`].
+pub trait Unflushed: Send + Sync + 'static {
+    /// Readings of `sensor` with `from <= ts < to`, ascending by timestamp, arrival order for
+    /// equal timestamps.
+    fn unflushed(&self, sensor: &str, from: TimestampMs, to: TimestampMs) -> Vec<Reading>;
+
+    /// Sensors with unflushed readings, with their first and last unflushed timestamps.
+    fn unflushed_sensors(&self) -> Vec<SensorInfo>;
+
+    /// Whether `sensor` has any unflushed reading. Only asked when a query found nothing.
+    fn has_unflushed(&self, sensor: &str) -> bool {
+        !self.unflushed(sensor, MIN_TIMESTAMP_MS, MAX_TIMESTAMP_MS + 1).is_empty()
+    }
+}
+
+impl Unflushed for Buffers {
+    fn unflushed(&self, sensor: &str, from: TimestampMs, to: TimestampMs) -> Vec<Reading> {
+        Buffers::unflushed(self, sensor, from, to)
+    }
+
+    fn unflushed_sensors(&self) -> Vec<SensorInfo> {
+        Buffers::unflushed_sensors(self)
+    }
+}
+
+/// Page sizes and ranges. Over-limit requests are refused with 400, never clamped.
+#[derive(Clone, Debug)]
+pub struct QueryLimits {
+    /// Readings per page when `limit` is absent.
+    pub default_readings: usize,
+    /// Largest `limit` for readings: bounds one response, and the page CSV collects.
+    pub max_readings: usize,
+    pub default_sensors: usize,
+    pub max_sensors: usize,
+    /// Most steps one rollup may span: bounds the rows a rollup builds in memory.
+    pub max_rollup_steps: u64,
+    /// Length of the range when `from` is absent.
+    pub default_range_ms: i64,
+}
+
+impl Default for QueryLimits {
+    fn default() -> Self {
+        QueryLimits {
+            default_readings: 1_000,
+            max_readings: 100_000,
+            default_sensors: 100,
+            max_sensors: 10_000,
+            max_rollup_steps: 10_000,
+            default_range_ms: HOUR_MS,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct QueryState {
+    pub store: Arc<dyn Store>,
+    pub unflushed: Arc<dyn Unflushed>,
+    pub limits: QueryLimits,
+}
+
+impl QueryState {
+    pub fn new(store: Arc<dyn Store>, buffers: Arc<Buffers>) -> QueryState {
+        QueryState { store, unflushed: buffers, limits: QueryLimits::default() }
+    }
+}
+
+/// The query routes, with their state applied, for the server's router to `.merge()`.
+pub fn router(state: QueryState) -> Router {
+    Router::new()
+        .route("/api/v1/readings", get(readings::get_readings))
+        .route("/api/v1/rollups", get(rollups::get_rollups))
+        .route("/api/v1/sensors", get(sensors::get_sensors))
+        .route("/api/v1/openapi.json", get(openapi::get_openapi))
+        .with_state(state)
+}
+
+fn now_ms() -> TimestampMs {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// A sensor is known if it has any reading, buffered or stored. Asked only when a query came
+/// back empty, so a known sensor with data in range costs nothing extra.
+async fn sensor_known(state: &QueryState, sensor: &str) -> Result<bool, StoreError> {
+    if state.unflushed.has_unflushed(sensor) {
+        return Ok(true);
+    }
+    state.store.sensor_exists(sensor).await
+}

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
-use crate::model::{Batch, Reading, TimestampMs};
+use crate::model::{Batch, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, TimestampMs};
 
 /// Version of the on-disk / in-database bucket layout, written into every bucket so that a
 /// later bucketd can read (or migrate) what an earlier one wrote.
@@ -187,4 +187,19 @@ pub trait Store: Send + Sync + 'static {
     async fn rollups(&self, query: RollupQuery) -> Result<Vec<RollupRow>, StoreError>;
 
     async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError>;
+
+    /// Whether any reading of `sensor` is stored; lets the query API tell an unknown sensor
+    /// (404) from an empty range (200). The default reads at most one reading over all time;
+    /// a store with a cheaper lookup may override it.
+    async fn sensor_exists(&self, sensor: &str) -> Result<bool, StoreError> {
+        use futures::StreamExt;
+        let mut readings = self.readings(RangeQuery {
+            sensor: sensor.to_owned(),
+            from: MIN_TIMESTAMP_MS,
+            to: MAX_TIMESTAMP_MS + 1,
+            order: Order::Asc,
+            limit: Some(1),
+        });
+        Ok(readings.next().await.transpose()?.is_some())
+    }
 }

@@ -1,0 +1,125 @@
+//! The one error type of the query API and the one place that decides its HTTP status.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::store::StoreError;
+
+/// Why a query was not answered. Every variant but `Store` is the client's doing and maps to a
+/// 4xx; `Store` maps to 503 when the store is unreachable (worth retrying) and to 500 otherwise.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    #[error("missing parameter `{0}`")]
+    MissingParam(&'static str),
+    #[error("parameter `{0}` given more than once")]
+    DuplicateParam(String),
+    #[error("query string is not valid URL encoding")]
+    BadQueryString,
+    #[error("bad `{param}`: {why}")]
+    BadParam { param: &'static str, why: String },
+    #[error("`from` ({from}) is after `to` ({to})")]
+    FromAfterTo { from: String, to: String },
+    #[error("bad cursor: {0}")]
+    BadCursor(&'static str),
+    #[error("too many steps: the range holds {steps} steps of this size, the limit is {max}")]
+    TooManySteps { steps: u128, max: u64 },
+    #[error("unknown sensor {0:?}")]
+    UnknownSensor(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What was wrong, for a person to read.
+    pub error: String,
+}
+
+/// The status of every query error, in one place; the server's error mapping folds this in.
+pub fn status_of(err: &QueryError) -> StatusCode {
+    match err {
+        QueryError::MissingParam(_)
+        | QueryError::DuplicateParam(_)
+        | QueryError::BadQueryString
+        | QueryError::BadParam { .. }
+        | QueryError::FromAfterTo { .. }
+        | QueryError::BadCursor(_)
+        | QueryError::TooManySteps { .. } => StatusCode::BAD_REQUEST,
+        QueryError::UnknownSensor(_) => StatusCode::NOT_FOUND,
+        QueryError::Store(StoreError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
+        // Our own validation should make the store's complaint impossible; if it happens anyway
+        // it is still about the request, and bad input never earns a 500.
+        QueryError::Store(StoreError::InvalidQuery(_)) => StatusCode::BAD_REQUEST,
+        QueryError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl IntoResponse for QueryError {
+    fn into_response(self) -> Response {
+        let status = status_of(&self);
+        let message = match status {
+            StatusCode::SERVICE_UNAVAILABLE => "store unavailable".to_owned(),
+            StatusCode::INTERNAL_SERVER_ERROR => {
+                // Logged here and nowhere else, so each failure is logged once; the client gets
+                // a generic message because the detail may describe our internals.
+                tracing::error!(error = %self, "query failed");
+                "internal error".to_owned()
+            }
+            _ => self.to_string(),
+        };
+        let mut response = (status, Json(ErrorBody { error: message })).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_errors_are_4xx_and_store_errors_split_by_kind() {
+        assert_eq!(status_of(&QueryError::BadCursor("garbage")), StatusCode::BAD_REQUEST);
+        assert_eq!(status_of(&QueryError::UnknownSensor("x".into())), StatusCode::NOT_FOUND);
+        assert_eq!(
+            status_of(&StoreError::Unavailable("down".into()).into()),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            status_of(&StoreError::Corrupt("bad".into()).into()),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+        assert_eq!(
+            status_of(&StoreError::InvalidQuery("no".into()).into()),
+            StatusCode::BAD_REQUEST
+        );
+    }
+
+    async fn body(response: Response) -> serde_json::Value {
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[tokio::test]
+    async fn server_errors_do_not_leak_details() {
+        let response = QueryError::Store(StoreError::Corrupt("secret path".into())).into_response();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(body(response).await, serde_json::json!({"error": "internal error"}));
+        let response = QueryError::Store(StoreError::Unavailable("host x".into())).into_response();
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+        assert_eq!(body(response).await, serde_json::json!({"error": "store unavailable"}));
+    }
+
+    #[tokio::test]
+    async fn client_errors_explain_themselves() {
+        let response = QueryError::MissingParam("sensor").into_response();
+        assert_eq!(
+            body(response).await,
+            serde_json::json!({"error": "missing parameter `sensor`"})
+        );
+    }
+}

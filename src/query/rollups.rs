@@ -1,0 +1,132 @@
+//! `GET /api/v1/rollups`: per-step statistics of a sensor's numeric fields.
+//!
+//! The store decides how to compute them (whole-hour steps over hour-aligned ranges come from
+//! bucket statistics, anything else from the readings); readings not yet flushed are merged in
+//! here. Row and field sets are bounded by the step limit and the fields per reading, so the
+//! response is built whole rather than streamed.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{RawQuery, State};
+use serde::Serialize;
+
+use super::error::QueryError;
+use super::params::{Params, format_ts, parse_step, parse_time, resolve_range};
+use super::{QueryState, now_ms, sensor_known};
+use crate::store::{FieldStats, RollupQuery};
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct RollupsResponse {
+    pub sensor: String,
+    pub step_ms: i64,
+    /// Steps with at least one numeric value, ascending; empty steps are omitted.
+    pub rows: Vec<RollupRowJson>,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct RollupRowJson {
+    /// Start of the step (a multiple of the step since the epoch), RFC 3339 UTC.
+    pub t: String,
+    pub fields: BTreeMap<String, StatsJson>,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct StatsJson {
+    pub count: u64,
+    pub min: f64,
+    pub max: f64,
+    /// `null` only if the sum overflows f64.
+    pub sum: f64,
+    pub mean: f64,
+}
+
+impl From<&FieldStats> for StatsJson {
+    fn from(s: &FieldStats) -> Self {
+        StatsJson { count: s.count, min: s.min, max: s.max, sum: s.sum, mean: s.mean() }
+    }
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/rollups",
+    tag = "query",
+    params(
+        ("sensor" = String, Query, description = "Sensor key."),
+        ("from" = Option<String>, Query, description = "Start, inclusive: RFC 3339 or epoch milliseconds. Default: `to` minus one hour."),
+        ("to" = Option<String>, Query, description = "End, exclusive: RFC 3339 or epoch milliseconds. Default: now."),
+        ("step" = Option<String>, Query, description = "Step length: a number and a unit ms, s, m, h or d, a sum such as `1h30m`, or a bare number of milliseconds (Grafana's `${__interval_ms}`). Default `1h`, minimum `1s`; the range may span at most 10000 steps. Steps are aligned to multiples of the step since the epoch (UTC), so the first row may start before `from` (it only counts readings from `from` on)."),
+        ("fields" = Option<String>, Query, description = "Comma-separated field names; default every numeric field."),
+    ),
+    responses(
+        (status = 200, description = "Statistics per step and numeric field.", body = RollupsResponse),
+        (status = 400, description = "Bad parameter.", body = super::error::ErrorBody),
+        (status = 404, description = "No data of this sensor at all.", body = super::error::ErrorBody),
+        (status = 503, description = "Store unavailable; retry.", body = super::error::ErrorBody),
+    )
+)]
+pub async fn get_rollups(
+    State(state): State<QueryState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<RollupsResponse>, QueryError> {
+    let p = Params::parse(raw.as_deref())?;
+    let sensor = p.required("sensor")?.to_owned();
+    let from = p.get("from")?.map(|s| parse_time("from", s)).transpose()?;
+    let to = p.get("to")?.map(|s| parse_time("to", s)).transpose()?;
+    let step_ms = parse_step(p.get("step")?.unwrap_or("1h"))?;
+    let fields: Option<Vec<String>> = p
+        .get("fields")?
+        .map(|s| s.split(',').map(str::trim).filter(|f| !f.is_empty()).map(str::to_owned).collect())
+        .filter(|f: &Vec<String>| !f.is_empty());
+    let (from, to) = resolve_range(from, to, now_ms(), state.limits.default_range_ms)?;
+
+    let first_step = from.div_euclid(step_ms) * step_ms;
+    let steps = if to > from {
+        (i128::from(to) - i128::from(first_step) + i128::from(step_ms) - 1) / i128::from(step_ms)
+    } else {
+        0
+    };
+    if steps > i128::from(state.limits.max_rollup_steps) {
+        return Err(QueryError::TooManySteps {
+            steps: steps as u128,
+            max: state.limits.max_rollup_steps,
+        });
+    }
+
+    let rows = state
+        .store
+        .rollups(RollupQuery { sensor: sensor.clone(), from, to, step_ms, fields: fields.clone() })
+        .await?;
+    let mut merged: BTreeMap<i64, BTreeMap<String, FieldStats>> =
+        rows.into_iter().map(|r| (r.start, r.fields)).collect();
+    for reading in state.unflushed.unflushed(&sensor, from, to) {
+        let start = reading.ts.div_euclid(step_ms) * step_ms;
+        for (name, value) in &reading.fields {
+            let Some(v) = value.as_f64() else { continue };
+            if fields.as_ref().is_some_and(|f| !f.contains(name)) {
+                continue;
+            }
+            merged
+                .entry(start)
+                .or_default()
+                .entry(name.clone())
+                .and_modify(|s| s.merge(&FieldStats::of(v)))
+                .or_insert_with(|| FieldStats::of(v));
+        }
+    }
+    if merged.is_empty() && !sensor_known(&state, &sensor).await? {
+        return Err(QueryError::UnknownSensor(sensor));
+    }
+    Ok(Json(RollupsResponse {
+        sensor,
+        step_ms,
+        rows: merged
+            .into_iter()
+            .filter(|(_, f)| !f.is_empty())
+            .map(|(start, f)| RollupRowJson {
+                t: format_ts(start),
+                fields: f.iter().map(|(k, s)| (k.clone(), s.into())).collect(),
+            })
+            .collect(),
+    }))
+}

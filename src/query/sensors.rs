@@ -1,0 +1,125 @@
+//! `GET /api/v1/sensors`: sensors by tag and measurement, paged by key.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{RawQuery, State};
+use serde::Serialize;
+
+use super::QueryState;
+use super::cursor::{decode_sensor_cursor, encode_sensor_cursor};
+use super::error::QueryError;
+use super::params::{Params, format_ts, parse_limit};
+use crate::store::{SensorInfo, SensorQuery};
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct SensorsResponse {
+    /// Ordered by key.
+    pub sensors: Vec<SensorJson>,
+    /// Pass as `cursor` to get the next page; `null` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct SensorJson {
+    pub key: String,
+    pub measurement: String,
+    pub tags: BTreeMap<String, String>,
+    /// Earliest reading, stored or buffered, RFC 3339 UTC.
+    pub first: String,
+    /// Latest reading, stored or buffered, RFC 3339 UTC.
+    pub last: String,
+}
+
+fn parse_tag(s: &str) -> Result<(String, String), QueryError> {
+    match s.split_once(':') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(QueryError::BadParam { param: "tag", why: format!("{s:?} is not key:value") }),
+    }
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/sensors",
+    tag = "query",
+    params(
+        ("tag" = Option<Vec<String>>, Query, explode = true, description = "`key:value`, split at the first colon; repeat for several tags (all must match)."),
+        ("measurement" = Option<String>, Query, description = "Only sensors of this measurement."),
+        ("limit" = Option<usize>, Query, description = "Sensors per page, 1 to 10000 (default 100); larger values are refused with 400."),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page."),
+    ),
+    responses(
+        (status = 200, description = "One page of sensors, including sensors whose readings are all still buffered.", body = SensorsResponse),
+        (status = 400, description = "Bad parameter or cursor.", body = super::error::ErrorBody),
+        (status = 503, description = "Store unavailable; retry.", body = super::error::ErrorBody),
+    )
+)]
+pub async fn get_sensors(
+    State(state): State<QueryState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<SensorsResponse>, QueryError> {
+    let p = Params::parse(raw.as_deref())?;
+    let tags = p.all("tag").map(parse_tag).collect::<Result<Vec<_>, _>>()?;
+    let measurement = p.get("measurement")?.map(str::to_owned);
+    let limit =
+        parse_limit(p.get("limit")?, state.limits.default_sensors, state.limits.max_sensors)?;
+    let after = p.get("cursor")?.map(decode_sensor_cursor).transpose()?;
+
+    let stored = state
+        .store
+        .sensors(SensorQuery {
+            tags: tags.clone(),
+            measurement: measurement.clone(),
+            after: after.clone(),
+            limit: limit + 1,
+        })
+        .await?;
+    // The store's first `limit + 1` keys plus every matching buffered key contain the first
+    // `limit + 1` keys of the union, and any stored sensor among them was returned by the store,
+    // so its first/last can be widened here.
+    let mut merged: BTreeMap<String, SensorInfo> =
+        stored.into_iter().map(|s| (s.key.clone(), s)).collect();
+    for s in state.unflushed.unflushed_sensors() {
+        let matches = after.as_ref().is_none_or(|a| s.key > *a)
+            && measurement.as_ref().is_none_or(|m| *m == s.measurement)
+            && tags.iter().all(|t| s.tags.contains(t));
+        if !matches {
+            continue;
+        }
+        merged
+            .entry(s.key.clone())
+            .and_modify(|m| {
+                m.first = m.first.min(s.first);
+                m.last = m.last.max(s.last);
+            })
+            .or_insert(s);
+    }
+    let more = merged.len() > limit;
+    let sensors: Vec<SensorJson> = merged
+        .into_values()
+        .take(limit)
+        .map(|s| SensorJson {
+            key: s.key,
+            measurement: s.measurement,
+            tags: s.tags.into_iter().collect(),
+            first: format_ts(s.first),
+            last: format_ts(s.last),
+        })
+        .collect();
+    let next_cursor =
+        if more { sensors.last().map(|s| encode_sensor_cursor(&s.key)) } else { None };
+    Ok(Json(SensorsResponse { sensors, next_cursor }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_split_at_the_first_colon() {
+        assert_eq!(parse_tag("site:a:b").unwrap(), ("site".into(), "a:b".into()));
+        assert_eq!(parse_tag("site:").unwrap(), ("site".into(), "".into()));
+        assert!(parse_tag("site").is_err());
+        assert!(parse_tag(":a").is_err());
+    }
+}
