@@ -93,7 +93,7 @@ fn describe() {
         READINGS_REJECTED,
         Unit::Count,
         "Readings or lines refused at ingest, by protocol and reason (syntax, sensor, fields, \
-         name, value, timestamp, line_too_long, buffers_full)."
+         name, value, timestamp, line_too_long, buffers_full, too_many_readings, shutdown)."
     );
     describe_counter!(
         RECEIVED_BYTES,
