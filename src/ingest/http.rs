@@ -6,8 +6,8 @@
 //! | `POST /api/v1/readings` (JSON: one reading or an array) | 202 `{"accepted": n}` | 400 `{"error", "accepted", "rejected": [{"index", "error"}] (first 100), "rejected_count"}` with the valid items accepted; 400 malformed/empty; 413 over `--max-body-bytes` (also decompressed) or more readings than `--max-buffered-readings`; 415 content type/encoding; 503 + `Retry-After: 1` buffers full (nothing accepted) |
 //! | `POST /api/v1/readings` (`application/x-ndjson`, streamed) | 202 `{"accepted": n}` | as JSON, but pushed every 10,000 lines: a 503 body's `accepted` counts pieces already taken, which stay accepted; only each line is bound by `--max-body-bytes` |
 //! | `POST /write` (v1), `POST /api/v2/write` (v2), gzip accepted | 204 | 400 partial write (good lines kept; v1 `{"error"}`, v2 `{"code": "invalid", "message"}` naming the first 100 bad lines, 1-based); 400 bad precision; 413; 503 + `Retry-After` (nothing accepted) |
-//! | `GET|HEAD /ping` | 204, `X-Influxdb-Version`, `X-Influxdb-Build: OSS` | |
-//! | `GET|POST /query` | 200 `{"results": [{"statement_id": 0}]}` for `CREATE DATABASE` | 400 for anything else |
+//! | `GET`, `HEAD` `/ping` | 204, `X-Influxdb-Version`, `X-Influxdb-Build: OSS` | |
+//! | `GET`, `POST` `/query` | 200 `{"results": [{"statement_id": 0}]}` for `CREATE DATABASE` | 400 for anything else |
 //!
 //! Write routes share one concurrency limit (`--max-concurrent-writes`, over it: 503 +
 //! `Retry-After`) and a timeout (`--request-timeout`, 408); those two answer in bucketd's
