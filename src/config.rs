@@ -1,1 +1,304 @@
-//! (placeholder)
+//! Command-line flags and their environment twins. Every flag can also be set through the
+//! `BUCKETD_*` variable named in `--help`; a flag on the command line wins over the variable.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+use crate::buffer::BufferConfig;
+use crate::flush::FlushConfig;
+use crate::model::InputLimits;
+use crate::store::BucketLimits;
+
+/// First and longest retry delay after a retriable store failure. Not flags: the first is short
+/// so that a blip costs little latency, the last short enough that a recovered MongoDB is used
+/// again within seconds.
+const FLUSH_MIN_BACKOFF: Duration = Duration::from_millis(100);
+const FLUSH_MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+/// bucketd: ingests sensor readings (JSON, InfluxDB line protocol) into hourly buckets.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "bucketd", version, about)]
+pub struct Config {
+    /// Address of the HTTP API (ingest, queries, /metrics, /health, /ready).
+    #[arg(long, env = "BUCKETD_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    pub http_addr: String,
+
+    /// Address of the raw line-protocol TCP listener (newline-delimited, as InfluxDB's
+    /// Graphite/UDP-style listeners and Telegraf's socket_writer send it). Off unless given.
+    #[arg(long, env = "BUCKETD_TCP_ADDR")]
+    pub tcp_addr: Option<String>,
+
+    /// Directory of the embedded store (used when --mongodb-uri is not given).
+    #[arg(long, env = "BUCKETD_DATA_DIR", default_value = "./bucketd-data")]
+    pub data_dir: PathBuf,
+
+    /// MongoDB connection string; when set, MongoDB is the store instead of the embedded one.
+    #[arg(long, env = "BUCKETD_MONGODB_URI", hide_env_values = true)]
+    pub mongodb_uri: Option<String>,
+
+    /// MongoDB database that holds the bucket collections.
+    #[arg(long, env = "BUCKETD_MONGODB_DATABASE", default_value = "bucketd")]
+    pub mongodb_database: String,
+
+    /// How long MongoDB keeps buckets (a TTL index on the bucket's hour), e.g. `30d`.
+    /// Kept forever when not given.
+    #[arg(long, env = "BUCKETD_RETENTION", value_parser = parse_duration)]
+    pub retention: Option<Duration>,
+
+    /// A buffer whose oldest reading is this old is flushed to the store, e.g. `250ms`, `1s`.
+    #[arg(long, env = "BUCKETD_FLUSH_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub flush_interval: Duration,
+
+    /// A bucket document holds at most this many readings; a buffer this full is flushed at
+    /// once.
+    #[arg(
+        long,
+        env = "BUCKETD_BUCKET_MAX_READINGS",
+        default_value_t = 1000,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub bucket_max_readings: u32,
+
+    /// A bucket document's readings take at most this many (approximate BSON) bytes.
+    #[arg(
+        long,
+        env = "BUCKETD_BUCKET_MAX_BYTES",
+        default_value_t = 128_000,
+        value_parser = parse_bucket_max_bytes
+    )]
+    pub bucket_max_bytes: u32,
+
+    /// Memory bound: readings held in buffers (including those being flushed). Past it, HTTP
+    /// writes get 503 with Retry-After and TCP connections stop being read.
+    #[arg(
+        long,
+        env = "BUCKETD_MAX_BUFFERED_READINGS",
+        default_value_t = 1_000_000,
+        value_parser = parse_positive_usize
+    )]
+    pub max_buffered_readings: usize,
+
+    /// On SIGTERM/ctrl-c: how long open requests and connections may take to finish, and then
+    /// how long the final flush may take.
+    #[arg(long, env = "BUCKETD_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+
+    /// Largest HTTP body read whole (JSON documents, line-protocol writes), measured after
+    /// gzip decompression too; larger bodies get 413. Accepts suffixes: `512KiB`, `32MiB`, `1GB`.
+    /// NDJSON is streamed and not bound by this, only each of its lines is.
+    #[arg(
+        long,
+        env = "BUCKETD_MAX_BODY_BYTES",
+        default_value = "32MiB",
+        value_parser = parse_byte_size
+    )]
+    pub max_body_bytes: usize,
+
+    /// A write request that takes longer than this (including reading its body) gets 408.
+    #[arg(long, env = "BUCKETD_REQUEST_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// Write requests handled at once; more are refused with 503 and Retry-After.
+    #[arg(
+        long,
+        env = "BUCKETD_MAX_CONCURRENT_WRITES",
+        default_value_t = 512,
+        value_parser = parse_positive_usize
+    )]
+    pub max_concurrent_writes: usize,
+
+    /// Open raw TCP connections; a connection over the limit is accepted and closed at once.
+    #[arg(
+        long,
+        env = "BUCKETD_MAX_TCP_CONNECTIONS",
+        default_value_t = 1000,
+        value_parser = parse_positive_usize
+    )]
+    pub max_tcp_connections: usize,
+
+    /// A raw TCP connection that sends nothing for this long is closed.
+    #[arg(long, env = "BUCKETD_TCP_IDLE_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
+    pub tcp_idle_timeout: Duration,
+
+    /// Log output format. The level comes from RUST_LOG (default `info`).
+    #[arg(long, env = "BUCKETD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+impl Config {
+    /// Parses flags from `args` (the first item is the program name), ignoring nothing: this is
+    /// what tests use to build a configuration exactly as the binary would.
+    pub fn from_args<I, T>(args: I) -> Result<Config, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        Config::try_parse_from(args)
+    }
+
+    pub fn bucket_limits(&self) -> BucketLimits {
+        BucketLimits { max_readings: self.bucket_max_readings, max_bytes: self.bucket_max_bytes }
+    }
+
+    pub fn buffer_config(&self) -> BufferConfig {
+        BufferConfig {
+            max_buffered_readings: self.max_buffered_readings,
+            // A buffer that already fills a bucket gains nothing by waiting.
+            max_batch_readings: self.bucket_max_readings as usize,
+            flush_interval: self.flush_interval,
+        }
+    }
+
+    pub fn flush_config(&self) -> FlushConfig {
+        FlushConfig {
+            flush_interval: self.flush_interval,
+            min_backoff: FLUSH_MIN_BACKOFF,
+            max_backoff: FLUSH_MAX_BACKOFF,
+        }
+    }
+
+    pub fn input_limits(&self) -> InputLimits {
+        InputLimits::default()
+    }
+}
+
+/// Humane durations: `250ms`, `1s`, `2m`, `1h 30m`, `30d`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 250ms, 1s, 2m, 30d)"))
+}
+
+fn parse_positive_usize(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn parse_bucket_max_bytes(s: &str) -> Result<u32, String> {
+    let n = parse_byte_size(s)?;
+    let ceiling = BucketLimits::MAX_BYTES_CEILING as usize;
+    if n == 0 {
+        return Err("must be at least 1".into());
+    }
+    if n > ceiling {
+        return Err(format!(
+            "{n} is more than {ceiling}, the largest bucket that still fits MongoDB's 16 MiB \
+             document limit with room for its header and statistics"
+        ));
+    }
+    Ok(n as u32)
+}
+
+/// A byte count, optionally with a unit: `B`, `KB`/`MB`/`GB` (powers of 1000) or
+/// `KiB`/`MiB`/`GiB` (powers of 1024); case-insensitive, `k`/`m`/`g` alone mean the binary units.
+pub fn parse_byte_size(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit() && c != '_').unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    let digits: String = digits.chars().filter(|&c| c != '_').collect();
+    if digits.is_empty() {
+        return Err(format!("{s:?} is not a byte size (examples: 1048576, 512KiB, 32MiB)"));
+    }
+    let n: u64 = digits.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" => 1000,
+        "mb" => 1000 * 1000,
+        "gb" => 1000 * 1000 * 1000,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        other => return Err(format!("unknown unit {other:?} (use B, KiB, MiB, GiB, KB, MB, GB)")),
+    };
+    n.checked_mul(multiplier)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(extra: &[&str]) -> Result<Config, clap::Error> {
+        let mut args = vec!["bucketd"];
+        args.extend_from_slice(extra);
+        Config::from_args(args)
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.http_addr, "127.0.0.1:8080");
+        assert_eq!(c.tcp_addr, None);
+        assert_eq!(c.data_dir, PathBuf::from("./bucketd-data"));
+        assert_eq!(c.mongodb_database, "bucketd");
+        assert_eq!(c.retention, None);
+        assert_eq!(c.flush_interval, Duration::from_secs(1));
+        assert_eq!(c.bucket_limits(), BucketLimits { max_readings: 1000, max_bytes: 128_000 });
+        assert_eq!(c.max_buffered_readings, 1_000_000);
+        assert_eq!(c.shutdown_timeout, Duration::from_secs(30));
+        assert_eq!(c.max_body_bytes, 32 << 20);
+        assert_eq!(c.request_timeout, Duration::from_secs(60));
+        assert_eq!(c.tcp_idle_timeout, Duration::from_secs(300));
+        assert_eq!(c.log_format, LogFormat::Text);
+    }
+
+    #[test]
+    fn humane_durations_parse() {
+        let c = parse(&["--flush-interval", "250ms", "--retention", "30d"]).unwrap();
+        assert_eq!(c.flush_interval, Duration::from_millis(250));
+        assert_eq!(c.retention, Some(Duration::from_secs(30 * 86_400)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse(&["--flush-interval", "soon"]).is_err());
+    }
+
+    #[test]
+    fn bucket_max_bytes_is_capped_with_a_clear_error() {
+        let ceiling = BucketLimits::MAX_BYTES_CEILING.to_string();
+        assert_eq!(parse(&["--bucket-max-bytes", &ceiling]).unwrap().bucket_max_bytes, 16_252_928);
+        let err = parse(&["--bucket-max-bytes", "16MiB"]).unwrap_err().to_string();
+        assert!(err.contains("16 MiB document limit"), "{err}");
+        assert!(parse(&["--bucket-max-bytes", "0"]).is_err());
+        assert!(parse(&["--bucket-max-readings", "0"]).is_err());
+        assert!(parse(&["--max-buffered-readings", "0"]).is_err());
+    }
+
+    #[test]
+    fn byte_sizes_take_units() {
+        assert_eq!(parse_byte_size("1024"), Ok(1024));
+        assert_eq!(parse_byte_size("512KiB"), Ok(512 * 1024));
+        assert_eq!(parse_byte_size("32mib"), Ok(32 << 20));
+        assert_eq!(parse_byte_size("2MB"), Ok(2_000_000));
+        assert_eq!(parse_byte_size("1_000"), Ok(1000));
+        assert!(parse_byte_size("MiB").is_err());
+        assert!(parse_byte_size("12 parsecs").is_err());
+        assert!(parse_byte_size("99999999999999999999GiB").is_err());
+    }
+
+    #[test]
+    fn environment_twins_are_read() {
+        // Every flag must have a BUCKETD_* twin; clap records it on the argument.
+        let cmd = <Config as clap::CommandFactory>::command();
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if id == "help" || id == "version" {
+                continue;
+            }
+            let env = arg.get_env().unwrap_or_else(|| panic!("--{id} has no env twin"));
+            let expected = format!("BUCKETD_{}", id.to_ascii_uppercase());
+            assert_eq!(env.to_str(), Some(expected.as_str()));
+        }
+    }
+}

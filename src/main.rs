@@ -1,1 +1,34 @@
-fn main() {}
+//! The bucketd binary: parse flags, set up logging, run the server until SIGTERM or ctrl-c.
+
+use std::process::ExitCode;
+
+use bucketd::config::{Config, LogFormat};
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let config = Config::parse();
+    init_tracing(config.log_format);
+    let result = async {
+        let store = bucketd::server::open_store(&config).await?;
+        bucketd::server::run(config, store, bucketd::server::shutdown_signal()).await
+    }
+    .await;
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

@@ -16,5 +16,151 @@ pub const BUCKETS_SPILLED: &str = "bucketd_buckets_spilled_total";
 pub const READINGS_DROPPED: &str = "bucketd_readings_dropped_total"; // {reason}
 pub const HTTP_REQUESTS: &str = "bucketd_http_requests_total"; // {route, status}
 pub const HTTP_REQUEST_DURATION: &str = "bucketd_http_request_duration_seconds"; // {route}
-pub const TCP_CONNECTIONS: &str = "bucketd_tcp_connections_total";
+pub const TCP_CONNECTIONS: &str = "bucketd_tcp_connections_total"; // {result}
 pub const TCP_CONNECTIONS_OPEN: &str = "bucketd_tcp_connections_open";
+
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Bucket bounds for every `*_seconds` histogram: from sub-millisecond request handling up to a
+/// minute-long flush of a slow store.
+const SECONDS_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
+
+/// Bucket bounds for readings per flush: one straggler up to a full buffer drain.
+const FLUSH_READINGS_BUCKETS: &[f64] =
+    &[1.0, 10.0, 100.0, 1_000.0, 10_000.0, 100_000.0, 1_000_000.0];
+
+/// How often histogram samples are folded into their buckets. `install_recorder` leaves this to
+/// the caller; a plain thread keeps it independent of whichever Tokio runtime installed it.
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+static INSTALL: Mutex<()> = Mutex::new(());
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("cannot install the Prometheus recorder: {0}")]
+    Install(#[from] BuildError),
+    #[error("cannot start the metrics upkeep thread: {0}")]
+    Upkeep(std::io::Error),
+}
+
+/// Installs the Prometheus recorder as the process's global `metrics` recorder, once: later
+/// calls (several servers in one test process) return the same handle. Fails only when some
+/// other recorder was installed first, or no thread can be started.
+pub fn install() -> Result<PrometheusHandle, MetricsError> {
+    if let Some(handle) = HANDLE.get() {
+        return Ok(handle.clone());
+    }
+    // The mutex makes "check, install, publish" atomic; the recorder can be set only once.
+    let _guard = INSTALL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(handle) = HANDLE.get() {
+        return Ok(handle.clone());
+    }
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(FLUSH_READINGS.into()), FLUSH_READINGS_BUCKETS)?
+        .install_recorder()?;
+    describe();
+    let _ = HANDLE.set(handle.clone());
+    let upkeep = handle.clone();
+    std::thread::Builder::new()
+        .name("metrics-upkeep".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(UPKEEP_INTERVAL);
+                upkeep.run_upkeep();
+            }
+        })
+        .map_err(MetricsError::Upkeep)?;
+    Ok(handle)
+}
+
+/// Help texts and units for the `/metrics` page; what each label means is stated here.
+fn describe() {
+    describe_counter!(
+        READINGS_ACCEPTED,
+        Unit::Count,
+        "Readings accepted into the buffers, by protocol (json, ndjson, lp_http, lp_tcp)."
+    );
+    describe_counter!(
+        READINGS_REJECTED,
+        Unit::Count,
+        "Readings or lines refused at ingest, by protocol and reason (syntax, sensor, fields, \
+         name, value, timestamp, line_too_long, buffers_full, too_many_readings, shutdown)."
+    );
+    describe_counter!(
+        RECEIVED_BYTES,
+        Unit::Bytes,
+        "Body bytes received by ingest endpoints as sent on the wire (before decompression), by \
+         protocol."
+    );
+    describe_gauge!(
+        READINGS_BUFFERED,
+        Unit::Count,
+        "Readings held in memory: buffered or being flushed."
+    );
+    describe_counter!(FLUSHES, Unit::Count, "Store writes by the flusher, by result.");
+    describe_histogram!(FLUSH_DURATION, Unit::Seconds, "Duration of one flusher store write.");
+    describe_histogram!(
+        FLUSH_READINGS,
+        Unit::Count,
+        "Readings written by one flusher store write."
+    );
+    describe_counter!(STORE_ERRORS, Unit::Count, "Store operation failures, by kind.");
+    describe_counter!(
+        BUCKETS_SPILLED,
+        Unit::Count,
+        "Bucket documents created because the hour's existing buckets were full."
+    );
+    describe_counter!(
+        READINGS_DROPPED,
+        Unit::Count,
+        "Accepted readings that never reached the store, by reason."
+    );
+    describe_counter!(
+        HTTP_REQUESTS,
+        Unit::Count,
+        "HTTP requests by matched route (\"unmatched\" when none) and status code."
+    );
+    describe_histogram!(
+        HTTP_REQUEST_DURATION,
+        Unit::Seconds,
+        "HTTP request duration until the response head, by matched route."
+    );
+    describe_counter!(
+        TCP_CONNECTIONS,
+        Unit::Count,
+        "Raw TCP line-protocol connections, by result (accepted, rejected: over the limit)."
+    );
+    describe_gauge!(TCP_CONNECTIONS_OPEN, Unit::Count, "Raw TCP line-protocol connections open.");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn install_is_idempotent_and_renders_described_metrics() {
+        let a = install().unwrap();
+        let b = install().unwrap();
+        metrics::counter!(TCP_CONNECTIONS, "result" => "accepted").increment(1);
+        metrics::histogram!(HTTP_REQUEST_DURATION, "route" => "/unit-test").record(0.003);
+        let text = b.render();
+        assert_eq!(text, a.render());
+        assert!(text.contains("# HELP bucketd_tcp_connections_total"), "{text}");
+        assert!(text.contains("# TYPE bucketd_http_request_duration_seconds histogram"), "{text}");
+        assert!(
+            text.contains(
+                "bucketd_http_request_duration_seconds_bucket{route=\"/unit-test\",le=\"0.005\"} 1"
+            ),
+            "{text}"
+        );
+    }
+}

@@ -1,1 +1,234 @@
-//! (placeholder)
+//! Wires configuration, store, buffers, flusher and listeners together, and runs them until a
+//! shutdown signal.
+//!
+//! Shutdown order: stop accepting (HTTP graceful shutdown; the TCP accept loop ends and open
+//! connections stop after their current read), wait up to `shutdown_timeout` for requests and
+//! connections in progress, then drain the buffers into the store with another
+//! `shutdown_timeout`. So a stop takes at most twice `shutdown_timeout`, and every reading a
+//! client was told is accepted is written unless the store stays down past the deadline, in
+//! which case [`Server::run`] fails, naming how many were lost.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::buffer::Buffers;
+use crate::config::Config;
+use crate::flush::{Flusher, ShutdownReport};
+use crate::http::{AppState, HttpLimits};
+use crate::ingest::tcp::{self, TcpConfig};
+use crate::store::Store;
+
+/// Longest raw TCP line: far beyond any sensor line, small enough that a client that never
+/// sends a newline costs little.
+pub const TCP_MAX_LINE_BYTES: usize = 1 << 20;
+
+/// Most readings a TCP connection pushes at once (one read's worth of short lines).
+pub const TCP_MAX_PUSH_READINGS: usize = 1000;
+
+/// Opens the store the configuration selects: MongoDB when `--mongodb-uri` is given, else the
+/// embedded store in `--data-dir`. The one place that decides.
+pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+    if config.mongodb_uri.is_some() {
+        // Wired at integration: crate::store::mongo::MongoStore.
+        anyhow::bail!("MongoDB store not available in this build yet");
+    }
+    // Wired at integration: crate::store::embedded, in config.data_dir.
+    anyhow::bail!(
+        "embedded store (in {}) not available in this build yet",
+        config.data_dir.display()
+    )
+}
+
+/// Binds, serves and shuts down: what the binary runs. Fails on a bind error or when readings
+/// were lost at shutdown.
+pub async fn run(
+    config: Config,
+    store: Arc<dyn Store>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let server = Server::bind(config, store).await?;
+    tracing::info!(http = %server.http_addr(), tcp = ?server.tcp_addr(), "bucketd listening");
+    let report = server.run(shutdown).await?;
+    if report.unflushed > 0 {
+        anyhow::bail!(
+            "{} readings could not be written before the shutdown deadline and are lost",
+            report.unflushed
+        );
+    }
+    Ok(())
+}
+
+/// Resolves on ctrl-c or (on Unix) SIGTERM: the binary's shutdown trigger.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for ctrl-c");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut sigterm) => {
+                sigterm.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => tracing::info!("ctrl-c received, shutting down"),
+        _ = terminate => tracing::info!("SIGTERM received, shutting down"),
+    }
+}
+
+/// A server whose listeners are bound (so their addresses are known, port 0 included) but that
+/// serves nothing until [`Server::run`].
+pub struct Server {
+    config: Config,
+    store: Arc<dyn Store>,
+    buffers: Arc<Buffers>,
+    metrics: PrometheusHandle,
+    http: TcpListener,
+    http_addr: SocketAddr,
+    tcp: Option<(TcpListener, SocketAddr)>,
+}
+
+impl Server {
+    pub async fn bind(config: Config, store: Arc<dyn Store>) -> anyhow::Result<Server> {
+        let metrics = crate::metrics::install()?;
+        let http = TcpListener::bind(&config.http_addr)
+            .await
+            .with_context(|| format!("cannot listen for HTTP on {}", config.http_addr))?;
+        let http_addr = http.local_addr()?;
+        let tcp = match &config.tcp_addr {
+            None => None,
+            Some(addr) => {
+                let listener = TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen for TCP line protocol on {addr}"))?;
+                let bound = listener.local_addr()?;
+                Some((listener, bound))
+            }
+        };
+        let buffers = Buffers::new(config.buffer_config());
+        Ok(Server { config, store, buffers, metrics, http, http_addr, tcp })
+    }
+
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        self.tcp.as_ref().map(|(_, addr)| *addr)
+    }
+
+    /// The buffers readings are pushed into, for tests that watch the memory bound.
+    pub fn buffers(&self) -> Arc<Buffers> {
+        self.buffers.clone()
+    }
+
+    /// Serves until `shutdown` resolves, then shuts down in order (see the module doc) and
+    /// reports what the final flush did.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<ShutdownReport> {
+        let Server { config, store, buffers, metrics, http, http_addr: _, tcp } = self;
+        tracing::info!(store = store.name(), "starting");
+        let flusher = Flusher::spawn(buffers.clone(), store.clone(), config.flush_config());
+        let limits = Arc::new(config.input_limits());
+        let stop = CancellationToken::new();
+
+        let state = AppState {
+            buffers: buffers.clone(),
+            store,
+            limits: limits.clone(),
+            http: HttpLimits {
+                max_body_bytes: config.max_body_bytes,
+                request_timeout: config.request_timeout,
+                max_concurrent_writes: config.max_concurrent_writes,
+                max_buffered_readings: config.max_buffered_readings,
+            },
+            metrics,
+        };
+        let app = crate::http::router(state);
+        let mut http_task = tokio::spawn(
+            axum::serve(http, app)
+                .with_graceful_shutdown(stop.clone().cancelled_owned())
+                .into_future(),
+        );
+        let tcp_task = tcp.map(|(listener, _)| {
+            let config = TcpConfig {
+                max_connections: config.max_tcp_connections,
+                max_line_bytes: TCP_MAX_LINE_BYTES,
+                idle_timeout: config.tcp_idle_timeout,
+                max_push_readings: TCP_MAX_PUSH_READINGS.min(config.max_buffered_readings),
+            };
+            tokio::spawn(tcp::serve(
+                listener,
+                buffers.clone(),
+                limits.clone(),
+                config,
+                stop.clone(),
+            ))
+        });
+
+        // An HTTP server that ends by itself has failed; still drain what was accepted.
+        let mut failure = None;
+        tokio::select! {
+            _ = shutdown => tracing::info!("shutdown: no longer accepting"),
+            ended = &mut http_task => {
+                failure = Some(match ended {
+                    Ok(Ok(())) => anyhow::anyhow!("HTTP server stopped unexpectedly"),
+                    Ok(Err(e)) => anyhow::Error::new(e).context("HTTP server failed"),
+                    Err(e) => anyhow::Error::new(e).context("HTTP server task failed"),
+                });
+            }
+        }
+        stop.cancel();
+
+        let listeners = async {
+            if failure.is_none() {
+                let _ = (&mut http_task).await;
+            }
+            if let Some(task) = tcp_task {
+                let _ = task.await;
+            }
+        };
+        if tokio::time::timeout(config.shutdown_timeout, listeners).await.is_err() {
+            // Requests still running may yet push; what they push after the final flush is lost,
+            // so this is logged as the warning it is.
+            tracing::warn!(
+                timeout = ?config.shutdown_timeout,
+                "requests or connections still open after the shutdown timeout; flushing anyway"
+            );
+            http_task.abort();
+        }
+
+        let report = flusher.shutdown(config.shutdown_timeout).await;
+        if report.unflushed > 0 {
+            tracing::error!(
+                flushed = report.flushed,
+                lost = report.unflushed,
+                "final flush incomplete"
+            );
+        } else {
+            tracing::info!(flushed = report.flushed, "final flush complete");
+        }
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
+    }
+}

@@ -1,2 +1,8 @@
+//! Wire formats and the listeners that speak them. Parsers ([`json`], [`line_protocol`]) turn
+//! bytes into validated readings; [`http`] and [`tcp`] move bytes in and readings on to the
+//! buffers.
+
+pub mod http;
 pub mod json;
 pub mod line_protocol;
+pub mod tcp;

@@ -1,0 +1,250 @@
+//! The one place where a failure becomes an HTTP status and body.
+//!
+//! Handlers return [`ApiError`] (bucketd's own `{"error": ...}` bodies) or, on the
+//! InfluxDB-compatible endpoints, [`InfluxError`], which keeps the same status and only changes
+//! the body to the shape InfluxDB clients expect. Client errors (4xx) are expected and not
+//! logged as faults; server errors are logged once, here, and answered with a generic body.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::ingest::json::ItemError;
+
+/// How many rejected items or lines an error body lists; the count is always complete.
+pub const MAX_LISTED_ERRORS: usize = 100;
+
+/// Seconds a client should wait after a 503 before retrying: buffers drain at flush speed, so
+/// a second is long enough for room to appear and short enough not to stall a healthy client.
+const RETRY_AFTER_SECS: u64 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The request is wrong as a whole (bad parameter, unreadable body, unparsable lines).
+    #[error("{0}")]
+    BadRequest(String),
+    /// Some items of a JSON write were invalid; the valid ones were accepted.
+    #[error("{} of the submitted readings were rejected", .0.rejected_count)]
+    InvalidItems(Box<RejectedItems>),
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("request body is larger than the limit of {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    /// One request read whole carries more readings than the buffers can ever hold.
+    #[error("request carries {count} readings, more than the {limit} the server buffers at once")]
+    TooManyReadings { count: usize, limit: usize },
+    /// The buffers are at their bound. `accepted` readings of this request (streamed NDJSON
+    /// only; otherwise 0) were taken before the bound was hit and stay accepted.
+    #[error("buffers are full; retry in {RETRY_AFTER_SECS} s")]
+    BuffersFull { accepted: usize },
+    #[error("too many write requests in progress; retry in {RETRY_AFTER_SECS} s")]
+    Overloaded,
+    #[error("request did not complete within {0:?}")]
+    Timeout(Duration),
+    #[error("store {store} is not ready: {reason}")]
+    NotReady { store: &'static str, reason: String },
+    #[error("no such endpoint")]
+    NotFound,
+    /// A bug or an environment problem; the detail is logged, not sent.
+    #[error("internal error")]
+    Internal(String),
+}
+
+/// What a 400 for a partially invalid JSON write says.
+#[derive(Debug, Serialize)]
+pub struct RejectedItems {
+    pub accepted: usize,
+    /// The first [`MAX_LISTED_ERRORS`] rejected items.
+    pub rejected: Vec<RejectedItem>,
+    pub rejected_count: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RejectedItem {
+    pub index: usize,
+    pub error: String,
+}
+
+impl From<&ItemError> for RejectedItem {
+    fn from(e: &ItemError) -> Self {
+        RejectedItem { index: e.index, error: e.message.clone() }
+    }
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) | ApiError::InvalidItems(_) => StatusCode::BAD_REQUEST,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::PayloadTooLarge { .. } | ApiError::TooManyReadings { .. } => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
+            ApiError::BuffersFull { .. } | ApiError::Overloaded | ApiError::NotReady { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
+            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// Logs what deserves a log line and returns the message that is safe to send.
+    fn log_and_public_message(&self) -> String {
+        match self {
+            ApiError::Internal(detail) => {
+                tracing::error!(error = %detail, "request failed");
+            }
+            ApiError::NotReady { .. } => tracing::warn!(error = %self, "readiness check failed"),
+            // Expected conditions: the client is told, the operator sees them in metrics.
+            _ => tracing::debug!(status = %self.status(), error = %self, "request refused"),
+        }
+        self.to_string()
+    }
+
+    fn finish(&self, body: Response) -> Response {
+        let mut response = body;
+        *response.status_mut() = self.status();
+        if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        }
+        response
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let message = self.log_and_public_message();
+        let body = match &self {
+            ApiError::InvalidItems(items) => Json(json!({
+                "error": message,
+                "accepted": items.accepted,
+                "rejected": items.rejected,
+                "rejected_count": items.rejected_count,
+            })),
+            ApiError::BuffersFull { accepted } => {
+                Json(json!({ "error": message, "accepted": accepted }))
+            }
+            _ => Json(json!({ "error": message })),
+        };
+        self.finish(body.into_response())
+    }
+}
+
+/// Which InfluxDB API an endpoint imitates, which decides the error body's shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InfluxApi {
+    /// `/write`, `/query`: `{"error": "..."}`.
+    V1,
+    /// `/api/v2/write`: `{"code": "...", "message": "..."}`.
+    V2,
+}
+
+/// An [`ApiError`] answered in InfluxDB's body shape, same status.
+#[derive(Debug)]
+pub struct InfluxError {
+    pub api: InfluxApi,
+    pub error: ApiError,
+}
+
+impl InfluxError {
+    pub fn v1(error: ApiError) -> Self {
+        InfluxError { api: InfluxApi::V1, error }
+    }
+    pub fn v2(error: ApiError) -> Self {
+        InfluxError { api: InfluxApi::V2, error }
+    }
+}
+
+/// InfluxDB v2's error codes for the statuses bucketd returns.
+fn v2_code(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::BAD_REQUEST => "invalid",
+        StatusCode::PAYLOAD_TOO_LARGE => "request too large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported media type",
+        StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        StatusCode::NOT_FOUND => "not found",
+        StatusCode::REQUEST_TIMEOUT => "request timeout",
+        _ => "internal error",
+    }
+}
+
+impl IntoResponse for InfluxError {
+    fn into_response(self) -> Response {
+        let message = self.error.log_and_public_message();
+        let body = match self.api {
+            InfluxApi::V1 => Json(json!({ "error": message })),
+            InfluxApi::V2 => {
+                Json(json!({ "code": v2_code(self.error.status()), "message": message }))
+            }
+        };
+        self.error.finish(body.into_response())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn parts(r: Response) -> (StatusCode, Option<String>, serde_json::Value) {
+        let status = r.status();
+        let retry = r.headers().get(header::RETRY_AFTER).map(|v| v.to_str().unwrap().to_owned());
+        let bytes = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
+        (status, retry, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn statuses_and_bodies() {
+        let (s, retry, body) = parts(ApiError::BuffersFull { accepted: 7 }.into_response()).await;
+        assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(retry.as_deref(), Some("1"));
+        assert_eq!(body["accepted"], 7);
+
+        let (s, retry, body) = parts(ApiError::PayloadTooLarge { limit: 10 }.into_response()).await;
+        assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(retry, None);
+        assert_eq!(body["error"], "request body is larger than the limit of 10 bytes");
+
+        let items = RejectedItems {
+            accepted: 2,
+            rejected: vec![RejectedItem { index: 1, error: "bad".into() }],
+            rejected_count: 1,
+        };
+        let (s, _, body) = parts(ApiError::InvalidItems(Box::new(items)).into_response()).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST);
+        assert_eq!(body["accepted"], 2);
+        assert_eq!(body["rejected"][0]["index"], 1);
+        assert_eq!(body["rejected"][0]["error"], "bad");
+        assert_eq!(body["rejected_count"], 1);
+    }
+
+    #[tokio::test]
+    async fn internal_errors_hide_their_detail() {
+        let (s, _, body) =
+            parts(ApiError::Internal("disk on fire at /var/x".into()).into_response()).await;
+        assert_eq!(s, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(body, json!({ "error": "internal error" }));
+    }
+
+    #[tokio::test]
+    async fn influx_shapes_keep_the_status() {
+        let (s, _, body) =
+            parts(InfluxError::v1(ApiError::BadRequest("nope".into())).into_response()).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST);
+        assert_eq!(body, json!({ "error": "nope" }));
+
+        let (s, retry, body) =
+            parts(InfluxError::v2(ApiError::BuffersFull { accepted: 0 }).into_response()).await;
+        assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(retry.as_deref(), Some("1"));
+        assert_eq!(body["code"], "unavailable");
+
+        let (s, _, body) =
+            parts(InfluxError::v2(ApiError::PayloadTooLarge { limit: 1 }).into_response()).await;
+        assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(body["code"], "request too large");
+    }
+}

@@ -1,0 +1,296 @@
+//! The memory bound, store outages and shutdown, through real sockets: 503 + Retry-After at the
+//! bound, the bound never exceeded, nothing lost across an outage or a shutdown.
+
+#[path = "support/server.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bucketd::config::Config;
+use bucketd::model::HOUR_MS;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use support::{FlakyStore, TestServer, json_reading, memory_store, stored, wait_until, within};
+
+const T0: i64 = 1_700_000_000_000;
+
+fn array(sensor: &str, from: i64, n: usize) -> String {
+    let items: Vec<Value> =
+        (0..n).map(|i| json_reading(sensor, from + i as i64, json!({"v": i}))).collect();
+    Value::Array(items).to_string()
+}
+
+#[tokio::test]
+async fn full_buffers_answer_503_with_retry_after_and_recover() {
+    let flaky = FlakyStore::new(memory_store());
+    flaky.set_down(true);
+    let server = TestServer::start(
+        flaky.clone(),
+        &["--max-buffered-readings", "100", "--flush-interval", "20ms"],
+    )
+    .await;
+
+    let response = server.post("/api/v1/readings", "application/json", array("s", T0, 100)).await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    assert_eq!(server.buffers.buffered(), 100);
+
+    let response =
+        server.post("/api/v1/readings", "application/json", array("s", T0 + 100, 1)).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers()["retry-after"], "1");
+    assert_eq!(response.json::<Value>().await.unwrap()["accepted"], 0);
+
+    let response = server.post("/write", "text/plain", format!("s v=1 {}\n", T0 * 1_000_000)).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers()["retry-after"], "1");
+
+    let response = server
+        .post(
+            "/api/v1/readings",
+            "application/x-ndjson",
+            format!("{}\n", json_reading("s", T0, json!({"v": 1}))),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(server.buffers.buffered(), 100);
+
+    // A request that could never fit gets 413, not a 503 to retry forever.
+    let response = server.post("/api/v1/readings", "application/json", array("s", T0, 101)).await;
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+
+    flaky.set_down(false);
+    wait_until("the buffers drain", Duration::from_secs(10), || server.buffers.buffered() == 0)
+        .await;
+    let response =
+        server.post("/api/v1/readings", "application/json", array("s", T0 + 200, 10)).await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+
+    server.shutdown().await;
+    assert_eq!(stored(&*flaky, "s").await.len(), 110);
+}
+
+#[tokio::test]
+async fn streamed_ndjson_reports_what_was_accepted_before_the_bound() {
+    let flaky = FlakyStore::new(memory_store());
+    flaky.set_down(true);
+    let server = TestServer::start(flaky.clone(), &["--max-buffered-readings", "250"]).await;
+    // 1,000 lines pushed in pieces of 250 (the bound): the first piece fits, the second not.
+    let body: String =
+        (0..1000).map(|i| format!("{}\n", json_reading("nd", T0 + i, json!({"v": i})))).collect();
+    let response = server.post("/api/v1/readings", "application/x-ndjson", body).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers()["retry-after"], "1");
+    assert_eq!(response.json::<Value>().await.unwrap()["accepted"], 250);
+    flaky.set_down(false);
+    server.shutdown().await;
+    assert_eq!(stored(&*flaky, "nd").await.len(), 250);
+}
+
+#[tokio::test]
+async fn the_bound_holds_under_concurrent_writers_and_nothing_accepted_is_lost() {
+    const BOUND: usize = 500;
+    let flaky = FlakyStore::new(memory_store());
+    flaky.set_down(true);
+    let server = Arc::new(
+        TestServer::start(
+            flaky.clone(),
+            &["--max-buffered-readings", &BOUND.to_string(), "--flush-interval", "10ms"],
+        )
+        .await,
+    );
+
+    let done = Arc::new(AtomicBool::new(false));
+    let max_seen = Arc::new(AtomicUsize::new(0));
+    let sampler = {
+        let (server, done, max_seen) = (server.clone(), done.clone(), max_seen.clone());
+        tokio::spawn(async move {
+            while !done.load(Ordering::SeqCst) {
+                max_seen.fetch_max(server.buffers.buffered(), Ordering::SeqCst);
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let mut writers = Vec::new();
+    for w in 0..8i64 {
+        let (server, accepted, refused) = (server.clone(), accepted.clone(), refused.clone());
+        let flaky = flaky.clone();
+        writers.push(tokio::spawn(async move {
+            for round in 0..40i64 {
+                // Spread over hours and sensors so the flusher has many batches.
+                let from = T0 + (w * 40 + round) * HOUR_MS / 7;
+                let response = if round % 2 == 0 {
+                    server
+                        .post(
+                            "/api/v1/readings",
+                            "application/json",
+                            array(&format!("w{w}"), from, 20),
+                        )
+                        .await
+                } else {
+                    let lp: String = (0..20)
+                        .map(|i| format!("w{w} v={i} {}\n", (from + i) * 1_000_000))
+                        .collect();
+                    server.post("/write", "text/plain", lp).await
+                };
+                match response.status() {
+                    StatusCode::ACCEPTED | StatusCode::NO_CONTENT => {
+                        accepted.fetch_add(20, Ordering::SeqCst);
+                    }
+                    StatusCode::SERVICE_UNAVAILABLE => {
+                        refused.fetch_add(20, Ordering::SeqCst);
+                    }
+                    other => panic!("unexpected status {other}"),
+                }
+                if round == 20 && w == 0 {
+                    flaky.set_down(false);
+                }
+            }
+        }));
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    done.store(true, Ordering::SeqCst);
+    sampler.await.unwrap();
+
+    let max_seen = max_seen.load(Ordering::SeqCst);
+    assert!(max_seen <= BOUND, "buffered {max_seen} > bound {BOUND}");
+    assert!(refused.load(Ordering::SeqCst) > 0, "the bound was never reached; test proves nothing");
+    let accepted = accepted.load(Ordering::SeqCst);
+
+    let server = Arc::into_inner(server).expect("only the test holds the server now");
+    let report = server.shutdown().await;
+    assert_eq!(report.unflushed, 0);
+    assert_eq!(flaky.inner.reading_count(), accepted, "accepted readings were lost or duplicated");
+}
+
+#[tokio::test]
+async fn a_store_outage_loses_nothing() {
+    let flaky = FlakyStore::new(memory_store());
+    flaky.set_down(true);
+    let server = TestServer::start(flaky.clone(), &["--flush-interval", "10ms"]).await;
+    let mut sent = 0;
+    for hour in 0..5 {
+        for sensor in ["a", "b", "c"] {
+            let response = server
+                .post(
+                    "/api/v1/readings",
+                    "application/json",
+                    array(sensor, T0 + hour * HOUR_MS, 40),
+                )
+                .await;
+            assert_eq!(response.status(), StatusCode::ACCEPTED);
+            sent += 40;
+        }
+    }
+    wait_until("the flusher has retried", Duration::from_secs(10), || {
+        flaky.failed_writes.load(Ordering::SeqCst) >= 3
+    })
+    .await;
+    assert_eq!(flaky.inner.reading_count(), 0);
+    assert_eq!(server.buffers.buffered(), sent);
+
+    flaky.set_down(false);
+    wait_until("everything is written", Duration::from_secs(30), || {
+        flaky.inner.reading_count() == sent
+    })
+    .await;
+    assert_eq!(server.buffers.buffered(), 0);
+    server.shutdown().await;
+    assert_eq!(flaky.inner.reading_count(), sent, "retries duplicated readings");
+}
+
+#[tokio::test]
+async fn shutdown_with_full_buffers_writes_everything() {
+    let store = memory_store();
+    // Nothing is due before shutdown: an hour-long interval and a batch size never reached.
+    let server = TestServer::start(
+        store.clone(),
+        &[
+            "--flush-interval",
+            "1h",
+            "--max-buffered-readings",
+            "20000",
+            "--bucket-max-readings",
+            "100000",
+        ],
+    )
+    .await;
+    let body: String = (0..20_000)
+        .map(|i| {
+            format!("{}\n", json_reading(&format!("s{}", i % 97), T0 + i * 1000, json!({"v": i})))
+        })
+        .collect();
+    let response = server.post("/api/v1/readings", "application/x-ndjson", body).await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    assert_eq!(server.buffers.buffered(), 20_000);
+    assert_eq!(store.reading_count(), 0);
+
+    let report = server.shutdown().await;
+    assert_eq!(report.unflushed, 0);
+    assert_eq!(report.flushed, 20_000);
+    assert_eq!(store.reading_count(), 20_000);
+}
+
+#[tokio::test]
+async fn a_store_down_past_the_deadline_is_reported_as_loss() {
+    let flaky = FlakyStore::new(memory_store());
+    flaky.set_down(true);
+    let config =
+        Config::from_args(["bucketd", "--http-addr", "127.0.0.1:0", "--shutdown-timeout", "300ms"])
+            .unwrap();
+    let server = bucketd::server::Server::bind(config.clone(), flaky.clone()).await.unwrap();
+    let url = format!("http://{}/api/v1/readings", server.http_addr());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(server.run(async move {
+        let _ = stopped.await;
+    }));
+    let response = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(array("lost", T0, 10))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    stop.send(()).unwrap();
+    let report = within("shutdown", 10, run).await.unwrap().unwrap();
+    assert_eq!(report.unflushed, 10);
+
+    // The binary's entry point, `server::run`, turns that into an error (a non-zero exit).
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let config =
+        Config::from_args(["bucketd", "--http-addr", &addr, "--shutdown-timeout", "300ms"])
+            .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(bucketd::server::run(config, flaky.clone(), async move {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::new();
+    let url = format!("http://{addr}/api/v1/readings");
+    let response = within("the server to listen", 10, async {
+        loop {
+            let sent = client
+                .post(&url)
+                .header("content-type", "application/json")
+                .body(array("lost", T0, 5))
+                .send()
+                .await;
+            match sent {
+                Ok(response) => break response,
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    })
+    .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    stop.send(()).unwrap();
+    let err = within("shutdown", 10, run).await.unwrap().unwrap_err();
+    assert!(err.to_string().contains("5 readings could not be written"), "{err:#}");
+}

@@ -1,0 +1,66 @@
+//! The write routes' request timeout and concurrency limit, through real sockets.
+
+#[path = "support/server.rs"]
+mod support;
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use reqwest::StatusCode;
+use serde_json::Value;
+use support::{TestServer, memory_store, within};
+
+/// A body that sends one line and then stalls for `stall` before finishing.
+fn stalling_body(stall: Duration) -> reqwest::Body {
+    let first = futures::stream::once(async { Ok::<_, std::io::Error>(b"m v=1\n".to_vec()) });
+    let rest = futures::stream::once(async move {
+        tokio::time::sleep(stall).await;
+        Ok::<_, std::io::Error>(b"m v=2\n".to_vec())
+    });
+    reqwest::Body::wrap_stream(first.chain(rest))
+}
+
+#[tokio::test]
+async fn a_write_that_takes_too_long_gets_408() {
+    let server = TestServer::start(memory_store(), &["--request-timeout", "300ms"]).await;
+    let start = std::time::Instant::now();
+    let response = within(
+        "the timed-out request",
+        10,
+        server.client.post(server.url("/write")).body(stalling_body(Duration::from_secs(5))).send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
+    assert!(start.elapsed() < Duration::from_secs(4));
+    assert!(response.json::<Value>().await.unwrap()["error"].is_string());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn writes_over_the_concurrency_limit_are_shed_with_503() {
+    let server = TestServer::start(
+        memory_store(),
+        &["--max-concurrent-writes", "1", "--request-timeout", "2s"],
+    )
+    .await;
+    // The first write holds the only slot while its body stalls.
+    let slow =
+        server.client.post(server.url("/write")).body(stalling_body(Duration::from_millis(800)));
+    let slow = tokio::spawn(slow.send());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let response = server.post("/api/v1/readings", "application/json", "{}").await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers()["retry-after"], "1");
+    // Cheap routes are outside the limit.
+    assert_eq!(server.get("/ping").await.status(), StatusCode::NO_CONTENT);
+    assert_eq!(server.get("/health").await.status(), StatusCode::OK);
+
+    let slow = slow.await.unwrap().unwrap();
+    assert_eq!(slow.status(), StatusCode::NO_CONTENT);
+    // The slot is free again.
+    let response = server.post("/write", "text/plain", "m v=3\n").await;
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    server.shutdown().await;
+}

@@ -1,0 +1,233 @@
+//! Raw line protocol over TCP through real sockets: framing across writes, bad and over-long
+//! lines, the connection limit, backpressure without loss, shutdown.
+
+#[path = "support/server.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use support::{FlakyStore, TestServer, memory_store, stored, wait_until, within};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const T0_NS: i64 = 1_700_000_000_000_000_000;
+
+fn lines(measurement: &str, n: usize) -> String {
+    (0..n)
+        .map(|i| format!("{measurement},host=h v={i}i {}\n", T0_NS + i as i64 * 1_000_000))
+        .collect()
+}
+
+/// Writes `data` in small, unevenly sized pieces with pauses, so lines straddle reads.
+async fn write_in_pieces(stream: &mut TcpStream, data: &[u8]) {
+    let sizes = [1usize, 7, 13, 2, 64, 5, 300];
+    let mut at = 0;
+    let mut k = 0;
+    while at < data.len() {
+        let end = (at + sizes[k % sizes.len()]).min(data.len());
+        stream.write_all(&data[at..end]).await.unwrap();
+        stream.flush().await.unwrap();
+        if k % 5 == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        at = end;
+        k += 1;
+    }
+}
+
+#[tokio::test]
+async fn lines_split_across_writes_from_many_connections() {
+    let store = memory_store();
+    let server = TestServer::start_with_tcp(store.clone(), &["--flush-interval", "20ms"]).await;
+    let addr = server.tcp.unwrap();
+    let mut clients = Vec::new();
+    for c in 0..10 {
+        clients.push(tokio::spawn(async move {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            // A string field with an escaped quote and an embedded newline, split mid-way.
+            let special = format!("c{c},host=h msg=\"a \\\"quoted\\\"\nsecond line\" {T0_NS}\n");
+            write_in_pieces(&mut stream, special.as_bytes()).await;
+            write_in_pieces(&mut stream, lines(&format!("c{c}"), 300).as_bytes()).await;
+            // The last line has no newline: the connection's end terminates it.
+            stream
+                .write_all(format!("c{c},host=h v=-1i {}", T0_NS - 1_000_000).as_bytes())
+                .await
+                .unwrap();
+            stream.shutdown().await.unwrap();
+        }));
+    }
+    for c in clients {
+        c.await.unwrap();
+    }
+    wait_until("all lines are written", Duration::from_secs(20), || {
+        store.reading_count() == 10 * 302
+    })
+    .await;
+    server.shutdown().await;
+    let c0 = stored(&*store, "c0,host=h").await;
+    assert_eq!(c0.len(), 302);
+    let msg =
+        c0.iter().find_map(|r| r.fields.iter().find(|(n, _)| n == "msg").map(|(_, v)| v.clone()));
+    assert_eq!(msg, Some(bucketd::model::FieldValue::Str("a \"quoted\"\nsecond line".into())));
+}
+
+#[tokio::test]
+async fn bad_and_over_long_lines_do_not_close_the_connection() {
+    let store = memory_store();
+    let server = TestServer::start_with_tcp(store.clone(), &[]).await;
+    let mut stream = TcpStream::connect(server.tcp.unwrap()).await.unwrap();
+    stream
+        .write_all(format!("good v=1 {T0_NS}\nthis is not line protocol\n").as_bytes())
+        .await
+        .unwrap();
+    stream.write_all(b"bad v=NaN\n").await.unwrap();
+    // Longer than the 1 MiB line limit, sent in pieces.
+    let long = vec![b'x'; (1 << 20) + 4096];
+    for piece in long.chunks(100_000) {
+        stream.write_all(piece).await.unwrap();
+    }
+    stream.write_all(b" v=1\n").await.unwrap();
+    stream.write_all(format!("good v=2 {}\n", T0_NS + 1_000_000).as_bytes()).await.unwrap();
+    wait_until("both good lines are buffered or written", Duration::from_secs(10), || {
+        store.reading_count() + server.buffers.buffered() == 2
+    })
+    .await;
+    // Still open: more lines get through on the same connection.
+    stream.write_all(format!("good v=3 {}\n", T0_NS + 2_000_000).as_bytes()).await.unwrap();
+    stream.shutdown().await.unwrap();
+    wait_until("the third line arrives", Duration::from_secs(10), || {
+        store.reading_count() + server.buffers.buffered() == 3
+    })
+    .await;
+
+    let metrics = server.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains(
+            r#"bucketd_readings_rejected_total{protocol="lp_tcp",reason="line_too_long"}"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"bucketd_readings_rejected_total{protocol="lp_tcp",reason="syntax"}"#),
+        "{metrics}"
+    );
+    server.shutdown().await;
+    assert_eq!(stored(&*store, "good").await.len(), 3);
+}
+
+#[tokio::test]
+async fn connections_over_the_limit_are_closed_at_once() {
+    let store = memory_store();
+    let server = TestServer::start_with_tcp(store.clone(), &["--max-tcp-connections", "2"]).await;
+    let addr = server.tcp.unwrap();
+    let mut held = Vec::new();
+    for i in 0..2 {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(format!("held{i} v=1 {T0_NS}\n").as_bytes()).await.unwrap();
+        held.push(s);
+    }
+    // Both lines arriving proves both connections were accepted and are being served.
+    wait_until("the held connections are served", Duration::from_secs(10), || {
+        store.reading_count() + server.buffers.buffered() == 2
+    })
+    .await;
+
+    let mut extra = TcpStream::connect(addr).await.unwrap();
+    let mut buf = [0u8; 16];
+    let read = within("the extra connection to be closed", 5, extra.read(&mut buf)).await;
+    assert!(matches!(read, Ok(0) | Err(_)), "extra connection was served: {read:?}");
+
+    // A freed slot is usable again.
+    drop(held.pop());
+    let mut again = None;
+    for _ in 0..100 {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(format!("again v=1 {T0_NS}\n").as_bytes()).await.unwrap();
+        let mut buf = [0u8; 1];
+        match tokio::time::timeout(Duration::from_millis(50), s.read(&mut buf)).await {
+            Err(_) => {
+                again = Some(s);
+                break;
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    assert!(again.is_some(), "no connection was served after one was closed");
+    drop(again);
+    drop(held);
+    server.shutdown().await;
+    assert!(!stored(&*store, "again").await.is_empty());
+}
+
+#[tokio::test]
+async fn full_buffers_stop_reading_and_nothing_is_dropped() {
+    const BOUND: usize = 200;
+    const LINES: usize = 30_000;
+    let flaky = FlakyStore::new(memory_store());
+    flaky.set_down(true);
+    let server = Arc::new(
+        TestServer::start_with_tcp(
+            flaky.clone(),
+            &["--max-buffered-readings", &BOUND.to_string(), "--flush-interval", "10ms"],
+        )
+        .await,
+    );
+    let done = Arc::new(AtomicBool::new(false));
+    let max_seen = Arc::new(AtomicUsize::new(0));
+    let sampler = {
+        let (server, done, max_seen) = (server.clone(), done.clone(), max_seen.clone());
+        tokio::spawn(async move {
+            while !done.load(Ordering::SeqCst) {
+                max_seen.fetch_max(server.buffers.buffered(), Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+        })
+    };
+
+    let addr = server.tcp.unwrap();
+    let writer = tokio::spawn(async move {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(lines("bp", LINES).as_bytes()).await.unwrap();
+        stream.shutdown().await.unwrap();
+    });
+    wait_until("the buffers fill", Duration::from_secs(10), || server.buffers.buffered() == BOUND)
+        .await;
+    // While the store is down the listener waits instead of dropping.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(server.buffers.buffered(), BOUND);
+    assert_eq!(flaky.inner.reading_count(), 0);
+
+    flaky.set_down(false);
+    within("the writer to finish", 30, writer).await.unwrap();
+    wait_until("every line is written", Duration::from_secs(60), || {
+        flaky.inner.reading_count() == LINES
+    })
+    .await;
+    done.store(true, Ordering::SeqCst);
+    sampler.await.unwrap();
+    let max_seen = max_seen.load(Ordering::SeqCst);
+    assert!(max_seen <= BOUND, "buffered {max_seen} > bound {BOUND}");
+    let server = Arc::into_inner(server).unwrap();
+    server.shutdown().await;
+    assert_eq!(stored(&*flaky, "bp,host=h").await.len(), LINES);
+}
+
+#[tokio::test]
+async fn shutdown_closes_connections_and_keeps_what_was_read() {
+    let store = memory_store();
+    let server = TestServer::start_with_tcp(store.clone(), &["--flush-interval", "1h"]).await;
+    let mut stream = TcpStream::connect(server.tcp.unwrap()).await.unwrap();
+    stream.write_all(lines("sd", 500).as_bytes()).await.unwrap();
+    wait_until("the lines are buffered", Duration::from_secs(10), || {
+        server.buffers.buffered() == 500
+    })
+    .await;
+    let report = server.shutdown().await;
+    assert_eq!(report.unflushed, 0);
+    assert_eq!(store.reading_count(), 500);
+    let mut buf = [0u8; 1];
+    let read = within("the connection to close", 5, stream.read(&mut buf)).await;
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+}

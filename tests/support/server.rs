@@ -1,0 +1,227 @@
+//! Starts the whole server on 127.0.0.1:0 with a chosen store, and the stores tests need.
+//! Included by each `tests/server_*.rs` as `#[path = "support/server.rs"] mod support;`.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bucketd::buffer::Buffers;
+use bucketd::config::Config;
+use bucketd::flush::ShutdownReport;
+use bucketd::model::{Batch, Reading};
+use bucketd::server::Server;
+use bucketd::store::memory::MemoryStore;
+use bucketd::store::{
+    BucketLimits, Order, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery, Store,
+    StoreError, WriteReport,
+};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub struct TestServer {
+    pub http: SocketAddr,
+    pub tcp: Option<SocketAddr>,
+    pub buffers: Arc<Buffers>,
+    pub client: reqwest::Client,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<anyhow::Result<ShutdownReport>>,
+}
+
+impl TestServer {
+    /// Starts a server with the in-memory store, HTTP only, and `args` added to the flags.
+    pub async fn start(store: Arc<dyn Store>, args: &[&str]) -> TestServer {
+        Self::start_inner(store, args, false).await
+    }
+
+    /// Same, with the raw TCP listener on too.
+    pub async fn start_with_tcp(store: Arc<dyn Store>, args: &[&str]) -> TestServer {
+        Self::start_inner(store, args, true).await
+    }
+
+    async fn start_inner(store: Arc<dyn Store>, args: &[&str], tcp: bool) -> TestServer {
+        let mut all = vec!["bucketd", "--http-addr", "127.0.0.1:0"];
+        if tcp {
+            all.extend(["--tcp-addr", "127.0.0.1:0"]);
+        }
+        all.extend_from_slice(args);
+        let config = Config::from_args(all).expect("test flags parse");
+        let server = Server::bind(config, store).await.expect("server binds");
+        let http = server.http_addr();
+        let tcp = server.tcp_addr();
+        let buffers = server.buffers();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(server.run(async move {
+            let _ = stopped.await;
+        }));
+        let client = reqwest::Client::builder()
+            // Tests decide compression themselves.
+            .no_gzip()
+            .build()
+            .unwrap();
+        TestServer { http, tcp, buffers, client, stop, task }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.http, path)
+    }
+
+    pub async fn post(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> reqwest::Response {
+        self.client
+            .post(self.url(path))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client.get(self.url(path)).send().await.expect("request sent")
+    }
+
+    /// Signals shutdown and waits for the server to finish its final flush.
+    pub async fn shutdown(self) -> ShutdownReport {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(60), self.task)
+            .await
+            .expect("server stopped within 60 s")
+            .expect("server task did not panic")
+            .expect("server run succeeded")
+    }
+}
+
+pub fn memory_store() -> Arc<MemoryStore> {
+    Arc::new(MemoryStore::new(BucketLimits::default()))
+}
+
+/// Waits until `cond` holds, polling; panics with `what` after `timeout`.
+pub async fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !cond() {
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting until {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Every stored reading of `sensor`, oldest first.
+pub async fn stored(store: &dyn Store, sensor: &str) -> Vec<Reading> {
+    let query = RangeQuery {
+        sensor: sensor.into(),
+        from: bucketd::model::MIN_TIMESTAMP_MS,
+        to: bucketd::model::MAX_TIMESTAMP_MS,
+        order: Order::Asc,
+        limit: None,
+    };
+    store.readings(query).map(|r| r.expect("store read")).collect().await
+}
+
+/// One JSON reading as bucketd's JSON API takes it.
+pub fn json_reading(sensor: &str, ts_ms: i64, fields: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({ "sensor": sensor, "ts": ts_ms, "fields": fields })
+}
+
+/// A store that fails writes and pings while switched off, and counts what it refused:
+/// what a MongoDB outage looks like to the flusher.
+pub struct FlakyStore {
+    pub inner: Arc<MemoryStore>,
+    down: AtomicBool,
+    pub failed_writes: AtomicUsize,
+}
+
+impl FlakyStore {
+    pub fn new(inner: Arc<MemoryStore>) -> Arc<FlakyStore> {
+        Arc::new(FlakyStore {
+            inner,
+            down: AtomicBool::new(false),
+            failed_writes: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::SeqCst);
+    }
+
+    fn check(&self) -> Result<(), StoreError> {
+        if self.down.load(Ordering::SeqCst) {
+            Err(StoreError::Unavailable("test outage".into()))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[async_trait]
+impl Store for FlakyStore {
+    fn name(&self) -> &'static str {
+        "flaky"
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.check()
+    }
+
+    async fn write(&self, batches: &[Batch]) -> Vec<Result<WriteReport, StoreError>> {
+        if let Err(e) = self.check() {
+            self.failed_writes.fetch_add(1, Ordering::SeqCst);
+            return batches.iter().map(|_| Err(e.clone())).collect();
+        }
+        self.inner.write(batches).await
+    }
+
+    fn readings(&self, query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {
+        self.inner.readings(query)
+    }
+
+    async fn rollups(&self, query: RollupQuery) -> Result<Vec<RollupRow>, StoreError> {
+        self.inner.rollups(query).await
+    }
+
+    async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError> {
+        self.inner.sensors(query).await
+    }
+}
+
+/// A store whose ping never answers, for `/ready`'s timeout.
+pub struct HangingPingStore(pub Arc<MemoryStore>);
+
+#[async_trait]
+impl Store for HangingPingStore {
+    fn name(&self) -> &'static str {
+        "hanging"
+    }
+    async fn ping(&self) -> Result<(), StoreError> {
+        std::future::pending().await
+    }
+    async fn write(&self, batches: &[Batch]) -> Vec<Result<WriteReport, StoreError>> {
+        self.0.write(batches).await
+    }
+    fn readings(&self, query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {
+        self.0.readings(query)
+    }
+    async fn rollups(&self, query: RollupQuery) -> Result<Vec<RollupRow>, StoreError> {
+        self.0.rollups(query).await
+    }
+    async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError> {
+        self.0.sensors(query).await
+    }
+}
+
+/// Runs `f` with a deadline so a hung server fails the test instead of the CI job.
+pub async fn within<T>(what: &str, secs: u64, f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(secs), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not finish within {secs} s"))
+}
