@@ -1,1 +1,335 @@
+//! An in-memory `Store` for tests and as the reference behaviour of the Store suite: the same
+//! hourly buckets, caps and statistics as the real stores, kept in a `BTreeMap` behind a mutex.
+//! Nothing here survives a restart, so the binary never selects it.
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_trait::async_trait;
+use futures::stream::{self, BoxStream, StreamExt};
+
+use super::{
+    BucketLimits, FieldStats, Order, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery,
+    Store, StoreError, WriteReport,
+};
+use crate::model::{Batch, FieldValue, HOUR_MS, Reading, TimestampMs};
+
+struct Bucket {
+    readings: Vec<Reading>,
+    bytes: u64,
+    stats: BTreeMap<String, FieldStats>,
+}
+
+impl Bucket {
+    fn new() -> Self {
+        Bucket { readings: Vec::new(), bytes: 0, stats: BTreeMap::new() }
+    }
+
+    fn push(&mut self, reading: Reading, size: u64) {
+        for (name, value) in &reading.fields {
+            if let Some(v) = value.as_f64() {
+                self.stats
+                    .entry(name.clone())
+                    .and_modify(|s| s.merge(&FieldStats::of(v)))
+                    .or_insert_with(|| FieldStats::of(v));
+            }
+        }
+        self.bytes += size;
+        self.readings.push(reading);
+    }
+}
+
+struct Series {
+    measurement: String,
+    tags: Vec<(String, String)>,
+    /// Keyed by (hour start, spill sequence within the hour).
+    buckets: BTreeMap<(TimestampMs, u32), Bucket>,
+}
+
+/// Approximate encoded size of a reading: what the caps count. Close to BSON's size for the
+/// same reading, which keeps the memory store's spill behaviour near MongoDB's.
+pub fn approx_reading_bytes(reading: &Reading) -> u64 {
+    let fields: usize = reading
+        .fields
+        .iter()
+        .map(|(name, value)| {
+            2 + name.len()
+                + match value {
+                    FieldValue::Float(_) | FieldValue::Int(_) | FieldValue::UInt(_) => 8,
+                    FieldValue::Bool(_) => 1,
+                    FieldValue::Str(s) => 5 + s.len(),
+                }
+        })
+        .sum();
+    // Array index key, reading document header, the timestamp element, the fields document.
+    (8 + 5 + 11 + 8 + fields) as u64
+}
+
+pub struct MemoryStore {
+    limits: BucketLimits,
+    series: Mutex<BTreeMap<String, Series>>,
+    unavailable: AtomicBool,
+}
+
+impl MemoryStore {
+    pub fn new(limits: BucketLimits) -> Self {
+        MemoryStore {
+            limits,
+            series: Mutex::new(BTreeMap::new()),
+            unavailable: AtomicBool::new(false),
+        }
+    }
+
+    /// Makes every call fail with `StoreError::Unavailable` until switched back: the tests'
+    /// stand-in for an outage.
+    pub fn set_unavailable(&self, unavailable: bool) {
+        self.unavailable.store(unavailable, Ordering::SeqCst);
+    }
+
+    fn check_available(&self) -> Result<(), StoreError> {
+        if self.unavailable.load(Ordering::SeqCst) {
+            Err(StoreError::Unavailable("memory store switched off by the test".into()))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Total readings stored, across all series.
+    pub fn reading_count(&self) -> usize {
+        let series = self.series.lock().expect("memory store mutex poisoned");
+        series.values().flat_map(|s| s.buckets.values()).map(|b| b.readings.len()).sum()
+    }
+
+    /// Number of buckets of `sensor` in the hour starting at `hour`.
+    pub fn bucket_count(&self, sensor: &str, hour: TimestampMs) -> usize {
+        let series = self.series.lock().expect("memory store mutex poisoned");
+        series.get(sensor).map_or(0, |s| s.buckets.range((hour, 0)..=(hour, u32::MAX)).count())
+    }
+
+    fn write_batch(&self, series: &mut BTreeMap<String, Series>, batch: &Batch) -> WriteReport {
+        let entry = series.entry(batch.series.key.clone()).or_insert_with(|| Series {
+            measurement: batch.series.measurement.clone(),
+            tags: batch.series.tags.clone(),
+            buckets: BTreeMap::new(),
+        });
+        let mut report = WriteReport::default();
+        let mut seq = entry
+            .buckets
+            .range((batch.hour, 0)..=(batch.hour, u32::MAX))
+            .next_back()
+            .map(|((_, seq), _)| *seq);
+        for reading in &batch.readings {
+            let size = approx_reading_bytes(reading);
+            let fits = seq.is_some_and(|s| {
+                let b = &entry.buckets[&(batch.hour, s)];
+                // An empty bucket takes any one reading, so an oversized reading still lands.
+                (b.readings.len() as u64) < u64::from(self.limits.max_readings)
+                    && (b.readings.is_empty() || b.bytes + size <= u64::from(self.limits.max_bytes))
+            });
+            if !fits {
+                let next = seq.map_or(0, |s| s + 1);
+                entry.buckets.insert((batch.hour, next), Bucket::new());
+                report.buckets_created += 1;
+                seq = Some(next);
+            }
+            let key = (batch.hour, seq.expect("a bucket was just ensured"));
+            entry.buckets.get_mut(&key).expect("bucket exists").push(reading.clone(), size);
+        }
+        report
+    }
+
+    /// Readings of the query's range in ascending order, ties in write order.
+    fn collect_range(&self, sensor: &str, from: TimestampMs, to: TimestampMs) -> Vec<Reading> {
+        let series = self.series.lock().expect("memory store mutex poisoned");
+        let Some(s) = series.get(sensor) else { return Vec::new() };
+        let first_hour = crate::model::hour_start(from);
+        let mut out: Vec<Reading> = s
+            .buckets
+            .range((first_hour, 0)..)
+            .take_while(|((hour, _), _)| *hour < to)
+            .flat_map(|(_, b)| b.readings.iter())
+            .filter(|r| r.ts >= from && r.ts < to)
+            .cloned()
+            .collect();
+        // Stable: equal timestamps keep bucket order, then push order.
+        out.sort_by_key(|r| r.ts);
+        out
+    }
+}
+
+fn wanted(fields: &Option<Vec<String>>, name: &str) -> bool {
+    fields.as_ref().is_none_or(|f| f.iter().any(|n| n == name))
+}
+
+fn merge_into(row: &mut BTreeMap<String, FieldStats>, name: &str, stats: &FieldStats) {
+    match row.get_mut(name) {
+        Some(s) => s.merge(stats),
+        None => {
+            row.insert(name.to_owned(), *stats);
+        }
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.check_available()
+    }
+
+    async fn write(&self, batches: &[Batch]) -> Vec<Result<WriteReport, StoreError>> {
+        if let Err(e) = self.check_available() {
+            return batches.iter().map(|_| Err(e.clone())).collect();
+        }
+        let mut series = self.series.lock().expect("memory store mutex poisoned");
+        batches.iter().map(|b| Ok(self.write_batch(&mut series, b))).collect()
+    }
+
+    fn readings(&self, query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {
+        if let Err(e) = self.check_available() {
+            return stream::once(async move { Err(e) }).boxed();
+        }
+        let mut readings = self.collect_range(&query.sensor, query.from, query.to);
+        if query.order == Order::Desc {
+            readings.reverse();
+        }
+        readings.truncate(query.limit.unwrap_or(usize::MAX));
+        stream::iter(readings.into_iter().map(Ok)).boxed()
+    }
+
+    async fn rollups(&self, query: RollupQuery) -> Result<Vec<RollupRow>, StoreError> {
+        self.check_available()?;
+        if query.step_ms <= 0 {
+            return Err(StoreError::InvalidQuery("step must be positive".into()));
+        }
+        let mut rows: BTreeMap<TimestampMs, BTreeMap<String, FieldStats>> = BTreeMap::new();
+        let from_stats = query.step_ms % HOUR_MS == 0
+            && query.from.rem_euclid(HOUR_MS) == 0
+            && query.to.rem_euclid(HOUR_MS) == 0;
+        if from_stats {
+            let series = self.series.lock().expect("memory store mutex poisoned");
+            if let Some(s) = series.get(&query.sensor) {
+                for ((hour, _), bucket) in s.buckets.range((query.from, 0)..) {
+                    if *hour >= query.to {
+                        break;
+                    }
+                    let row =
+                        rows.entry(hour.div_euclid(query.step_ms) * query.step_ms).or_default();
+                    for (name, stats) in &bucket.stats {
+                        if wanted(&query.fields, name) {
+                            merge_into(row, name, stats);
+                        }
+                    }
+                }
+            }
+        } else {
+            for reading in self.collect_range(&query.sensor, query.from, query.to) {
+                let row =
+                    rows.entry(reading.ts.div_euclid(query.step_ms) * query.step_ms).or_default();
+                for (name, value) in &reading.fields {
+                    if let Some(v) = value.as_f64().filter(|_| wanted(&query.fields, name)) {
+                        merge_into(row, name, &FieldStats::of(v));
+                    }
+                }
+            }
+        }
+        Ok(rows
+            .into_iter()
+            .filter(|(_, fields)| !fields.is_empty())
+            .map(|(start, fields)| RollupRow { start, fields })
+            .collect())
+    }
+
+    async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError> {
+        self.check_available()?;
+        let series = self.series.lock().expect("memory store mutex poisoned");
+        let lower = match &query.after {
+            Some(after) => std::ops::Bound::Excluded(after.clone()),
+            None => std::ops::Bound::Unbounded,
+        };
+        Ok(series
+            .range((lower, std::ops::Bound::Unbounded))
+            .filter(|(_, s)| query.measurement.as_ref().is_none_or(|m| *m == s.measurement))
+            .filter(|(_, s)| query.tags.iter().all(|t| s.tags.contains(t)))
+            .filter_map(|(key, s)| {
+                let all = s.buckets.values().flat_map(|b| b.readings.iter().map(|r| r.ts));
+                let (first, last) = all.fold(None, |acc: Option<(i64, i64)>, ts| {
+                    Some(acc.map_or((ts, ts), |(f, l)| (f.min(ts), l.max(ts))))
+                })?;
+                Some(SensorInfo {
+                    key: key.clone(),
+                    measurement: s.measurement.clone(),
+                    tags: s.tags.clone(),
+                    first,
+                    last,
+                })
+            })
+            .take(query.limit)
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::model::SeriesMeta;
+
+    fn batch(key: &str, hour: i64, ts: impl IntoIterator<Item = i64>) -> Batch {
+        Batch {
+            series: Arc::new(SeriesMeta {
+                key: key.into(),
+                measurement: key.into(),
+                tags: vec![("site".into(), "a".into())],
+            }),
+            hour,
+            readings: ts
+                .into_iter()
+                .map(|t| Reading { ts: t, fields: vec![("v".into(), FieldValue::Float(t as f64))] })
+                .collect(),
+        }
+    }
+
+    #[tokio::test]
+    async fn spills_at_the_count_cap_and_keeps_every_reading() {
+        let store = MemoryStore::new(BucketLimits { max_readings: 10, max_bytes: 1 << 20 });
+        let out = store.write(&[batch("s", 0, 0..25)]).await;
+        assert_eq!(out[0].as_ref().unwrap().buckets_created, 3);
+        assert_eq!(store.bucket_count("s", 0), 3);
+        assert_eq!(store.reading_count(), 25);
+        let stats = store
+            .rollups(RollupQuery {
+                sensor: "s".into(),
+                from: 0,
+                to: HOUR_MS,
+                step_ms: HOUR_MS,
+                fields: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(stats[0].fields["v"], FieldStats { count: 25, min: 0.0, max: 24.0, sum: 300.0 });
+    }
+
+    #[tokio::test]
+    async fn an_oversized_reading_lands_alone() {
+        let store = MemoryStore::new(BucketLimits { max_readings: 10, max_bytes: 10 });
+        store.write(&[batch("s", 0, 0..3)]).await;
+        assert_eq!(store.bucket_count("s", 0), 3);
+    }
+
+    #[tokio::test]
+    async fn unavailable_fails_every_batch_then_recovers() {
+        let store = MemoryStore::new(BucketLimits::default());
+        store.set_unavailable(true);
+        let out = store.write(&[batch("a", 0, 0..1), batch("b", 0, 0..1)]).await;
+        assert!(out.iter().all(|r| r.as_ref().is_err_and(|e| e.is_retriable())));
+        store.set_unavailable(false);
+        assert!(store.write(&[batch("a", 0, 0..1)]).await[0].is_ok());
+        assert_eq!(store.reading_count(), 1);
+    }
+}
