@@ -36,6 +36,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::EmbeddedError;
 use crate::model::{FieldValue, Reading, TimestampMs};
+use crate::store::memory::approx_reading_bytes;
 use crate::store::{FieldStats, SCHEMA_VERSION};
 
 const CHUNK_V1: u64 = 1;
@@ -46,26 +47,6 @@ const T_INT: u8 = 1;
 const T_UINT: u8 = 2;
 const T_BOOL: u8 = 3;
 const T_STR: u8 = 4;
-
-/// The size a reading counts for against `BucketLimits::max_bytes`: its uncompressed size laid
-/// out like a BSON document (8-byte timestamp; per field a type byte, the name, a NUL and the
-/// value), independent of how well this store's encoding compresses it, so that the cap means
-/// the same thing for every store.
-pub fn approx_size(reading: &Reading) -> u64 {
-    let fields: usize = reading
-        .fields
-        .iter()
-        .map(|(name, value)| {
-            2 + name.len()
-                + match value {
-                    FieldValue::Float(_) | FieldValue::Int(_) | FieldValue::UInt(_) => 8,
-                    FieldValue::Bool(_) => 1,
-                    FieldValue::Str(s) => 5 + s.len(),
-                }
-        })
-        .sum();
-    (8 + fields) as u64
-}
 
 // ---------------------------------------------------------------------------------------------
 // Primitive writers and a bounds-checked reader.
@@ -398,7 +379,7 @@ pub fn decode_chunk(
 #[derive(Clone, Debug, PartialEq)]
 pub struct BucketHeader {
     pub count: u32,
-    /// Sum of [`approx_size`] over the bucket's readings.
+    /// Sum of [`approx_reading_bytes`] over the bucket's readings: what the size cap counts.
     pub bytes: u64,
     pub min_ts: TimestampMs,
     pub max_ts: TimestampMs,
@@ -433,7 +414,7 @@ impl BucketHeader {
         self.count += readings.len() as u32;
         self.chunks += 1;
         for r in readings {
-            self.bytes += approx_size(r);
+            self.bytes += approx_reading_bytes(r);
             for (name, value) in &r.fields {
                 if let Some(v) = value.as_f64() {
                     match self.stats.get_mut(name.as_str()) {
@@ -637,7 +618,10 @@ mod tests {
         h.append(&[&c]);
         assert!(!h.sorted, "a chunk starting before the bucket's last reading unsorts it");
         assert_eq!((h.count, h.chunks, h.min_ts, h.max_ts), (3, 2, 10, 20));
-        assert_eq!(h.bytes, approx_size(&a) + approx_size(&b) + approx_size(&c));
+        assert_eq!(
+            h.bytes,
+            approx_reading_bytes(&a) + approx_reading_bytes(&b) + approx_reading_bytes(&c)
+        );
         assert_eq!(h.stats["v"], FieldStats { count: 2, min: -4.0, max: 2.0, sum: -2.0 });
         assert_eq!(h.stats["w"], FieldStats::of(7.0));
         assert!(!h.stats.contains_key("s"));
@@ -655,12 +639,6 @@ mod tests {
             last: 1_700_000_000_000,
         };
         assert_eq!(SeriesRecord::decode(&s.encode()).unwrap(), s);
-    }
-
-    #[test]
-    fn approx_size_counts_names_and_values() {
-        let a = r(0, vec![("ab", FieldValue::Float(1.0)), ("s", FieldValue::Str("xyz".into()))]);
-        assert_eq!(approx_size(&a), 8 + (2 + 2 + 8) + (2 + 1 + 5 + 3));
     }
 
     fn value() -> impl Strategy<Value = FieldValue> {

@@ -261,12 +261,6 @@ impl Store for EmbeddedStore {
                 query.step_ms
             )));
         }
-        if query.from > query.to {
-            return Err(StoreError::InvalidQuery(format!(
-                "range starts ({}) after it ends ({})",
-                query.from, query.to
-            )));
-        }
         self.blocking(move |db| read::rollups(db, &query)).await
     }
 

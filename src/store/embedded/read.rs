@@ -78,14 +78,6 @@ pub(super) fn stream(
 }
 
 fn produce(db: &Database, query: &RangeQuery, tx: &mpsc::Sender<Msg>) {
-    if query.from > query.to {
-        let e = StoreError::InvalidQuery(format!(
-            "range starts ({}) after it ends ({})",
-            query.from, query.to
-        ));
-        let _ = tx.blocking_send(Err(e));
-        return;
-    }
     let limit = query.limit.unwrap_or(usize::MAX);
     let mut batch = Vec::with_capacity(SEND_BATCH);
     let mut emitted = 0usize;

@@ -7,6 +7,7 @@ use super::{
     BUCKETS, CHUNKS, EmbeddedError, MEASUREMENT_INDEX, META, META_NEXT_SERIES_ID, SERIES, TAG_INDEX,
 };
 use crate::model::{Batch, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, TimestampMs, hour_start};
+use crate::store::memory::approx_reading_bytes;
 use crate::store::{BucketLimits, StoreError, WriteReport};
 
 struct Tables<'t> {
@@ -110,10 +111,8 @@ fn append_batch(
     limits: BucketLimits,
     batch: &Batch,
 ) -> Result<Result<WriteReport, StoreError>, EmbeddedError> {
-    // Stable: readings with equal timestamps keep the order they were written in.
-    let mut sorted: Vec<&Reading> = batch.readings.iter().collect();
-    sorted.sort_by_key(|r| r.ts);
-    let (first, last) = (sorted[0].ts, sorted[sorted.len() - 1].ts);
+    let first = batch.readings.iter().map(|r| r.ts).min().expect("batch is not empty");
+    let last = batch.readings.iter().map(|r| r.ts).max().expect("batch is not empty");
     let key = batch.series.key.as_str();
     let hour = batch.hour;
 
@@ -160,17 +159,19 @@ fn append_batch(
             (0, BucketHeader::empty())
         }
     };
+    // Readings fill buckets in the order written (as in the other stores), so the same writes
+    // spill at the same points whatever the store.
     let mut start = 0;
     let mut pending_bytes = 0u64;
-    for (i, r) in sorted.iter().enumerate() {
-        let size = codec::approx_size(r);
+    for (i, r) in batch.readings.iter().enumerate() {
+        let size = approx_reading_bytes(r);
         let count = u64::from(header.count) + (i - start) as u64;
         let fits = count == 0
             || (count < u64::from(limits.max_readings)
                 && header.bytes + pending_bytes + size <= u64::from(limits.max_bytes));
         if !fits {
             if i > start {
-                append_chunk(t, series_id, hour, seq, &mut header, &sorted[start..i])?;
+                append_chunk(t, series_id, hour, seq, &mut header, &batch.readings[start..i])?;
             }
             seq += 1;
             header = BucketHeader::empty();
@@ -180,7 +181,7 @@ fn append_batch(
         }
         pending_bytes += size;
     }
-    append_chunk(t, series_id, hour, seq, &mut header, &sorted[start..])?;
+    append_chunk(t, series_id, hour, seq, &mut header, &batch.readings[start..])?;
     Ok(Ok(report))
 }
 
@@ -213,11 +214,14 @@ fn append_chunk(
     hour: TimestampMs,
     seq: u32,
     header: &mut BucketHeader,
-    readings: &[&Reading],
+    readings: &[Reading],
 ) -> Result<(), EmbeddedError> {
-    let chunk = codec::encode_chunk(hour, readings);
+    // Stable: equal timestamps keep the order they were written in.
+    let mut sorted: Vec<&Reading> = readings.iter().collect();
+    sorted.sort_by_key(|r| r.ts);
+    let chunk = codec::encode_chunk(hour, &sorted);
     t.chunks.insert((series_id, hour, seq, header.chunks), chunk.as_slice())?;
-    header.append(readings);
+    header.append(&sorted);
     t.buckets.insert((series_id, hour, seq), header.encode().as_slice())?;
     Ok(())
 }
