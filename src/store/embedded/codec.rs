@@ -5,9 +5,9 @@
 //! looks like (see `benches/embedded.rs` and the README for the measurement): timestamps are
 //! varint deltas from the previous reading, field names are stored once per chunk in a
 //! dictionary, a reading with the same field list as the previous one spends one byte on it,
-//! floats are XOR-ed with the previous value of the same field (Gorilla-style, byte-granular),
-//! and integers are delta-coded. A 1 Hz reading of two floats costs about 15–19 bytes here
-//! against roughly 45 with postcard (absolute i64 timestamp varint, name strings per reading).
+//! floats with a fixed number of decimals are stored as varint deltas of scaled integers and
+//! other floats XOR-ed with the previous value of the same field (Gorilla-style,
+//! byte-granular), and integers are delta-coded. See the README for bytes per reading.
 //!
 //! Every value starts with a version number so that a later bucketd can read or migrate it.
 //!
@@ -22,7 +22,10 @@
 //!   varint  shape: 0 = same names and types as the previous reading,
 //!           else n_fields + 1, then n_fields × (varint name index, u8 type)
 //!   values in shape order:
-//!     Float (0): u8 (leading zero bytes << 4 | trailing zero bytes) of bits XOR previous
+//!     Float (0): either u8 0xf0 | k, then zigzag varint of (value × 10^k − previous value
+//!                of that name × 10^k), both rounded to integers (k ≤ 6 decimals; used only
+//!                when it decodes to the same bits and is shorter), or
+//!                u8 (leading zero bytes << 4 | trailing zero bytes) of bits XOR previous
 //!                bits of that name, then the bytes between, big-endian
 //!     Int (1), UInt (2): zigzag varint of the wrapping difference from the previous
 //!                integer of that name
@@ -221,7 +224,7 @@ pub fn encode_chunk(hour: TimestampMs, readings: &[&Reading]) -> Vec<u8> {
             match value {
                 FieldValue::Float(f) => {
                     let bits = f.to_bits();
-                    put_xor(&mut body, bits ^ *prev);
+                    put_float(&mut body, *f, *prev);
                     *prev = bits;
                 }
                 FieldValue::Int(v) => {
@@ -250,6 +253,60 @@ pub fn encode_chunk(hour: TimestampMs, readings: &[&Reading]) -> Vec<u8> {
     }
     out.extend_from_slice(&body);
     out
+}
+
+/// Powers of ten a float may be scaled by to become an integer: up to six decimals.
+const POW10: [f64; 7] = [1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6];
+/// Integers up to 2^53 convert to and from f64 exactly.
+const EXACT_INT: f64 = 9_007_199_254_740_992.0;
+/// Float header bytes from here on mean "decimal": the low nibble is the number of decimals.
+/// XOR headers never reach them (their two nibbles add up to at most 8).
+const DECIMAL_HEADER: u8 = 0xf0;
+
+/// The previous value of a field scaled by `10^k`, as both encoder and decoder compute it
+/// (0 when it is not a float in range, e.g. the field held an integer before).
+fn scaled_prev(prev_bits: u64, k: usize) -> i64 {
+    let p = (f64::from_bits(prev_bits) * POW10[k]).round();
+    if p.is_finite() && p.abs() <= EXACT_INT { p as i64 } else { 0 }
+}
+
+/// Sensor values usually have a fixed decimal resolution (21.37 °C), which XOR compresses
+/// poorly; as an integer of hundredths its change from the previous value takes a byte or two.
+/// The decimal form is used only when it decodes to exactly the same bits and is shorter.
+fn put_float(out: &mut Vec<u8>, v: f64, prev_bits: u64) {
+    let x = v.to_bits() ^ prev_bits;
+    let xor_len = if x == 0 { 1 } else { 9 - (x.leading_zeros() / 8 + x.trailing_zeros() / 8) };
+    for (k, scale) in POW10.iter().enumerate() {
+        let s = (v * scale).round();
+        // `v` is finite, so `s` is a number or an infinity, never NaN.
+        if s.abs() > EXACT_INT {
+            break;
+        }
+        if ((s as i64) as f64 / scale).to_bits() != v.to_bits() {
+            continue;
+        }
+        let delta = zigzag((s as i64).wrapping_sub(scaled_prev(prev_bits, k)));
+        let varint_len = (64 - delta.leading_zeros()).max(1).div_ceil(7);
+        if 1 + varint_len < xor_len {
+            out.push(DECIMAL_HEADER | k as u8);
+            put_varint(out, delta);
+            return;
+        }
+        break;
+    }
+    put_xor(out, x);
+}
+
+fn get_float(c: &mut Cursor<'_>, prev_bits: u64) -> Result<u64, EmbeddedError> {
+    let h = *c.buf.get(c.pos).ok_or_else(|| corrupt("truncated value"))?;
+    if h & 0xf0 != DECIMAL_HEADER {
+        return Ok(prev_bits ^ get_xor(c)?);
+    }
+    c.pos += 1;
+    let k = usize::from(h & 0x0f);
+    let scale = *POW10.get(k).ok_or_else(|| corrupt("bad decimal float header"))?;
+    let s = scaled_prev(prev_bits, k).wrapping_add(unzigzag(c.varint()?));
+    Ok((s as f64 / scale).to_bits())
 }
 
 fn put_xor(out: &mut Vec<u8>, x: u64) {
@@ -345,7 +402,7 @@ pub fn decode_chunk(
             let prev = &mut prev_bits[i];
             let value = match t {
                 T_FLOAT => {
-                    *prev ^= get_xor(&mut c)?;
+                    *prev = get_float(&mut c, *prev)?;
                     FieldValue::Float(f64::from_bits(*prev))
                 }
                 T_INT => {
@@ -535,6 +592,14 @@ mod tests {
         let summary = decode_chunk(&bytes, hour, &mut out).expect("decodes");
         assert_eq!(summary, chunk_summary(&bytes, hour).unwrap());
         assert_eq!(summary.count as usize, readings.len());
+        // PartialEq equates 0.0 and -0.0; the encoding must keep every bit.
+        for (a, b) in readings.iter().zip(&out) {
+            for ((_, x), (_, y)) in a.fields.iter().zip(&b.fields) {
+                if let (FieldValue::Float(x), FieldValue::Float(y)) = (x, y) {
+                    assert_eq!(x.to_bits(), y.to_bits(), "{x} came back as {y}");
+                }
+            }
+        }
         out
     }
 
@@ -556,6 +621,31 @@ mod tests {
             r(hour + HOUR_MS - 1, vec![("t", FieldValue::Float(f64::MIN_POSITIVE))]),
         ];
         assert_eq!(roundtrip(hour, &readings), readings);
+    }
+
+    #[test]
+    fn decimal_floats_take_a_couple_of_bytes_and_keep_their_bits() {
+        let values = [21.37, 21.41, 21.4, -0.0, 0.0, 1013.25, 0.000123, 1e300, 0.1 + 0.2, 5e-324];
+        let readings: Vec<Reading> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| r(i as i64, vec![("t", FieldValue::Float(*v))]))
+            .collect();
+        let back = roundtrip(0, &readings);
+        for (a, b) in readings.iter().zip(&back) {
+            match (&a.fields[0].1, &b.fields[0].1) {
+                (FieldValue::Float(x), FieldValue::Float(y)) => {
+                    assert_eq!(x.to_bits(), y.to_bits())
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let steady: Vec<Reading> = (0..100)
+            .map(|i| r(i * 1000, vec![("t", FieldValue::Float(20.0 + (i % 7) as f64 * 0.01))]))
+            .collect();
+        let refs: Vec<&Reading> = steady.iter().collect();
+        // ts delta (2) + shape (1) + decimal header and one-byte delta (2) per reading.
+        assert!(encode_chunk(0, &refs).len() <= 100 * 5 + 20);
     }
 
     #[test]
@@ -644,6 +734,10 @@ mod tests {
     fn value() -> impl Strategy<Value = FieldValue> {
         prop_oneof![
             any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(FieldValue::Float),
+            (-10_000_000i64..10_000_000, 0..8usize)
+                .prop_map(|(i, k)| FieldValue::Float(i as f64 / 10f64.powi(k as i32))),
+            (-3i64..3).prop_map(|i| FieldValue::Float(i as f64 * 1e300)),
+            Just(FieldValue::Float(-0.0)),
             any::<i64>().prop_map(FieldValue::Int),
             any::<u64>().prop_map(FieldValue::UInt),
             any::<bool>().prop_map(FieldValue::Bool),
