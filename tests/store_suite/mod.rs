@@ -95,10 +95,11 @@ macro_rules! store_suite {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                let make = |limits| -> futures::future::BoxFuture<'static, $crate::store_suite::Fixture> {
+                use $crate::store_suite as suite;
+                let make = |limits| -> futures::future::BoxFuture<'static, suite::Fixture> {
                     Box::pin($make(limits))
                 };
-                $crate::store_suite::run(stringify!($case), $crate::store_suite::$case(&make)).await;
+                suite::run(stringify!($case), suite::$case(&make)).await;
             }
         )*
     };

@@ -29,8 +29,15 @@
 //! fsync, so a write reported successful survives a crash or power loss (to the extent the disk
 //! honours fsync), and a write interrupted by a crash leaves no trace. Commits also use redb's
 //! quick-repair mode (two-phase commit that saves the allocator state), so reopening after a
-//! crash does not have to walk the whole file; it costs a second fsync per commit, which is
-//! small next to a flush of thousands of readings.
+//! crash does not have to walk the whole file. It adds an fsync per commit; measured with
+//! `benches/embedded.rs`, a flush of 1,000 batches × 10 readings took 24.2 ms with it and
+//! 23.9 ms without, within noise. `tests/embedded_crash.rs` SIGKILLs a writer mid-flight and
+//! checks that every acknowledged write survives, whole.
+//!
+//! # Series metadata
+//! A series' measurement and tags are recorded when its first batch is written and indexed
+//! then; later batches under the same key with other tags do not change them (for line
+//! protocol the key contains measurement and tags, so they cannot differ).
 //!
 //! # Threads
 //! redb is synchronous: every call runs on Tokio's blocking pool (`spawn_blocking`). A range
