@@ -1,1 +1,280 @@
+//! The embedded store: hourly buckets in a single redb file under `--data-dir`, used when no
+//! MongoDB URI is given.
+//!
+//! # On-disk layout (schema version [`SCHEMA_VERSION`])
+//! One file, `<data-dir>/bucketd.redb`, with these tables (integers in keys are redb's fixed-width
+//! little-endian encodings, compared numerically; values are the hand-written encodings of
+//! [`codec`], each starting with its own version number):
+//!
+//! | table               | key                                   | value                       |
+//! |---------------------|---------------------------------------|-----------------------------|
+//! | `meta`              | `&str` name                           | `u64`                       |
+//! | `series`            | `&str` sensor key                     | series record: id, measurement, tags, first, last |
+//! | `tag_index`         | `(tag key, tag value, sensor key)`    | `()`                        |
+//! | `measurement_index` | `(measurement, sensor key)`           | `()`                        |
+//! | `buckets`           | `(series id u64, hour i64, seq u32)`  | bucket header: count, approximate bytes, min/max ts, sorted flag, chunk count, per-field `{count,min,max,sum}` |
+//! | `chunks`            | `(series id, hour, seq, chunk u32)`   | the readings one flush appended to that bucket |
+//!
+//! `meta` holds `schema_version` (written when the file is created; a file from a newer
+//! bucketd is refused at open) and `next_series_id`.
+//!
+//! A flush never rewrites a bucket's readings: it appends one chunk per bucket it touches and
+//! rewrites only the bucket's header (whose size depends on the number of numeric fields, not
+//! of readings) and the series record. Series ids keep one series' buckets and chunks
+//! contiguous in key order, so a range query is one forward (or backward) B-tree scan.
+//!
+//! # Durability
+//! All batches of one [`Store::write`] call are committed in ONE redb write transaction with
+//! redb's default durability, [`redb::Durability::Immediate`]: the commit returns only after
+//! fsync, so a write reported successful survives a crash or power loss (to the extent the disk
+//! honours fsync), and a write interrupted by a crash leaves no trace. Commits also use redb's
+//! quick-repair mode (two-phase commit that saves the allocator state), so reopening after a
+//! crash does not have to walk the whole file. It adds an fsync per commit; measured with
+//! `benches/embedded.rs`, a flush of 1,000 batches × 10 readings took 24.2 ms with it and
+//! 23.9 ms without, within noise. `tests/embedded_crash.rs` SIGKILLs a writer mid-flight and
+//! checks that every acknowledged write survives, whole.
+//!
+//! # Series metadata
+//! A series' measurement and tags are recorded when its first batch is written and indexed
+//! then; later batches under the same key with other tags do not change them (for line
+//! protocol the key contains measurement and tags, so they cannot differ).
+//!
+//! # Threads
+//! redb is synchronous: every call runs on Tokio's blocking pool (`spawn_blocking`). A range
+//! query's reader thread holds one read transaction (a consistent snapshot) for the life of the
+//! stream; redb cannot reuse pages freed after that snapshot until the stream ends, so the
+//! HTTP layer's request timeout also bounds how much the file can grow behind a slow client.
 
+mod codec;
+mod read;
+mod write;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::model::{Batch, Reading};
+use crate::store::{
+    BucketLimits, RangeQuery, RollupQuery, RollupRow, SCHEMA_VERSION, SensorInfo, SensorQuery,
+    Store, StoreError, WriteReport,
+};
+
+/// Name of the database file inside the data directory.
+pub const DB_FILE_NAME: &str = "bucketd.redb";
+
+/// redb's page cache. redb's default is 1 GiB; bucketd's reads are mostly recent hours of a
+/// few series, so a smaller cap leaves memory to the ingest buffers.
+const CACHE_BYTES: usize = 256 * 1024 * 1024;
+
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const SERIES: TableDefinition<&str, &[u8]> = TableDefinition::new("series");
+const TAG_INDEX: TableDefinition<(&str, &str, &str), ()> = TableDefinition::new("tag_index");
+const MEASUREMENT_INDEX: TableDefinition<(&str, &str), ()> =
+    TableDefinition::new("measurement_index");
+const BUCKETS: TableDefinition<(u64, i64, u32), &[u8]> = TableDefinition::new("buckets");
+const CHUNKS: TableDefinition<(u64, i64, u32, u32), &[u8]> = TableDefinition::new("chunks");
+
+const META_SCHEMA_VERSION: &str = "schema_version";
+const META_NEXT_SERIES_ID: &str = "next_series_id";
+
+/// Why the embedded store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbeddedError {
+    #[error("cannot create data directory {}: {source}", path.display())]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "database {} is already open in another bucketd process (or another store in this one)",
+        path.display()
+    )]
+    Locked { path: PathBuf },
+    #[error(
+        "database {} has schema version {found}, newer than the {supported} this bucketd \
+         understands; run a newer bucketd or choose another --data-dir",
+        path.display()
+    )]
+    NewerSchema { path: PathBuf, found: u64, supported: u64 },
+    #[error("{} is not a bucketd database: {why}", path.display())]
+    NotBucketd { path: PathBuf, why: &'static str },
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    #[error("redb: {0}")]
+    Db(#[from] redb::Error),
+    #[error("blocking task failed: {0}")]
+    Task(String),
+}
+
+macro_rules! from_redb {
+    ($($t:ty),*) => {$(
+        impl From<$t> for EmbeddedError {
+            fn from(e: $t) -> Self {
+                EmbeddedError::Db(e.into())
+            }
+        }
+    )*};
+}
+from_redb!(
+    redb::StorageError,
+    redb::TableError,
+    redb::TransactionError,
+    redb::CommitError,
+    redb::DatabaseError
+);
+
+impl From<EmbeddedError> for StoreError {
+    fn from(e: EmbeddedError) -> Self {
+        match e {
+            EmbeddedError::Corrupt(_) | EmbeddedError::Db(redb::Error::Corrupted(_)) => {
+                StoreError::Corrupt(e.to_string())
+            }
+            EmbeddedError::Locked { .. } => StoreError::Unavailable(e.to_string()),
+            _ => StoreError::Internal(e.to_string()),
+        }
+    }
+}
+
+/// Buckets on local disk in one redb file. Cheap to share: clone the `Arc` it lives in.
+pub struct EmbeddedStore {
+    db: Arc<Database>,
+    limits: BucketLimits,
+    path: PathBuf,
+}
+
+impl EmbeddedStore {
+    /// Opens (creating if needed) the store in `dir`. Blocks: after a crash redb recovers the
+    /// file here, so call it from `spawn_blocking` when on the async runtime.
+    pub fn open(dir: &Path, limits: BucketLimits) -> Result<Self, EmbeddedError> {
+        std::fs::create_dir_all(dir)
+            .map_err(|source| EmbeddedError::CreateDir { path: dir.to_owned(), source })?;
+        let path = dir.join(DB_FILE_NAME);
+        let db = redb::Builder::new().set_cache_size(CACHE_BYTES).create(&path).map_err(
+            |e| match e {
+                redb::DatabaseError::DatabaseAlreadyOpen => {
+                    EmbeddedError::Locked { path: path.clone() }
+                }
+                e => e.into(),
+            },
+        )?;
+        init_schema(&db, &path)?;
+        Ok(EmbeddedStore { db: Arc::new(db), limits, path })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    async fn blocking<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Database) -> Result<T, EmbeddedError> + Send + 'static,
+    {
+        let db = self.db.clone();
+        match tokio::task::spawn_blocking(move || f(&db)).await {
+            Ok(r) => r.map_err(StoreError::from),
+            Err(e) => Err(StoreError::Internal(format!("embedded store task failed: {e}"))),
+        }
+    }
+}
+
+/// Records the schema version in a new file, refuses a file from a newer bucketd, and creates
+/// every table so that read transactions never meet a missing one.
+fn init_schema(db: &Database, path: &Path) -> Result<(), EmbeddedError> {
+    let txn = db.begin_write()?;
+    {
+        let has_tables = txn.list_tables()?.next().is_some();
+        let mut meta = txn.open_table(META)?;
+        let version = meta.get(META_SCHEMA_VERSION)?.map(|g| g.value());
+        match version {
+            Some(found) if found > SCHEMA_VERSION as u64 => {
+                return Err(EmbeddedError::NewerSchema {
+                    path: path.to_owned(),
+                    found,
+                    supported: SCHEMA_VERSION as u64,
+                });
+            }
+            Some(0) => {
+                return Err(EmbeddedError::NotBucketd {
+                    path: path.to_owned(),
+                    why: "schema version 0",
+                });
+            }
+            Some(_) => {}
+            None if has_tables => {
+                return Err(EmbeddedError::NotBucketd {
+                    path: path.to_owned(),
+                    why: "it has tables but no schema version",
+                });
+            }
+            None => {
+                meta.insert(META_SCHEMA_VERSION, SCHEMA_VERSION as u64)?;
+                meta.insert(META_NEXT_SERIES_ID, 1)?;
+            }
+        }
+        txn.open_table(SERIES)?;
+        txn.open_table(TAG_INDEX)?;
+        txn.open_table(MEASUREMENT_INDEX)?;
+        txn.open_table(BUCKETS)?;
+        txn.open_table(CHUNKS)?;
+    }
+    txn.commit()?;
+    Ok(())
+}
+
+#[async_trait]
+impl Store for EmbeddedStore {
+    fn name(&self) -> &'static str {
+        "embedded"
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.blocking(|db| {
+            db.begin_read()?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn write(&self, batches: &[Batch]) -> Vec<Result<WriteReport, StoreError>> {
+        if batches.is_empty() {
+            return Vec::new();
+        }
+        // spawn_blocking needs owned data; the copy is small next to the commit's fsync.
+        let owned = batches.to_vec();
+        let (db, limits) = (self.db.clone(), self.limits);
+        match tokio::task::spawn_blocking(move || write::write_batches(&db, limits, &owned)).await {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                let e = StoreError::Internal(format!("embedded write task failed: {e}"));
+                vec![Err(e); batches.len()]
+            }
+        }
+    }
+
+    fn readings(&self, query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {
+        read::stream(self.db.clone(), query)
+    }
+
+    async fn rollups(&self, query: RollupQuery) -> Result<Vec<RollupRow>, StoreError> {
+        if query.step_ms <= 0 {
+            return Err(StoreError::InvalidQuery(format!(
+                "rollup step must be positive, got {} ms",
+                query.step_ms
+            )));
+        }
+        self.blocking(move |db| read::rollups(db, &query)).await
+    }
+
+    async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError> {
+        self.blocking(move |db| read::sensors(db, &query)).await
+    }
+}
+
+#[cfg(test)]
+mod tests;

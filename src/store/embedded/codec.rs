@@ -1,0 +1,846 @@
+//! Hand-written binary encodings of what the embedded store keeps in redb values: chunks of
+//! readings, bucket headers and series records.
+//!
+//! Hand-written rather than serde + postcard because the chunk format exploits what sensor data
+//! looks like (see `benches/embedded.rs` and the README for the measurement): timestamps are
+//! varint deltas from the previous reading, field names are stored once per chunk in a
+//! dictionary, a reading with the same field list as the previous one spends one byte on it,
+//! floats with a fixed number of decimals are stored as varint deltas of scaled integers and
+//! other floats XOR-ed with the previous value of the same field (Gorilla-style,
+//! byte-granular), and integers are delta-coded. See the README for bytes per reading.
+//!
+//! Every value starts with a version number so that a later bucketd can read or migrate it.
+//!
+//! # Chunk (value of the `chunks` table), version 1
+//! ```text
+//! varint  version = 1
+//! varint  count                      number of readings
+//! varint  first_off, last_off        first and last ts minus the bucket's hour
+//! varint  n_names, then n_names × (varint len, UTF-8 bytes)   field name dictionary
+//! count × reading:
+//!   varint  ts delta from the previous reading (the first: from first_off, i.e. 0)
+//!   varint  shape: 0 = same names and types as the previous reading,
+//!           else n_fields + 1, then n_fields × (varint name index, u8 type)
+//!   values in shape order:
+//!     Float (0): either u8 0xf0 | k, then zigzag varint of (value × 10^k − previous value
+//!                of that name × 10^k), both rounded to integers (k ≤ 6 decimals; used only
+//!                when it decodes to the same bits and is shorter), or
+//!                u8 (leading zero bytes << 4 | trailing zero bytes) of bits XOR previous
+//!                bits of that name, then the bytes between, big-endian
+//!     Int (1), UInt (2): zigzag varint of the wrapping difference from the previous
+//!                integer of that name
+//!     Bool (3): u8 0/1
+//!     Str (4): varint len, UTF-8 bytes
+//! ```
+//! Readings in a chunk are sorted by timestamp (a stable sort of the order written), so the
+//! deltas are never negative.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::EmbeddedError;
+use crate::model::{FieldValue, Reading, TimestampMs};
+use crate::store::memory::approx_reading_bytes;
+use crate::store::{FieldStats, SCHEMA_VERSION};
+
+const CHUNK_V1: u64 = 1;
+const SERIES_V1: u64 = 1;
+
+const T_FLOAT: u8 = 0;
+const T_INT: u8 = 1;
+const T_UINT: u8 = 2;
+const T_BOOL: u8 = 3;
+const T_STR: u8 = 4;
+
+// ---------------------------------------------------------------------------------------------
+// Primitive writers and a bounds-checked reader.
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_varint(out, s.len() as u64);
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn corrupt(what: &str) -> EmbeddedError {
+    EmbeddedError::Corrupt(what.to_owned())
+}
+
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(buf: &'a [u8]) -> Self {
+        Cursor { buf, pos: 0 }
+    }
+
+    fn u8(&mut self) -> Result<u8, EmbeddedError> {
+        let b = *self.buf.get(self.pos).ok_or_else(|| corrupt("truncated value"))?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    fn varint(&mut self) -> Result<u64, EmbeddedError> {
+        let mut v = 0u64;
+        let mut shift = 0;
+        loop {
+            let b = self.u8()?;
+            if shift == 63 && b > 1 {
+                return Err(corrupt("varint overflows 64 bits"));
+            }
+            v |= u64::from(b & 0x7f) << shift;
+            if b < 0x80 {
+                return Ok(v);
+            }
+            shift += 7;
+            if shift > 63 {
+                return Err(corrupt("varint longer than 10 bytes"));
+            }
+        }
+    }
+
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], EmbeddedError> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
+        let end = end.ok_or_else(|| corrupt("truncated value"))?;
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+
+    fn len(&mut self) -> Result<usize, EmbeddedError> {
+        let n = self.varint()?;
+        // A length can never exceed what is left; checking here keeps a corrupt length from
+        // turning into a huge allocation.
+        if n > (self.buf.len() - self.pos) as u64 {
+            return Err(corrupt("length beyond end of value"));
+        }
+        Ok(n as usize)
+    }
+
+    fn string(&mut self) -> Result<String, EmbeddedError> {
+        let n = self.len()?;
+        let b = self.bytes(n)?;
+        String::from_utf8(b.to_vec()).map_err(|_| corrupt("string is not UTF-8"))
+    }
+
+    fn f64(&mut self) -> Result<f64, EmbeddedError> {
+        let b = self.bytes(8)?;
+        Ok(f64::from_le_bytes(b.try_into().expect("8 bytes")))
+    }
+
+    fn finish(&self) -> Result<(), EmbeddedError> {
+        if self.pos == self.buf.len() { Ok(()) } else { Err(corrupt("trailing bytes after value")) }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chunks.
+
+/// What a chunk's first bytes say, readable without decoding the readings, so that a range scan
+/// can skip chunks outside the range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkSummary {
+    pub count: u32,
+    pub first: TimestampMs,
+    pub last: TimestampMs,
+}
+
+fn type_of(v: &FieldValue) -> u8 {
+    match v {
+        FieldValue::Float(_) => T_FLOAT,
+        FieldValue::Int(_) => T_INT,
+        FieldValue::UInt(_) => T_UINT,
+        FieldValue::Bool(_) => T_BOOL,
+        FieldValue::Str(_) => T_STR,
+    }
+}
+
+/// Encodes readings that all lie in `hour` and are sorted by timestamp.
+pub fn encode_chunk(hour: TimestampMs, readings: &[&Reading]) -> Vec<u8> {
+    debug_assert!(readings.windows(2).all(|w| w[0].ts <= w[1].ts));
+    debug_assert!(readings.iter().all(|r| r.ts >= hour && r.ts - hour < crate::model::HOUR_MS));
+    let (first, last) = match (readings.first(), readings.last()) {
+        (Some(f), Some(l)) => (f.ts, l.ts),
+        _ => (hour, hour),
+    };
+
+    // The dictionary comes first in the value but is only known after a pass over the fields.
+    let mut names: Vec<&str> = Vec::new();
+    let mut index: HashMap<&str, u32> = HashMap::new();
+    let mut body = Vec::with_capacity(readings.len() * 20);
+    let mut prev_ts = first;
+    let mut prev_shape: Vec<(u32, u8)> = Vec::new();
+    let mut shape: Vec<(u32, u8)> = Vec::new();
+    let mut prev_bits: Vec<u64> = Vec::new();
+    let mut have_shape = false;
+
+    for r in readings {
+        put_varint(&mut body, (r.ts - prev_ts) as u64);
+        prev_ts = r.ts;
+
+        let same = have_shape
+            && r.fields.len() == prev_shape.len()
+            && r.fields.iter().zip(&prev_shape).all(|((name, value), &(i, t))| {
+                names[i as usize] == name.as_str() && type_of(value) == t
+            });
+        if same {
+            body.push(0);
+        } else {
+            shape.clear();
+            for (name, value) in &r.fields {
+                let i = *index.entry(name.as_str()).or_insert_with(|| {
+                    names.push(name.as_str());
+                    prev_bits.push(0);
+                    (names.len() - 1) as u32
+                });
+                shape.push((i, type_of(value)));
+            }
+            put_varint(&mut body, shape.len() as u64 + 1);
+            for &(i, t) in &shape {
+                put_varint(&mut body, u64::from(i));
+                body.push(t);
+            }
+            std::mem::swap(&mut shape, &mut prev_shape);
+            have_shape = true;
+        }
+
+        for ((_, value), &(i, _)) in r.fields.iter().zip(&prev_shape) {
+            let prev = &mut prev_bits[i as usize];
+            match value {
+                FieldValue::Float(f) => {
+                    let bits = f.to_bits();
+                    put_float(&mut body, *f, *prev);
+                    *prev = bits;
+                }
+                FieldValue::Int(v) => {
+                    put_varint(&mut body, zigzag((*v as u64).wrapping_sub(*prev) as i64));
+                    *prev = *v as u64;
+                }
+                FieldValue::UInt(v) => {
+                    put_varint(&mut body, zigzag(v.wrapping_sub(*prev) as i64));
+                    *prev = *v;
+                }
+                FieldValue::Bool(b) => body.push(u8::from(*b)),
+                FieldValue::Str(s) => put_str(&mut body, s),
+            }
+        }
+    }
+
+    let mut out =
+        Vec::with_capacity(body.len() + 16 + names.iter().map(|n| n.len() + 2).sum::<usize>());
+    put_varint(&mut out, CHUNK_V1);
+    put_varint(&mut out, readings.len() as u64);
+    put_varint(&mut out, (first - hour) as u64);
+    put_varint(&mut out, (last - hour) as u64);
+    put_varint(&mut out, names.len() as u64);
+    for n in &names {
+        put_str(&mut out, n);
+    }
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Powers of ten a float may be scaled by to become an integer: up to six decimals.
+const POW10: [f64; 7] = [1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6];
+/// Integers up to 2^53 convert to and from f64 exactly.
+const EXACT_INT: f64 = 9_007_199_254_740_992.0;
+/// Float header bytes from here on mean "decimal": the low nibble is the number of decimals.
+/// XOR headers never reach them (their two nibbles add up to at most 8).
+const DECIMAL_HEADER: u8 = 0xf0;
+
+/// The previous value of a field scaled by `10^k`, as both encoder and decoder compute it
+/// (0 when it is not a float in range, e.g. the field held an integer before).
+fn scaled_prev(prev_bits: u64, k: usize) -> i64 {
+    let p = (f64::from_bits(prev_bits) * POW10[k]).round();
+    if p.is_finite() && p.abs() <= EXACT_INT { p as i64 } else { 0 }
+}
+
+/// Sensor values usually have a fixed decimal resolution (21.37 °C), which XOR compresses
+/// poorly; as an integer of hundredths its change from the previous value takes a byte or two.
+/// The decimal form is used only when it decodes to exactly the same bits and is shorter.
+fn put_float(out: &mut Vec<u8>, v: f64, prev_bits: u64) {
+    let x = v.to_bits() ^ prev_bits;
+    let xor_len = if x == 0 { 1 } else { 9 - (x.leading_zeros() / 8 + x.trailing_zeros() / 8) };
+    for (k, scale) in POW10.iter().enumerate() {
+        let s = (v * scale).round();
+        // `v` is finite, so `s` is a number or an infinity, never NaN.
+        if s.abs() > EXACT_INT {
+            break;
+        }
+        if ((s as i64) as f64 / scale).to_bits() != v.to_bits() {
+            continue;
+        }
+        let delta = zigzag((s as i64).wrapping_sub(scaled_prev(prev_bits, k)));
+        let varint_len = (64 - delta.leading_zeros()).max(1).div_ceil(7);
+        if 1 + varint_len < xor_len {
+            out.push(DECIMAL_HEADER | k as u8);
+            put_varint(out, delta);
+            return;
+        }
+        break;
+    }
+    put_xor(out, x);
+}
+
+fn get_float(c: &mut Cursor<'_>, prev_bits: u64) -> Result<u64, EmbeddedError> {
+    let h = *c.buf.get(c.pos).ok_or_else(|| corrupt("truncated value"))?;
+    if h & 0xf0 != DECIMAL_HEADER {
+        return Ok(prev_bits ^ get_xor(c)?);
+    }
+    c.pos += 1;
+    let k = usize::from(h & 0x0f);
+    let scale = *POW10.get(k).ok_or_else(|| corrupt("bad decimal float header"))?;
+    let s = scaled_prev(prev_bits, k).wrapping_add(unzigzag(c.varint()?));
+    Ok((s as f64 / scale).to_bits())
+}
+
+fn put_xor(out: &mut Vec<u8>, x: u64) {
+    if x == 0 {
+        out.push(0x80);
+        return;
+    }
+    let lz = x.leading_zeros() / 8;
+    let tz = x.trailing_zeros() / 8;
+    out.push(((lz << 4) | tz) as u8);
+    let be = x.to_be_bytes();
+    out.extend_from_slice(&be[lz as usize..(8 - tz) as usize]);
+}
+
+fn get_xor(c: &mut Cursor<'_>) -> Result<u64, EmbeddedError> {
+    let h = c.u8()?;
+    let (lz, tz) = (usize::from(h >> 4), usize::from(h & 0x0f));
+    if lz + tz > 8 {
+        return Err(corrupt("bad float header"));
+    }
+    let mut be = [0u8; 8];
+    be[lz..8 - tz].copy_from_slice(c.bytes(8 - lz - tz)?);
+    Ok(u64::from_be_bytes(be))
+}
+
+fn chunk_prefix(c: &mut Cursor<'_>, hour: TimestampMs) -> Result<ChunkSummary, EmbeddedError> {
+    let version = c.varint()?;
+    if version != CHUNK_V1 {
+        return Err(EmbeddedError::Corrupt(format!("unknown chunk encoding version {version}")));
+    }
+    let count = u32::try_from(c.varint()?).map_err(|_| corrupt("chunk count too large"))?;
+    let first_off = c.varint()?;
+    let last_off = c.varint()?;
+    if first_off > last_off || last_off >= crate::model::HOUR_MS as u64 {
+        return Err(corrupt("chunk timestamps outside its hour"));
+    }
+    Ok(ChunkSummary { count, first: hour + first_off as i64, last: hour + last_off as i64 })
+}
+
+/// Reads only the chunk's summary.
+pub fn chunk_summary(bytes: &[u8], hour: TimestampMs) -> Result<ChunkSummary, EmbeddedError> {
+    chunk_prefix(&mut Cursor::new(bytes), hour)
+}
+
+/// Decodes every reading of a chunk, in stored order, appending them to `out`.
+pub fn decode_chunk(
+    bytes: &[u8],
+    hour: TimestampMs,
+    out: &mut Vec<Reading>,
+) -> Result<ChunkSummary, EmbeddedError> {
+    let mut c = Cursor::new(bytes);
+    let summary = chunk_prefix(&mut c, hour)?;
+    let n_names = c.len()?;
+    let mut names = Vec::with_capacity(n_names);
+    for _ in 0..n_names {
+        names.push(c.string()?);
+    }
+    let mut prev_bits = vec![0u64; n_names];
+    let mut shape: Vec<(usize, u8)> = Vec::new();
+    let mut have_shape = false;
+    let mut ts = summary.first;
+    // Every reading takes at least two bytes, so a corrupt count cannot force a huge reserve.
+    out.reserve((summary.count as usize).min((bytes.len() - c.pos) / 2));
+
+    for _ in 0..summary.count {
+        let delta = c.varint()?;
+        ts = i64::try_from(delta)
+            .ok()
+            .and_then(|d| ts.checked_add(d))
+            .filter(|&t| t <= summary.last)
+            .ok_or_else(|| corrupt("chunk timestamp beyond its last"))?;
+        let code = c.varint()?;
+        if code != 0 {
+            // Each field of a shape takes at least two bytes: a corrupt count fails here rather
+            // than looping for long.
+            if code - 1 > ((bytes.len() - c.pos) / 2) as u64 {
+                return Err(corrupt("shape longer than the chunk"));
+            }
+            have_shape = true;
+            shape.clear();
+            for _ in 0..code - 1 {
+                let i = c.varint()? as usize;
+                if i >= n_names {
+                    return Err(corrupt("field name index out of range"));
+                }
+                shape.push((i, c.u8()?));
+            }
+        } else if !have_shape {
+            return Err(corrupt("first reading of a chunk repeats a shape"));
+        }
+        let mut fields = Vec::with_capacity(shape.len());
+        for &(i, t) in &shape {
+            let prev = &mut prev_bits[i];
+            let value = match t {
+                T_FLOAT => {
+                    *prev = get_float(&mut c, *prev)?;
+                    FieldValue::Float(f64::from_bits(*prev))
+                }
+                T_INT => {
+                    *prev = prev.wrapping_add(unzigzag(c.varint()?) as u64);
+                    FieldValue::Int(*prev as i64)
+                }
+                T_UINT => {
+                    *prev = prev.wrapping_add(unzigzag(c.varint()?) as u64);
+                    FieldValue::UInt(*prev)
+                }
+                T_BOOL => FieldValue::Bool(c.u8()? != 0),
+                T_STR => FieldValue::Str(c.string()?),
+                _ => return Err(corrupt("unknown field type")),
+            };
+            fields.push((names[i].clone(), value));
+        }
+        out.push(Reading { ts, fields });
+    }
+    if ts != summary.last {
+        return Err(corrupt("chunk's last timestamp does not match its summary"));
+    }
+    c.finish()?;
+    Ok(summary)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bucket headers.
+
+/// The header of one bucket (value of the `buckets` table). Rewritten on every append to the
+/// bucket; its size grows with the number of distinct numeric fields, never with readings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BucketHeader {
+    pub count: u32,
+    /// Sum of [`approx_reading_bytes`] over the bucket's readings: what the size cap counts.
+    pub bytes: u64,
+    pub min_ts: TimestampMs,
+    pub max_ts: TimestampMs,
+    /// Every chunk starts at or after the previous chunk's last timestamp, so reading the chunks
+    /// in key order yields the bucket's readings in timestamp order.
+    pub sorted: bool,
+    pub chunks: u32,
+    pub stats: BTreeMap<String, FieldStats>,
+}
+
+impl BucketHeader {
+    pub fn empty() -> Self {
+        BucketHeader {
+            count: 0,
+            bytes: 0,
+            min_ts: TimestampMs::MAX,
+            max_ts: TimestampMs::MIN,
+            sorted: true,
+            chunks: 0,
+            stats: BTreeMap::new(),
+        }
+    }
+
+    /// Accounts for a chunk of sorted readings appended to this bucket.
+    pub fn append(&mut self, readings: &[&Reading]) {
+        let (Some(first), Some(last)) = (readings.first(), readings.last()) else {
+            return;
+        };
+        self.sorted &= self.count == 0 || first.ts >= self.max_ts;
+        self.min_ts = self.min_ts.min(first.ts);
+        self.max_ts = self.max_ts.max(last.ts);
+        self.count += readings.len() as u32;
+        self.chunks += 1;
+        for r in readings {
+            self.bytes += approx_reading_bytes(r);
+            for (name, value) in &r.fields {
+                if let Some(v) = value.as_f64() {
+                    match self.stats.get_mut(name.as_str()) {
+                        Some(s) => s.merge(&FieldStats::of(v)),
+                        None => {
+                            self.stats.insert(name.clone(), FieldStats::of(v));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32 + self.stats.len() * 40);
+        put_varint(&mut out, SCHEMA_VERSION as u64);
+        put_varint(&mut out, u64::from(self.count));
+        put_varint(&mut out, self.bytes);
+        put_varint(&mut out, zigzag(self.min_ts));
+        put_varint(&mut out, zigzag(self.max_ts));
+        out.push(u8::from(self.sorted));
+        put_varint(&mut out, u64::from(self.chunks));
+        put_varint(&mut out, self.stats.len() as u64);
+        for (name, s) in &self.stats {
+            put_str(&mut out, name);
+            put_varint(&mut out, s.count);
+            out.extend_from_slice(&s.min.to_le_bytes());
+            out.extend_from_slice(&s.max.to_le_bytes());
+            out.extend_from_slice(&s.sum.to_le_bytes());
+        }
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Self, EmbeddedError> {
+        let mut c = Cursor::new(bytes);
+        let version = c.varint()?;
+        if version != SCHEMA_VERSION as u64 {
+            return Err(EmbeddedError::Corrupt(format!("unknown bucket header version {version}")));
+        }
+        let count = u32::try_from(c.varint()?).map_err(|_| corrupt("bucket count too large"))?;
+        let bytes_ = c.varint()?;
+        let min_ts = unzigzag(c.varint()?);
+        let max_ts = unzigzag(c.varint()?);
+        let sorted = c.u8()? != 0;
+        let chunks = u32::try_from(c.varint()?).map_err(|_| corrupt("chunk count too large"))?;
+        let n = c.len()?;
+        let mut stats = BTreeMap::new();
+        for _ in 0..n {
+            let name = c.string()?;
+            let count = c.varint()?;
+            let (min, max, sum) = (c.f64()?, c.f64()?, c.f64()?);
+            stats.insert(name, FieldStats { count, min, max, sum });
+        }
+        c.finish()?;
+        Ok(BucketHeader { count, bytes: bytes_, min_ts, max_ts, sorted, chunks, stats })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Series records.
+
+/// Value of the `series` table, keyed by the sensor key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeriesRecord {
+    pub id: u64,
+    pub measurement: String,
+    pub tags: Vec<(String, String)>,
+    pub first: TimestampMs,
+    pub last: TimestampMs,
+}
+
+impl SeriesRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32 + self.measurement.len());
+        put_varint(&mut out, SERIES_V1);
+        put_varint(&mut out, self.id);
+        put_str(&mut out, &self.measurement);
+        put_varint(&mut out, self.tags.len() as u64);
+        for (k, v) in &self.tags {
+            put_str(&mut out, k);
+            put_str(&mut out, v);
+        }
+        put_varint(&mut out, zigzag(self.first));
+        put_varint(&mut out, zigzag(self.last));
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Self, EmbeddedError> {
+        let mut c = Cursor::new(bytes);
+        let version = c.varint()?;
+        if version != SERIES_V1 {
+            return Err(EmbeddedError::Corrupt(format!("unknown series record version {version}")));
+        }
+        let id = c.varint()?;
+        let measurement = c.string()?;
+        let n = c.len()?;
+        let mut tags = Vec::with_capacity(n);
+        for _ in 0..n {
+            tags.push((c.string()?, c.string()?));
+        }
+        let first = unzigzag(c.varint()?);
+        let last = unzigzag(c.varint()?);
+        c.finish()?;
+        Ok(SeriesRecord { id, measurement, tags, first, last })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::HOUR_MS;
+    use proptest::prelude::*;
+
+    fn roundtrip(hour: i64, readings: &[Reading]) -> Vec<Reading> {
+        let refs: Vec<&Reading> = readings.iter().collect();
+        let bytes = encode_chunk(hour, &refs);
+        let mut out = Vec::new();
+        let summary = decode_chunk(&bytes, hour, &mut out).expect("decodes");
+        assert_eq!(summary, chunk_summary(&bytes, hour).unwrap());
+        assert_eq!(summary.count as usize, readings.len());
+        // PartialEq equates 0.0 and -0.0; the encoding must keep every bit.
+        for (a, b) in readings.iter().zip(&out) {
+            for ((_, x), (_, y)) in a.fields.iter().zip(&b.fields) {
+                if let (FieldValue::Float(x), FieldValue::Float(y)) = (x, y) {
+                    assert_eq!(x.to_bits(), y.to_bits(), "{x} came back as {y}");
+                }
+            }
+        }
+        out
+    }
+
+    fn r(ts: i64, fields: Vec<(&str, FieldValue)>) -> Reading {
+        Reading { ts, fields: fields.into_iter().map(|(n, v)| (n.to_owned(), v)).collect() }
+    }
+
+    #[test]
+    fn chunk_roundtrips_mixed_shapes_and_types() {
+        let hour = 5 * HOUR_MS;
+        let readings = vec![
+            r(hour, vec![("t", FieldValue::Float(21.5)), ("h", FieldValue::Float(40.0))]),
+            r(hour, vec![("t", FieldValue::Float(21.5)), ("h", FieldValue::Float(40.25))]),
+            r(hour + 7, vec![("n", FieldValue::Int(-3)), ("s", FieldValue::Str("ok é".into()))]),
+            r(hour + 9, vec![("n", FieldValue::Int(i64::MAX)), ("b", FieldValue::Bool(true))]),
+            r(hour + 9, vec![("n", FieldValue::Int(i64::MIN)), ("b", FieldValue::Bool(false))]),
+            r(hour + 10, vec![("t", FieldValue::UInt(u64::MAX))]),
+            r(hour + 11, vec![("t", FieldValue::Float(-0.0))]),
+            r(hour + HOUR_MS - 1, vec![("t", FieldValue::Float(f64::MIN_POSITIVE))]),
+        ];
+        assert_eq!(roundtrip(hour, &readings), readings);
+    }
+
+    #[test]
+    fn decimal_floats_take_a_couple_of_bytes_and_keep_their_bits() {
+        let values = [21.37, 21.41, 21.4, -0.0, 0.0, 1013.25, 0.000123, 1e300, 0.1 + 0.2, 5e-324];
+        let readings: Vec<Reading> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| r(i as i64, vec![("t", FieldValue::Float(*v))]))
+            .collect();
+        let back = roundtrip(0, &readings);
+        for (a, b) in readings.iter().zip(&back) {
+            match (&a.fields[0].1, &b.fields[0].1) {
+                (FieldValue::Float(x), FieldValue::Float(y)) => {
+                    assert_eq!(x.to_bits(), y.to_bits())
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let steady: Vec<Reading> = (0..100)
+            .map(|i| r(i * 1000, vec![("t", FieldValue::Float(20.0 + (i % 7) as f64 * 0.01))]))
+            .collect();
+        let refs: Vec<&Reading> = steady.iter().collect();
+        // ts delta (2) + shape (1) + decimal header and one-byte delta (2) per reading.
+        assert!(encode_chunk(0, &refs).len() <= 100 * 5 + 20);
+    }
+
+    #[test]
+    fn chunk_roundtrips_readings_without_fields() {
+        let readings =
+            vec![r(1, vec![]), r(2, vec![]), r(3, vec![("a", FieldValue::Int(1))]), r(4, vec![])];
+        assert_eq!(roundtrip(0, &readings), readings);
+    }
+
+    #[test]
+    fn chunk_roundtrips_before_1970() {
+        let hour = -7 * HOUR_MS;
+        let readings = vec![r(hour + 1, vec![("v", FieldValue::Int(1))])];
+        assert_eq!(roundtrip(hour, &readings), readings);
+    }
+
+    #[test]
+    fn repeated_shape_and_steady_value_cost_few_bytes() {
+        let hour = 0;
+        let readings: Vec<Reading> =
+            (0..100).map(|i| r(i * 1000, vec![("temperature", FieldValue::Float(20.0))])).collect();
+        let refs: Vec<&Reading> = readings.iter().collect();
+        let bytes = encode_chunk(hour, &refs);
+        // ts delta (2 bytes) + shape (1) + unchanged float (1) per reading, plus the header.
+        assert!(bytes.len() < 100 * 4 + 40, "{} bytes", bytes.len());
+    }
+
+    #[test]
+    fn corrupt_chunks_are_errors_not_panics() {
+        let hour = 0;
+        let readings = [
+            r(5, vec![("a", FieldValue::Str("hello".into())), ("b", FieldValue::Float(1.5))]),
+            r(6, vec![("a", FieldValue::Str("x".into())), ("b", FieldValue::Float(2.5))]),
+        ];
+        let refs: Vec<&Reading> = readings.iter().collect();
+        let bytes = encode_chunk(hour, &refs);
+        for cut in 0..bytes.len() {
+            let mut out = Vec::new();
+            assert!(decode_chunk(&bytes[..cut], hour, &mut out).is_err(), "cut at {cut}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(decode_chunk(&longer, hour, &mut Vec::new()).is_err());
+        let mut wrong_version = bytes;
+        wrong_version[0] = 9;
+        assert!(matches!(
+            decode_chunk(&wrong_version, hour, &mut Vec::new()),
+            Err(EmbeddedError::Corrupt(_))
+        ));
+    }
+
+    #[test]
+    fn header_tracks_stats_order_and_roundtrips() {
+        let a = r(10, vec![("v", FieldValue::Float(2.0)), ("s", FieldValue::Str("x".into()))]);
+        let b = r(20, vec![("v", FieldValue::Int(-4)), ("w", FieldValue::UInt(7))]);
+        let c = r(15, vec![("v", FieldValue::Bool(true))]);
+        let mut h = BucketHeader::empty();
+        h.append(&[&a, &b]);
+        assert!(h.sorted);
+        h.append(&[&c]);
+        assert!(!h.sorted, "a chunk starting before the bucket's last reading unsorts it");
+        assert_eq!((h.count, h.chunks, h.min_ts, h.max_ts), (3, 2, 10, 20));
+        assert_eq!(
+            h.bytes,
+            approx_reading_bytes(&a) + approx_reading_bytes(&b) + approx_reading_bytes(&c)
+        );
+        assert_eq!(h.stats["v"], FieldStats { count: 2, min: -4.0, max: 2.0, sum: -2.0 });
+        assert_eq!(h.stats["w"], FieldStats::of(7.0));
+        assert!(!h.stats.contains_key("s"));
+        assert_eq!(BucketHeader::decode(&h.encode()).unwrap(), h);
+        assert!(BucketHeader::decode(&h.encode()[..5]).is_err());
+    }
+
+    #[test]
+    fn series_record_roundtrips() {
+        let s = SeriesRecord {
+            id: 300,
+            measurement: "cpu".into(),
+            tags: vec![("host".into(), "a".into()), ("region".into(), "eu".into())],
+            first: -5,
+            last: 1_700_000_000_000,
+        };
+        assert_eq!(SeriesRecord::decode(&s.encode()).unwrap(), s);
+    }
+
+    fn value() -> impl Strategy<Value = FieldValue> {
+        prop_oneof![
+            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(FieldValue::Float),
+            (-10_000_000i64..10_000_000, 0..8usize)
+                .prop_map(|(i, k)| FieldValue::Float(i as f64 / 10f64.powi(k as i32))),
+            (-3i64..3).prop_map(|i| FieldValue::Float(i as f64 * 1e300)),
+            Just(FieldValue::Float(-0.0)),
+            any::<i64>().prop_map(FieldValue::Int),
+            any::<u64>().prop_map(FieldValue::UInt),
+            any::<bool>().prop_map(FieldValue::Bool),
+            ".{0,12}".prop_map(FieldValue::Str),
+        ]
+    }
+
+    fn reading_strategy() -> impl Strategy<Value = (i64, Vec<(String, FieldValue)>)> {
+        (
+            0..HOUR_MS,
+            proptest::collection::btree_map("[a-d]{1,2}", value(), 0..5)
+                .prop_map(|m| m.into_iter().collect::<Vec<_>>()),
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn any_sorted_chunk_roundtrips(
+            hour_index in -1000i64..1000,
+            raw in proptest::collection::vec(reading_strategy(), 0..60),
+        ) {
+            let hour = hour_index * HOUR_MS;
+            let mut readings: Vec<Reading> =
+                raw.into_iter().map(|(off, fields)| Reading { ts: hour + off, fields }).collect();
+            readings.sort_by_key(|r| r.ts);
+            prop_assert_eq!(roundtrip(hour, &readings), readings);
+        }
+
+        #[test]
+        fn decoding_garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = decode_chunk(&bytes, 0, &mut Vec::new());
+            let _ = BucketHeader::decode(&bytes);
+            let _ = SeriesRecord::decode(&bytes);
+        }
+    }
+}
+
+/// Encoding density and decode speed for one day at 1 Hz. Not a test of speed; run with
+/// `cargo test --release --lib measure_chunk_encoding -- --ignored --nocapture`.
+#[cfg(test)]
+mod measure {
+    use super::*;
+    use crate::model::hour_start;
+    use std::time::Instant;
+
+    fn day(fields: usize, noisy: bool) -> Vec<Reading> {
+        (0..86_400i64)
+            .map(|s| {
+                let t = s as f64;
+                let fields = (0..fields)
+                    .map(|f| {
+                        let wave =
+                            20.0 + 5.0 * (t / 7200.0 + f as f64).sin() + 0.3 * (t / 7.0).sin();
+                        // Sensor-like values have a fixed resolution; `noisy` keeps full precision.
+                        let v = if noisy { wave } else { (wave * 100.0).round() / 100.0 };
+                        (format!("field_{f}"), FieldValue::Float(v))
+                    })
+                    .collect();
+                Reading { ts: 1_699_920_000_000 + s * 1000, fields }
+            })
+            .collect()
+    }
+
+    #[test]
+    #[ignore]
+    fn measure_chunk_encoding() {
+        for (fields, noisy) in [(1, false), (2, false), (3, false), (2, true)] {
+            let readings = day(fields, noisy);
+            for per_chunk in [10usize, 600, 1000] {
+                let chunks: Vec<(i64, Vec<u8>)> = readings
+                    .chunks(per_chunk)
+                    .flat_map(|c| {
+                        // Chunks never cross an hour.
+                        let mut parts: Vec<Vec<&Reading>> = Vec::new();
+                        for r in c {
+                            match parts.last_mut() {
+                                Some(p) if hour_start(p[0].ts) == hour_start(r.ts) => p.push(r),
+                                _ => parts.push(vec![r]),
+                            }
+                        }
+                        parts
+                    })
+                    .map(|p| {
+                        let hour = hour_start(p[0].ts);
+                        (hour, encode_chunk(hour, &p))
+                    })
+                    .collect();
+                let bytes: usize = chunks.iter().map(|(_, c)| c.len()).sum();
+                let t = Instant::now();
+                let mut out = Vec::with_capacity(readings.len());
+                for (hour, c) in &chunks {
+                    decode_chunk(c, *hour, &mut out).unwrap();
+                }
+                let decode = t.elapsed();
+                assert_eq!(out, readings);
+                eprintln!(
+                    "{fields} float field(s){}, {per_chunk:>4} readings/chunk: {:.2} bytes/reading, decode {:.1} ms/day ({:.0} ns/reading)",
+                    if noisy { " full precision" } else { ", 0.01 resolution" },
+                    bytes as f64 / readings.len() as f64,
+                    decode.as_secs_f64() * 1e3,
+                    decode.as_nanos() as f64 / readings.len() as f64,
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! The write path: every batch of one `Store::write` call in one durable redb transaction.
+
+use redb::{Database, ReadableTable, Table, WriteTransaction};
+
+use super::codec::{self, BucketHeader, SeriesRecord};
+use super::{
+    BUCKETS, CHUNKS, EmbeddedError, MEASUREMENT_INDEX, META, META_NEXT_SERIES_ID, SERIES, TAG_INDEX,
+};
+use crate::model::{Batch, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, TimestampMs, hour_start};
+use crate::store::memory::approx_reading_bytes;
+use crate::store::{BucketLimits, StoreError, WriteReport};
+
+struct Tables<'t> {
+    meta: Table<'t, &'static str, u64>,
+    series: Table<'t, &'static str, &'static [u8]>,
+    tags: Table<'t, (&'static str, &'static str, &'static str), ()>,
+    measurements: Table<'t, (&'static str, &'static str), ()>,
+    buckets: Table<'t, (u64, i64, u32), &'static [u8]>,
+    chunks: Table<'t, (u64, i64, u32, u32), &'static [u8]>,
+}
+
+impl<'t> Tables<'t> {
+    fn open(txn: &'t WriteTransaction) -> Result<Self, EmbeddedError> {
+        Ok(Tables {
+            meta: txn.open_table(META)?,
+            series: txn.open_table(SERIES)?,
+            tags: txn.open_table(TAG_INDEX)?,
+            measurements: txn.open_table(MEASUREMENT_INDEX)?,
+            buckets: txn.open_table(BUCKETS)?,
+            chunks: txn.open_table(CHUNKS)?,
+        })
+    }
+}
+
+/// Writes `batches`, returning one outcome per batch. A batch that breaks the `Batch`
+/// invariant, or whose stored series or bucket turns out corrupt, fails alone; a redb error
+/// (I/O, disk full) aborts the transaction and fails every batch that was to be written.
+pub(super) fn write_batches(
+    db: &Database,
+    limits: BucketLimits,
+    batches: &[Batch],
+) -> Vec<Result<WriteReport, StoreError>> {
+    let mut outcomes: Vec<Result<WriteReport, StoreError>> =
+        batches.iter().map(|b| check_batch(b).map(|()| WriteReport::default())).collect();
+    let todo: Vec<usize> = (0..batches.len())
+        .filter(|&i| outcomes[i].is_ok() && !batches[i].readings.is_empty())
+        .collect();
+    if todo.is_empty() {
+        return outcomes;
+    }
+    match commit(db, limits, batches, &todo) {
+        Ok(results) => {
+            for (i, r) in todo.into_iter().zip(results) {
+                outcomes[i] = r;
+            }
+        }
+        Err(e) => {
+            let e = StoreError::from(e);
+            for i in todo {
+                outcomes[i] = Err(e.clone());
+            }
+        }
+    }
+    outcomes
+}
+
+fn check_batch(batch: &Batch) -> Result<(), StoreError> {
+    if !(MIN_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&batch.hour)
+        || hour_start(batch.hour) != batch.hour
+    {
+        return Err(StoreError::Rejected(format!(
+            "batch hour {} is not the start of an hour",
+            batch.hour
+        )));
+    }
+    if let Some(r) = batch.readings.iter().find(|r| {
+        !(MIN_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&r.ts) || hour_start(r.ts) != batch.hour
+    }) {
+        return Err(StoreError::Rejected(format!(
+            "reading at {} is outside the batch's hour {}",
+            r.ts, batch.hour
+        )));
+    }
+    Ok(())
+}
+
+fn commit(
+    db: &Database,
+    limits: BucketLimits,
+    batches: &[Batch],
+    todo: &[usize],
+) -> Result<Vec<Result<WriteReport, StoreError>>, EmbeddedError> {
+    let mut txn = db.begin_write()?;
+    // Durability stays redb's default (Immediate: fsync before commit returns).
+    txn.set_quick_repair(true);
+    let mut results = Vec::with_capacity(todo.len());
+    {
+        let mut t = Tables::open(&txn)?;
+        for &i in todo {
+            results.push(append_batch(&mut t, limits, &batches[i])?);
+        }
+    }
+    txn.commit()?;
+    Ok(results)
+}
+
+/// Appends one batch. The outer error aborts the whole transaction; the inner one fails only
+/// this batch and is returned before anything is modified.
+fn append_batch(
+    t: &mut Tables<'_>,
+    limits: BucketLimits,
+    batch: &Batch,
+) -> Result<Result<WriteReport, StoreError>, EmbeddedError> {
+    let first = batch.readings.iter().map(|r| r.ts).min().expect("batch is not empty");
+    let last = batch.readings.iter().map(|r| r.ts).max().expect("batch is not empty");
+    let key = batch.series.key.as_str();
+    let hour = batch.hour;
+
+    // Reads that can meet corrupt data come first, so that such a batch fails before it has
+    // modified anything.
+    let stored = match t.series.get(key)? {
+        Some(g) => match SeriesRecord::decode(g.value()) {
+            Ok(r) => Some(r),
+            Err(e) => return Ok(Err(e.into())),
+        },
+        None => None,
+    };
+    let open_bucket = match &stored {
+        Some(s) => {
+            let mut range = t.buckets.range((s.id, hour, 0)..=(s.id, hour, u32::MAX))?;
+            match range.next_back().transpose()? {
+                Some((k, v)) => match BucketHeader::decode(v.value()) {
+                    Ok(h) => Some((k.value().2, h)),
+                    Err(e) => return Ok(Err(e.into())),
+                },
+                None => None,
+            }
+        }
+        None => None,
+    };
+
+    let series_id = match stored {
+        Some(mut s) => {
+            if first < s.first || last > s.last {
+                s.first = s.first.min(first);
+                s.last = s.last.max(last);
+                t.series.insert(key, s.encode().as_slice())?;
+            }
+            s.id
+        }
+        None => create_series(t, batch, first, last)?,
+    };
+
+    let mut report = WriteReport::default();
+    let (mut seq, mut header) = match open_bucket {
+        Some((seq, h)) => (seq, h),
+        None => {
+            report.buckets_created += 1;
+            (0, BucketHeader::empty())
+        }
+    };
+    // Readings fill buckets in the order written (as in the other stores), so the same writes
+    // spill at the same points whatever the store.
+    let mut start = 0;
+    let mut pending_bytes = 0u64;
+    for (i, r) in batch.readings.iter().enumerate() {
+        let size = approx_reading_bytes(r);
+        let count = u64::from(header.count) + (i - start) as u64;
+        let fits = count == 0
+            || (count < u64::from(limits.max_readings)
+                && header.bytes + pending_bytes + size <= u64::from(limits.max_bytes));
+        if !fits {
+            if i > start {
+                append_chunk(t, series_id, hour, seq, &mut header, &batch.readings[start..i])?;
+            }
+            seq += 1;
+            header = BucketHeader::empty();
+            report.buckets_created += 1;
+            start = i;
+            pending_bytes = 0;
+        }
+        pending_bytes += size;
+    }
+    append_chunk(t, series_id, hour, seq, &mut header, &batch.readings[start..])?;
+    Ok(Ok(report))
+}
+
+fn create_series(
+    t: &mut Tables<'_>,
+    batch: &Batch,
+    first: TimestampMs,
+    last: TimestampMs,
+) -> Result<u64, EmbeddedError> {
+    let id = t
+        .meta
+        .get(META_NEXT_SERIES_ID)?
+        .map(|g| g.value())
+        .ok_or_else(|| EmbeddedError::Corrupt("meta table lacks next_series_id".into()))?;
+    t.meta.insert(META_NEXT_SERIES_ID, id + 1)?;
+    let s = &batch.series;
+    let record =
+        SeriesRecord { id, measurement: s.measurement.clone(), tags: s.tags.clone(), first, last };
+    t.series.insert(s.key.as_str(), record.encode().as_slice())?;
+    for (k, v) in &s.tags {
+        t.tags.insert((k.as_str(), v.as_str(), s.key.as_str()), ())?;
+    }
+    t.measurements.insert((s.measurement.as_str(), s.key.as_str()), ())?;
+    Ok(id)
+}
+
+fn append_chunk(
+    t: &mut Tables<'_>,
+    series_id: u64,
+    hour: TimestampMs,
+    seq: u32,
+    header: &mut BucketHeader,
+    readings: &[Reading],
+) -> Result<(), EmbeddedError> {
+    // Stable: equal timestamps keep the order they were written in.
+    let mut sorted: Vec<&Reading> = readings.iter().collect();
+    sorted.sort_by_key(|r| r.ts);
+    let chunk = codec::encode_chunk(hour, &sorted);
+    t.chunks.insert((series_id, hour, seq, header.chunks), chunk.as_slice())?;
+    header.append(&sorted);
+    t.buckets.insert((series_id, hour, seq), header.encode().as_slice())?;
+    Ok(())
+}

@@ -1,0 +1,26 @@
+//! The embedded store against the shared Store suite (`tests/store_suite`, owned by the MongoDB
+//! store's branch and copied here unchanged), each case on a fresh store in a temporary
+//! directory. `cargo test --test store_embedded`.
+
+mod store_suite;
+
+use std::sync::Arc;
+
+use bucketd::store::BucketLimits;
+use bucketd::store::embedded::EmbeddedStore;
+use store_suite::{Capabilities, Fixture};
+
+/// redb has no per-document limit: an oversized reading is stored like any other.
+const CAPS: Capabilities = Capabilities { rejects_oversized_reading: false };
+
+async fn make_store(limits: BucketLimits) -> Fixture {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().to_owned();
+    let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(&path, limits))
+        .await
+        .expect("open task")
+        .expect("embedded store opens");
+    Fixture::new(Arc::new(store), CAPS, dir)
+}
+
+store_suite::store_suite!(make_store);
