@@ -23,6 +23,8 @@ use crate::flush::{Flusher, ShutdownReport};
 use crate::http::{AppState, HttpLimits};
 use crate::ingest::tcp::{self, TcpConfig};
 use crate::store::Store;
+use crate::store::embedded::EmbeddedStore;
+use crate::store::mongo::MongoStore;
 
 /// Longest raw TCP line: far beyond any sensor line, small enough that a client that never
 /// sends a newline costs little.
@@ -34,15 +36,24 @@ pub const TCP_MAX_PUSH_READINGS: usize = 1000;
 /// Opens the store the configuration selects: MongoDB when `--mongodb-uri` is given, else the
 /// embedded store in `--data-dir`. The one place that decides.
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
-    if config.mongodb_uri.is_some() {
-        // Wired at integration: crate::store::mongo::MongoStore.
-        anyhow::bail!("MongoDB store not available in this build yet");
+    let limits = config.bucket_limits();
+    if let Some(uri) = &config.mongodb_uri {
+        let store = MongoStore::connect(uri, &config.mongodb_database, limits, config.retention)
+            .await
+            .with_context(|| {
+                format!("cannot use MongoDB database {:?}", config.mongodb_database)
+            })?;
+        return Ok(Arc::new(store));
     }
-    // Wired at integration: crate::store::embedded, in config.data_dir.
-    anyhow::bail!(
-        "embedded store (in {}) not available in this build yet",
-        config.data_dir.display()
-    )
+    let dir = config.data_dir.clone();
+    // Opening may replay redb's recovery after a crash: blocking file I/O.
+    let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(&dir, limits))
+        .await
+        .context("embedded store open task failed")?
+        .with_context(|| {
+            format!("cannot open the embedded store in {}", config.data_dir.display())
+        })?;
+    Ok(Arc::new(store))
 }
 
 /// Binds, serves and shuts down: what the binary runs. Fails on a bind error or when readings

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs every test bucketd has. Installs what the tests need and cannot install themselves:
+#   - promtool (Debian package `prometheus`), which checks the /metrics output;
+#   - python3 with venv, for the MongoDB stand-in (the tests build the venv themselves under
+#     target/mongo-standin-venv from tests/mongo_standin/requirements.txt).
+# Set BUCKETD_TEST_MONGODB_URI=mongodb://... to run the MongoDB tests against a real server
+# instead of the stand-in (e.g. after `docker compose up mongo`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+    echo "scripts/test.sh: need root (or sudo) to run: $*" >&2; return 1; fi
+}
+
+apt_updated=
+apt_install() {
+  if [ -z "$apt_updated" ]; then as_root apt-get update -qq; apt_updated=1; fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+if ! command -v promtool >/dev/null; then
+  echo "scripts/test.sh: installing promtool (Debian package prometheus)"
+  apt_install prometheus
+fi
+if ! command -v python3 >/dev/null; then
+  echo "scripts/test.sh: installing python3 for the MongoDB stand-in"
+  apt_install python3 python3-venv
+fi
+if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+  echo "scripts/test.sh: installing python3-venv for the MongoDB stand-in"
+  apt_install python3-venv
+fi
+
+cargo test --workspace --all-targets "$@"
+# Doc tests are not covered by --all-targets.
+cargo test --workspace --doc "$@"
