@@ -14,6 +14,8 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::ingest::json::ItemError;
+use crate::query::QueryError;
+use crate::store::StoreError;
 
 /// How many rejected items or lines an error body lists; the count is always complete.
 pub const MAX_LISTED_ERRORS: usize = 100;
@@ -49,9 +51,32 @@ pub enum ApiError {
     NotReady { store: &'static str, reason: String },
     #[error("no such endpoint")]
     NotFound,
+    #[error("unknown sensor {0:?}")]
+    UnknownSensor(String),
+    /// The store cannot be reached; the request may succeed later.
+    #[error("store unavailable")]
+    StoreUnavailable(String),
     /// A bug or an environment problem; the detail is logged, not sent.
     #[error("internal error")]
     Internal(String),
+}
+
+/// Query errors: every variant but `Store` is the client's doing, and bad input never earns
+/// a 500; a store that cannot be reached is worth a retry (503), anything else is ours (500).
+impl From<QueryError> for ApiError {
+    fn from(e: QueryError) -> Self {
+        match e {
+            QueryError::UnknownSensor(sensor) => ApiError::UnknownSensor(sensor),
+            QueryError::Store(StoreError::Unavailable(detail)) => {
+                ApiError::StoreUnavailable(detail)
+            }
+            // Our own validation should make the store's complaint impossible; if it happens
+            // anyway it is still about the request.
+            QueryError::Store(StoreError::InvalidQuery(why)) => ApiError::BadRequest(why),
+            QueryError::Store(other) => ApiError::Internal(other.to_string()),
+            client => ApiError::BadRequest(client.to_string()),
+        }
+    }
 }
 
 /// What a 400 for a partially invalid JSON write says.
@@ -83,11 +108,12 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } | ApiError::TooManyReadings { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
-            ApiError::BuffersFull { .. } | ApiError::Overloaded | ApiError::NotReady { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ApiError::BuffersFull { .. }
+            | ApiError::Overloaded
+            | ApiError::NotReady { .. }
+            | ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
-            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::NotFound | ApiError::UnknownSensor(_) => StatusCode::NOT_FOUND,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -99,6 +125,9 @@ impl ApiError {
                 tracing::error!(error = %detail, "request failed");
             }
             ApiError::NotReady { .. } => tracing::warn!(error = %self, "readiness check failed"),
+            ApiError::StoreUnavailable(detail) => {
+                tracing::warn!(error = %detail, "store unavailable for a request");
+            }
             // Expected conditions: the client is told, the operator sees them in metrics.
             _ => tracing::debug!(status = %self.status(), error = %self, "request refused"),
         }

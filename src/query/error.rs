@@ -1,10 +1,10 @@
-//! The one error type of the query API and the one place that decides its HTTP status.
+//! The one error type of the query API. Its HTTP status is decided with every other error's,
+//! in `crate::http::error` (`From<QueryError> for ApiError`).
 
-use axum::Json;
-use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::http::ApiError;
 use crate::store::StoreError;
 
 /// Why a query was not answered. Every variant but `Store` is the client's doing and maps to a
@@ -37,64 +37,36 @@ pub struct ErrorBody {
     pub error: String,
 }
 
-/// The status of every query error, in one place; the server's error mapping folds this in.
-pub fn status_of(err: &QueryError) -> StatusCode {
-    match err {
-        QueryError::MissingParam(_)
-        | QueryError::DuplicateParam(_)
-        | QueryError::BadQueryString
-        | QueryError::BadParam { .. }
-        | QueryError::FromAfterTo { .. }
-        | QueryError::BadCursor(_)
-        | QueryError::TooManySteps { .. } => StatusCode::BAD_REQUEST,
-        QueryError::UnknownSensor(_) => StatusCode::NOT_FOUND,
-        QueryError::Store(StoreError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
-        // Our own validation should make the store's complaint impossible; if it happens anyway
-        // it is still about the request, and bad input never earns a 500.
-        QueryError::Store(StoreError::InvalidQuery(_)) => StatusCode::BAD_REQUEST,
-        QueryError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
-    }
-}
-
 impl IntoResponse for QueryError {
     fn into_response(self) -> Response {
-        let status = status_of(&self);
-        let message = match status {
-            StatusCode::SERVICE_UNAVAILABLE => "store unavailable".to_owned(),
-            StatusCode::INTERNAL_SERVER_ERROR => {
-                // Logged here and nowhere else, so each failure is logged once; the client gets
-                // a generic message because the detail may describe our internals.
-                tracing::error!(error = %self, "query failed");
-                "internal error".to_owned()
-            }
-            _ => self.to_string(),
-        };
-        let mut response = (status, Json(ErrorBody { error: message })).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
-        response
+        ApiError::from(self).into_response()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use axum::http::{StatusCode, header};
+
     use super::*;
+
+    fn status_of(e: QueryError) -> StatusCode {
+        ApiError::from(e).status()
+    }
 
     #[test]
     fn client_errors_are_4xx_and_store_errors_split_by_kind() {
-        assert_eq!(status_of(&QueryError::BadCursor("garbage")), StatusCode::BAD_REQUEST);
-        assert_eq!(status_of(&QueryError::UnknownSensor("x".into())), StatusCode::NOT_FOUND);
+        assert_eq!(status_of(QueryError::BadCursor("garbage")), StatusCode::BAD_REQUEST);
+        assert_eq!(status_of(QueryError::UnknownSensor("x".into())), StatusCode::NOT_FOUND);
         assert_eq!(
-            status_of(&StoreError::Unavailable("down".into()).into()),
+            status_of(StoreError::Unavailable("down".into()).into()),
             StatusCode::SERVICE_UNAVAILABLE
         );
         assert_eq!(
-            status_of(&StoreError::Corrupt("bad".into()).into()),
+            status_of(StoreError::Corrupt("bad".into()).into()),
             StatusCode::INTERNAL_SERVER_ERROR
         );
         assert_eq!(
-            status_of(&StoreError::InvalidQuery("no".into()).into()),
+            status_of(StoreError::InvalidQuery("no".into()).into()),
             StatusCode::BAD_REQUEST
         );
     }

@@ -228,6 +228,9 @@ pub async fn get_readings(
 
     let (qfrom, qto) = page.remaining();
     let skip = page.resume.map_or(0, |(_, k)| k);
+    // Buffers before the store: a reading confirmed in between is then seen twice at worst,
+    // never missed (the embedded store snapshots as soon as `readings` is called).
+    let unflushed = state.unflushed.unflushed(&sensor, qfrom, qto);
     let store = state.store.readings(RangeQuery {
         sensor: sensor.clone(),
         from: qfrom,
@@ -238,7 +241,6 @@ pub async fn get_readings(
             usize::try_from(skip).unwrap_or(usize::MAX).saturating_add(limit).saturating_add(1),
         ),
     });
-    let unflushed = state.unflushed.unflushed(&sensor, qfrom, qto);
     let mut rows = skip_resumed(merge(store, unflushed, page.order), page.resume);
 
     let first = rows.next().await.transpose()?;

@@ -93,13 +93,15 @@ pub async fn get_rollups(
         });
     }
 
+    // Buffers before the store, as for readings: double counting is possible, missing is not.
+    let unflushed = state.unflushed.unflushed(&sensor, from, to);
     let rows = state
         .store
         .rollups(RollupQuery { sensor: sensor.clone(), from, to, step_ms, fields: fields.clone() })
         .await?;
     let mut merged: BTreeMap<i64, BTreeMap<String, FieldStats>> =
         rows.into_iter().map(|r| (r.start, r.fields)).collect();
-    for reading in state.unflushed.unflushed(&sensor, from, to) {
+    for reading in unflushed {
         let start = reading.ts.div_euclid(step_ms) * step_ms;
         for (name, value) in &reading.fields {
             let Some(v) = value.as_f64() else { continue };

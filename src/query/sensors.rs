@@ -65,6 +65,7 @@ pub async fn get_sensors(
         parse_limit(p.get("limit")?, state.limits.default_sensors, state.limits.max_sensors)?;
     let after = p.get("cursor")?.map(decode_sensor_cursor).transpose()?;
 
+    let buffered = state.unflushed.unflushed_sensors();
     let stored = state
         .store
         .sensors(SensorQuery {
@@ -79,7 +80,7 @@ pub async fn get_sensors(
     // so its first/last can be widened here.
     let mut merged: BTreeMap<String, SensorInfo> =
         stored.into_iter().map(|s| (s.key.clone(), s)).collect();
-    for s in state.unflushed.unflushed_sensors() {
+    for s in buffered {
         let matches = after.as_ref().is_none_or(|a| s.key > *a)
             && measurement.as_ref().is_none_or(|m| *m == s.measurement)
             && tags.iter().all(|t| s.tags.contains(t));
