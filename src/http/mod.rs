@@ -20,6 +20,7 @@ pub use error::{ApiError, InfluxApi, InfluxError};
 
 use crate::buffer::Buffers;
 use crate::model::InputLimits;
+use crate::query::ErrorBody;
 use crate::store::Store;
 
 /// `/ready` answers 503 when the store does not answer a ping within this time: a probe that
@@ -114,12 +115,27 @@ async fn not_found() -> Response {
 }
 
 /// Liveness: the process serves HTTP. Says nothing about the store (that is `/ready`).
-async fn health() -> impl IntoResponse {
+#[utoipa::path(
+    get,
+    path = "/health",
+    tag = "operations",
+    responses((status = 200, description = "The process is running."))
+)]
+pub(crate) async fn health() -> impl IntoResponse {
     axum::Json(json!({ "status": "ok" }))
 }
 
 /// Readiness: the store answers a ping in time.
-async fn ready(State(state): State<AppState>) -> Result<impl IntoResponse, ApiError> {
+#[utoipa::path(
+    get,
+    path = "/ready",
+    tag = "operations",
+    responses(
+        (status = 200, description = "The store answers its ping; ready for traffic."),
+        (status = 503, description = "The store does not answer.", body = ErrorBody),
+    )
+)]
+pub(crate) async fn ready(State(state): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     let store = state.store.name();
     match tokio::time::timeout(READY_PING_TIMEOUT, state.store.ping()).await {
         Ok(Ok(())) => Ok(axum::Json(json!({ "status": "ready", "store": store }))),
@@ -131,6 +147,12 @@ async fn ready(State(state): State<AppState>) -> Result<impl IntoResponse, ApiEr
     }
 }
 
-async fn render_metrics(State(state): State<AppState>) -> impl IntoResponse {
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "Prometheus text exposition format.", content_type = "text/plain", body = String))
+)]
+pub(crate) async fn render_metrics(State(state): State<AppState>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], state.metrics.render())
 }

@@ -43,6 +43,8 @@ use crate::ingest::json::{self, ItemError, NdjsonDecoder};
 use crate::ingest::line_protocol::{self, LineError, Precision};
 use crate::metrics::{READINGS_ACCEPTED, READINGS_REJECTED, RECEIVED_BYTES};
 use crate::model::{Reading, SeriesMeta, TimestampMs};
+use crate::query::ErrorBody;
+use crate::query::openapi::{AcceptedBody, IngestBody};
 
 /// Readings a streamed NDJSON request accumulates before pushing them into the buffers: large
 /// enough to amortise the push, small enough to bound one request's extra memory.
@@ -350,7 +352,26 @@ impl JsonTally {
 
 /// `POST /api/v1/readings`: 202 `{"accepted": n}`; 400 listing rejected items (the valid ones
 /// are accepted); 503 when the buffers are full.
-async fn write_readings(
+#[utoipa::path(
+    post,
+    path = "/api/v1/readings",
+    tag = "ingest",
+    request_body(
+        description = "One reading, an array of readings (`application/json`), or one reading per line (`application/x-ndjson`). Bodies may be gzip-encoded.",
+        content(
+            (IngestBody = "application/json"),
+            (String = "application/x-ndjson"),
+        )
+    ),
+    responses(
+        (status = 202, description = "Every reading accepted into the buffers: `{\"accepted\": N}`.", body = AcceptedBody),
+        (status = 400, description = "Some or all readings rejected; the body lists each rejected item by index.", body = ErrorBody),
+        (status = 413, description = "Body too large, or more readings than the buffers can ever hold.", body = ErrorBody),
+        (status = 415, description = "Content type other than JSON or NDJSON, or an encoding other than gzip.", body = ErrorBody),
+        (status = 503, description = "Buffers full; retry after the `Retry-After` delay.", body = ErrorBody),
+    )
+)]
+pub(crate) async fn write_readings(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Body,
@@ -473,7 +494,7 @@ async fn stream_ndjson(
 /// v1 parameters. `db` and `rp` are accepted and ignored: bucketd has one namespace, and
 /// Telegraf always sends them. `u`/`p` (v1 credentials) are ignored until auth exists.
 #[derive(Debug, Default, Deserialize)]
-struct V1Params {
+pub(crate) struct V1Params {
     #[allow(dead_code)]
     db: Option<String>,
     #[allow(dead_code)]
@@ -483,7 +504,7 @@ struct V1Params {
 
 /// v2 parameters. `org`/`bucket` are accepted and ignored, as `db`/`rp` are for v1.
 #[derive(Debug, Default, Deserialize)]
-struct V2Params {
+pub(crate) struct V2Params {
     #[allow(dead_code)]
     org: Option<String>,
     #[allow(dead_code)]
@@ -491,7 +512,23 @@ struct V2Params {
     precision: Option<String>,
 }
 
-async fn write_v1(
+#[utoipa::path(
+    post,
+    path = "/write",
+    tag = "ingest",
+    params(
+        ("db" = Option<String>, Query, description = "Accepted for InfluxDB 1.x compatibility; ignored."),
+        ("precision" = Option<String>, Query, description = "Timestamp precision: n, ns, u, us, ms, s, m, h (default ns)."),
+    ),
+    request_body(description = "InfluxDB line protocol, one point per line; may be gzip-encoded.", content_type = "text/plain", content = String),
+    responses(
+        (status = 204, description = "Every line accepted."),
+        (status = 400, description = "Some or all lines rejected, with 1-based line numbers.", body = ErrorBody),
+        (status = 413, description = "Body too large.", body = ErrorBody),
+        (status = 503, description = "Buffers full; retry after the `Retry-After` delay.", body = ErrorBody),
+    )
+)]
+pub(crate) async fn write_v1(
     State(state): State<AppState>,
     params: Result<Query<V1Params>, QueryRejection>,
     headers: HeaderMap,
@@ -509,7 +546,24 @@ async fn write_v1(
     write_line_protocol(&state, precision, &headers, body).await.map_err(InfluxError::v1)
 }
 
-async fn write_v2(
+#[utoipa::path(
+    post,
+    path = "/api/v2/write",
+    tag = "ingest",
+    params(
+        ("org" = Option<String>, Query, description = "Accepted for InfluxDB 2.x compatibility; ignored."),
+        ("bucket" = Option<String>, Query, description = "Accepted for InfluxDB 2.x compatibility; ignored."),
+        ("precision" = Option<String>, Query, description = "Timestamp precision: ns, us, ms, s (default ns)."),
+    ),
+    request_body(description = "InfluxDB line protocol, one point per line; may be gzip-encoded.", content_type = "text/plain", content = String),
+    responses(
+        (status = 204, description = "Every line accepted."),
+        (status = 400, description = "Some or all lines rejected, with 1-based line numbers.", body = ErrorBody),
+        (status = 413, description = "Body too large.", body = ErrorBody),
+        (status = 503, description = "Buffers full; retry after the `Retry-After` delay.", body = ErrorBody),
+    )
+)]
+pub(crate) async fn write_v2(
     State(state): State<AppState>,
     params: Result<Query<V2Params>, QueryRejection>,
     headers: HeaderMap,
@@ -567,7 +621,13 @@ fn partial_write_message(accepted: usize, bad: &[LineError]) -> String {
 // GET|HEAD /ping, GET|POST /query
 // ---------------------------------------------------------------------------------------------
 
-async fn ping() -> impl IntoResponse {
+#[utoipa::path(
+    get,
+    path = "/ping",
+    tag = "operations",
+    responses((status = 204, description = "Alive (InfluxDB clients probe this before writing); also answers HEAD. Headers `X-Influxdb-Version` and `X-Influxdb-Build`."))
+)]
+pub(crate) async fn ping() -> impl IntoResponse {
     (
         StatusCode::NO_CONTENT,
         [
@@ -577,15 +637,26 @@ async fn ping() -> impl IntoResponse {
     )
 }
 
-#[derive(Debug, Default, Deserialize)]
-struct QueryParams {
+/// The form body Telegraf sends to `/query`.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+pub(crate) struct QueryParams {
     q: Option<String>,
 }
 
 /// InfluxQL is not bucketd's query language; only `CREATE DATABASE` is answered (as a no-op
 /// success) because Telegraf's InfluxDB output sends it at start-up and stops if it fails.
 /// `q` may come in the URL or, as Telegraf sends it, in a form body.
-async fn influx_query(
+#[utoipa::path(
+    post,
+    path = "/query",
+    tag = "ingest",
+    params(("q" = String, Query, description = "InfluxQL; only `CREATE DATABASE ...` is answered. May also come as a form body. GET works too.")),
+    responses(
+        (status = 200, description = "`CREATE DATABASE` acknowledged as InfluxDB does: `{\"results\":[{\"statement_id\":0}]}`."),
+        (status = 400, description = "Any other statement: bucketd's query API is under /api/v1.", body = ErrorBody),
+    )
+)]
+pub(crate) async fn influx_query(
     url: Result<Query<HashMap<String, String>>, QueryRejection>,
     form: Result<Form<QueryParams>, FormRejection>,
 ) -> Result<Response, InfluxError> {

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::routing::get;
 
-pub use error::QueryError;
+pub use error::{ErrorBody, QueryError};
 
 use crate::buffer::Buffers;
 use crate::model::{HOUR_MS, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, TimestampMs};

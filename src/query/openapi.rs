@@ -1,9 +1,9 @@
 //! The OpenAPI 3 document served at `GET /api/v1/openapi.json`, generated from the handlers'
 //! `#[utoipa::path]` annotations.
 //!
-//! The ingest and operational endpoints live in other modules; until their handlers carry their
-//! own annotations they are described here by documentation-only items (`doc_*`), which are never
-//! routed. Move each annotation onto the real handler and drop its `doc_*` item.
+//! Every handler carries its own annotation, in the module that routes it; this module lists
+//! them and holds the schemas of bodies that are written or read by hand (streamed pages,
+//! ingest bodies parsed without serde structs).
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -28,13 +28,14 @@ use super::sensors::{SensorJson, SensorsResponse};
         super::rollups::get_rollups,
         super::sensors::get_sensors,
         get_openapi,
-        doc_post_readings,
-        doc_write_v1,
-        doc_write_v2,
-        doc_ping,
-        doc_health,
-        doc_ready,
-        doc_metrics,
+        crate::ingest::http::write_readings,
+        crate::ingest::http::write_v1,
+        crate::ingest::http::write_v2,
+        crate::ingest::http::ping,
+        crate::ingest::http::influx_query,
+        crate::http::health,
+        crate::http::ready,
+        crate::http::render_metrics,
     ),
     components(schemas(
         ErrorBody,
@@ -47,7 +48,9 @@ use super::sensors::{SensorJson, SensorsResponse};
         SensorsResponse,
         SensorJson,
         IngestReading,
+        IngestTs,
         IngestBody,
+        AcceptedBody,
     )),
     tags(
         (name = "query", description = "Reading data back."),
@@ -89,17 +92,38 @@ pub enum FieldValueJson {
     String(String),
 }
 
-/// One reading as `POST /api/v1/readings` takes it. Owned by the ingest module: check against
-/// its parser at integration.
+/// One reading as `POST /api/v1/readings` takes it (parsed by `crate::ingest::json`, which
+/// rejects unknown keys). Exactly one of `value` and `fields` is given.
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
 pub struct IngestReading {
-    /// Sensor key.
+    /// Sensor key. A line-protocol series key (`env,sensor=s1,site=w3`) names the same series
+    /// as the line protocol point, and its tags are stored with it.
     pub sensor: String,
-    /// RFC 3339 or epoch milliseconds; default: the time the server received it.
-    pub t: Option<String>,
+    /// RFC 3339 string or integer epoch milliseconds; absent or null: when the server
+    /// received it.
+    pub ts: Option<IngestTs>,
+    /// A single numeric value, stored as field `value`.
+    pub value: Option<f64>,
+    /// Field values: numbers (stored as floats), booleans or strings.
+    pub fields: Option<BTreeMap<String, FieldValueJson>>,
     pub tags: Option<BTreeMap<String, String>>,
-    pub fields: BTreeMap<String, FieldValueJson>,
+}
+
+/// A reading's timestamp.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum IngestTs {
+    Rfc3339(String),
+    EpochMillis(i64),
+}
+
+/// `202` from `POST /api/v1/readings`.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct AcceptedBody {
+    pub accepted: u64,
 }
 
 /// `POST /api/v1/readings` with `application/json`: one reading or an array of them.
@@ -125,102 +149,3 @@ fn document() -> &'static str {
 pub async fn get_openapi() -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "application/json")], document())
 }
-
-#[utoipa::path(
-    post,
-    path = "/api/v1/readings",
-    tag = "ingest",
-    request_body(
-        description = "One reading, an array of readings (`application/json`), or one reading per line (`application/x-ndjson`). Bodies may be gzip-encoded.",
-        content(
-            (IngestBody = "application/json"),
-            (String = "application/x-ndjson"),
-        )
-    ),
-    responses(
-        (status = 204, description = "Every reading accepted into the buffers."),
-        (status = 400, description = "Some or all readings rejected; the body lists each rejected item by index.", body = ErrorBody),
-        (status = 413, description = "Body too large.", body = ErrorBody),
-        (status = 503, description = "Buffers full; retry after the `Retry-After` delay.", body = ErrorBody),
-    )
-)]
-#[allow(dead_code)]
-fn doc_post_readings() {}
-
-#[utoipa::path(
-    post,
-    path = "/write",
-    tag = "ingest",
-    params(
-        ("db" = Option<String>, Query, description = "Accepted for InfluxDB 1.x compatibility; ignored."),
-        ("precision" = Option<String>, Query, description = "Timestamp precision: n, ns, u, us, ms, s, m, h (default ns)."),
-    ),
-    request_body(description = "InfluxDB line protocol, one point per line; may be gzip-encoded.", content_type = "text/plain", content = String),
-    responses(
-        (status = 204, description = "Every line accepted."),
-        (status = 400, description = "Some or all lines rejected, with 1-based line numbers.", body = ErrorBody),
-        (status = 413, description = "Body too large.", body = ErrorBody),
-        (status = 503, description = "Buffers full; retry after the `Retry-After` delay.", body = ErrorBody),
-    )
-)]
-#[allow(dead_code)]
-fn doc_write_v1() {}
-
-#[utoipa::path(
-    post,
-    path = "/api/v2/write",
-    tag = "ingest",
-    params(
-        ("org" = Option<String>, Query, description = "Accepted for InfluxDB 2.x compatibility; ignored."),
-        ("bucket" = Option<String>, Query, description = "Accepted for InfluxDB 2.x compatibility; ignored."),
-        ("precision" = Option<String>, Query, description = "Timestamp precision: ns, us, ms, s (default ns)."),
-    ),
-    request_body(description = "InfluxDB line protocol, one point per line; may be gzip-encoded.", content_type = "text/plain", content = String),
-    responses(
-        (status = 204, description = "Every line accepted."),
-        (status = 400, description = "Some or all lines rejected, with 1-based line numbers.", body = ErrorBody),
-        (status = 413, description = "Body too large.", body = ErrorBody),
-        (status = 503, description = "Buffers full; retry after the `Retry-After` delay.", body = ErrorBody),
-    )
-)]
-#[allow(dead_code)]
-fn doc_write_v2() {}
-
-#[utoipa::path(
-    get,
-    path = "/ping",
-    tag = "operations",
-    responses((status = 204, description = "Alive (InfluxDB clients probe this before writing)."))
-)]
-#[allow(dead_code)]
-fn doc_ping() {}
-
-#[utoipa::path(
-    get,
-    path = "/health",
-    tag = "operations",
-    responses((status = 200, description = "The process is running."))
-)]
-#[allow(dead_code)]
-fn doc_health() {}
-
-#[utoipa::path(
-    get,
-    path = "/ready",
-    tag = "operations",
-    responses(
-        (status = 200, description = "The store answers its ping; ready for traffic."),
-        (status = 503, description = "The store does not answer.", body = ErrorBody),
-    )
-)]
-#[allow(dead_code)]
-fn doc_ready() {}
-
-#[utoipa::path(
-    get,
-    path = "/metrics",
-    tag = "operations",
-    responses((status = 200, description = "Prometheus text exposition format.", content_type = "text/plain", body = String))
-)]
-#[allow(dead_code)]
-fn doc_metrics() {}
