@@ -12,7 +12,7 @@ pub const FLUSHES: &str = "bucketd_flushes_total"; // {result}
 pub const FLUSH_DURATION: &str = "bucketd_flush_duration_seconds"; // histogram
 pub const FLUSH_READINGS: &str = "bucketd_flush_readings"; // histogram, readings per flush
 pub const STORE_ERRORS: &str = "bucketd_store_errors_total"; // {kind}
-pub const BUCKETS_SPILLED: &str = "bucketd_buckets_spilled_total";
+pub const BUCKETS_CREATED: &str = "bucketd_buckets_created_total";
 pub const READINGS_DROPPED: &str = "bucketd_readings_dropped_total"; // {reason}
 pub const HTTP_REQUESTS: &str = "bucketd_http_requests_total"; // {route, status}
 pub const HTTP_REQUEST_DURATION: &str = "bucketd_http_request_duration_seconds"; // {route}
@@ -115,9 +115,9 @@ fn describe() {
     );
     describe_counter!(STORE_ERRORS, Unit::Count, "Store operation failures, by kind.");
     describe_counter!(
-        BUCKETS_SPILLED,
+        BUCKETS_CREATED,
         Unit::Count,
-        "Bucket documents created because the hour's existing buckets were full."
+        "Buckets created: each hour's first bucket and every spill into a new bucket of the same hour."
     );
     describe_counter!(
         READINGS_DROPPED,

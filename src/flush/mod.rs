@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::buffer::{Buffers, Outcome, TakeMode, Taken};
 use crate::metrics::{
-    BUCKETS_SPILLED, FLUSH_DURATION, FLUSH_READINGS, FLUSHES, READINGS_DROPPED, STORE_ERRORS,
+    BUCKETS_CREATED, FLUSH_DURATION, FLUSH_READINGS, FLUSHES, READINGS_DROPPED, STORE_ERRORS,
 };
 use crate::store::{Store, StoreError};
 
@@ -225,7 +225,7 @@ impl Worker {
         ::metrics::counter!(FLUSHES, "result" => "rejected").increment(rejected);
         // Every bucket a write created, an hour's first bucket included: the store does not
         // say whether the hour already had one.
-        ::metrics::counter!(BUCKETS_SPILLED).increment(spilled);
+        ::metrics::counter!(BUCKETS_CREATED).increment(spilled);
         ::metrics::counter!(READINGS_DROPPED, "reason" => "rejected").increment(dropped_readings);
 
         let released = self.buffers.complete(taken, &outcomes);

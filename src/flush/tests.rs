@@ -167,7 +167,7 @@ async fn a_permanent_rejection_drops_only_that_batch_and_counts_it() {
     assert_eq!(m.get(FLUSHES, &[("result", "rejected")]), 1.0);
     assert_eq!(m.get(FLUSHES, &[("result", "ok")]), 1.0);
     assert_eq!(m.get(FLUSHES, &[("result", "retry")]), 0.0);
-    assert_eq!(m.get(BUCKETS_SPILLED, &[]), 1.0);
+    assert_eq!(m.get(BUCKETS_CREATED, &[]), 1.0);
     assert_eq!(m.get(FLUSH_READINGS, &[]), 1.0, "one histogram sample per write call");
     assert_eq!(m.get(crate::metrics::READINGS_BUFFERED, &[]), 0.0);
     assert!(buffers.unflushed("bad", 0, 100).is_empty());

@@ -95,8 +95,10 @@ pub enum Order {
 }
 
 /// Readings of one sensor with `from <= ts < to`, in `order`; at most `limit` of them.
-/// Readings with equal timestamps come in a stable order (the order they were written), so a
-/// caller can resume after "the k-th reading at time t" without gaps or duplicates.
+/// Readings with equal timestamps come in a stable order (storage order: the same for every
+/// query until another reading with that timestamp is written), and descending is the exact
+/// reverse of ascending, so a caller can resume after "the k-th reading at time t" without gaps
+/// or duplicates.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RangeQuery {
     pub sensor: String,
