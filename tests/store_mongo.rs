@@ -339,3 +339,47 @@ async fn round_trips_of_a_large_flush() {
         before = after;
     }
 }
+
+/// Commands the stand-in received, by name (what `bridgeStats` reports).
+async fn commands_received(backend: &MongoBackend) -> bson::Document {
+    let client = mongodb::Client::with_uri_str(&backend.uri).await.expect("client");
+    let reply =
+        client.database("admin").run_command(doc! {"bridgeStats": 1}).await.expect("bridgeStats");
+    reply.get_document("commands").cloned().unwrap_or_default()
+}
+
+fn count(commands: &bson::Document, name: &str) -> i64 {
+    commands.get(name).and_then(d::number).unwrap_or(0.0) as i64
+}
+
+/// Round trips of reading back one day of one sensor at 1 Hz (86,400 readings): the query the
+/// README's latency figure is about. Counted by the stand-in, so it needs the stand-in.
+#[tokio::test]
+#[ignore = "a measurement: a minute against the stand-in"]
+async fn round_trips_of_a_day_range() {
+    let backend = MongoBackend::standin(StandInOptions::default());
+    let mut config = MongoConfig::new(&backend.uri, &backend.database);
+    config.op_timeout = Duration::from_secs(600);
+    let store = MongoStore::connect_with(config).await.expect("connect");
+    let day: Vec<Reading> = (0..86_400)
+        .map(|s| reading(T0 + s * 1000, &[("temp", FieldValue::Float(20.0 + (s % 100) as f64))]))
+        .collect();
+    let day_series = series("day", "env", &[]);
+    for hour in day.chunks(3600) {
+        write_ok(&store, &batches(&day_series, hour)).await;
+    }
+    let before = commands_received(&backend).await;
+    let started = Instant::now();
+    let got = read(&store, range("day", T0, T0 + 24 * HOUR_MS)).await;
+    let elapsed = started.elapsed();
+    let after = commands_received(&backend).await;
+    assert_eq!(got.len(), 86_400);
+    let aggregates = count(&after, "aggregate") - count(&before, "aggregate");
+    let get_mores = count(&after, "getMore") - count(&before, "getMore");
+    println!(
+        "86,400-reading range: {aggregates} aggregate + {get_mores} getMore = {} round trips \
+         ({elapsed:?} against the stand-in, which says nothing of MongoDB's speed)",
+        aggregates + get_mores
+    );
+    assert_eq!(aggregates, 1);
+}

@@ -30,6 +30,7 @@ process that dies never leaves a stand-in behind.
 
 import argparse
 import copy
+import collections
 import itertools
 import socket
 import sys
@@ -140,6 +141,8 @@ class Bridge:
         self.max_command = max_bson + COMMAND_SLACK
         self.max_write_batch = max_write_batch
         self.refused_commands = 0
+        # Commands received, by name: the tests count round trips with it.
+        self.command_counts = collections.Counter()
         self.cursors = {}
         self.cursor_ids = itertools.count(1)
         self.connection_ids = itertools.count(1)
@@ -148,6 +151,7 @@ class Bridge:
     def handle(self, request):
         name = request.command_name
         doc = request.doc
+        self.command_counts[name] += 1
         try:
             reply = self.dispatch(name, doc, request)
         except OperationFailure as e:
@@ -166,7 +170,8 @@ class Bridge:
         if key in ("ping", "endsessions", "saslstart", "getlasterror"):
             return {"ok": 1}
         if key == "bridgestats":
-            return {"ok": 1, "refusedCommands": self.refused_commands}
+            return {"ok": 1, "refusedCommands": self.refused_commands,
+                    "commands": dict(self.command_counts)}
         if key == "buildinfo":
             return {"ok": 1, "version": "7.0.0", "versionArray": [7, 0, 0, 0]}
         db = request.namespace.split(".")[0] if request.namespace else doc.get("$db", "test")
