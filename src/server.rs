@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::buffer::Buffers;
 use crate::config::Config;
 use crate::flush::{Flusher, ShutdownReport};
+use crate::http::auth::{AuthPolicy, AuthTokens};
 use crate::http::{AppState, HttpLimits};
 use crate::ingest::tcp::{self, TcpConfig};
 use crate::store::Store;
@@ -113,10 +114,22 @@ pub struct Server {
     http: TcpListener,
     http_addr: SocketAddr,
     tcp: Option<(TcpListener, SocketAddr)>,
+    auth: Option<Arc<AuthPolicy>>,
 }
 
 impl Server {
     pub async fn bind(config: Config, store: Arc<dyn Store>) -> anyhow::Result<Server> {
+        // Before binding: a refused configuration should not hold ports.
+        let tokens = config.auth_tokens()?;
+        let auth = (!tokens.is_empty()).then(|| {
+            Arc::new(AuthPolicy {
+                tokens: Arc::new(AuthTokens::new(&tokens)),
+                protect_operations: config.auth_metrics,
+            })
+        });
+        if auth.is_none() && config.auth_metrics {
+            anyhow::bail!("--auth-metrics needs --auth-token or --auth-token-file");
+        }
         let metrics = crate::metrics::install()?;
         let http = TcpListener::bind(&config.http_addr)
             .await
@@ -133,7 +146,7 @@ impl Server {
             }
         };
         let buffers = Buffers::new(config.buffer_config());
-        Ok(Server { config, store, buffers, metrics, http, http_addr, tcp })
+        Ok(Server { config, store, buffers, metrics, http, http_addr, tcp, auth })
     }
 
     pub fn http_addr(&self) -> SocketAddr {
@@ -155,7 +168,7 @@ impl Server {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<ShutdownReport> {
-        let Server { config, store, buffers, metrics, http, http_addr: _, tcp } = self;
+        let Server { config, store, buffers, metrics, http, http_addr: _, tcp, auth } = self;
         tracing::info!(store = store.name(), "starting");
         let flusher = Flusher::spawn(buffers.clone(), store.clone(), config.flush_config());
         let limits = Arc::new(config.input_limits());
@@ -172,6 +185,7 @@ impl Server {
                 max_buffered_readings: config.max_buffered_readings,
             },
             metrics,
+            auth,
         };
         let app = crate::http::router(state);
         let mut http_task = tokio::spawn(
