@@ -21,6 +21,7 @@ use crate::buffer::Buffers;
 use crate::config::Config;
 use crate::flush::{Flusher, ShutdownReport};
 use crate::http::auth::{AuthPolicy, AuthTokens};
+use crate::http::serve::ServeConfig;
 use crate::http::{AppState, HttpLimits};
 use crate::ingest::tcp::{self, TcpConfig};
 use crate::store::Store;
@@ -188,11 +189,13 @@ impl Server {
             auth,
         };
         let app = crate::http::router(state);
-        let mut http_task = tokio::spawn(
-            axum::serve(http, app)
-                .with_graceful_shutdown(stop.clone().cancelled_owned())
-                .into_future(),
-        );
+        let serve_config = ServeConfig {
+            max_connections: config.max_http_connections,
+            header_timeout: config.http_header_timeout,
+            idle_timeout: config.http_idle_timeout,
+        };
+        let mut http_task =
+            tokio::spawn(crate::http::serve::serve(http, app, serve_config, stop.clone()));
         let tcp_task = tcp.map(|(listener, _)| {
             let config = TcpConfig {
                 max_connections: config.max_tcp_connections,
@@ -215,8 +218,7 @@ impl Server {
             _ = shutdown => tracing::info!("shutdown: no longer accepting"),
             ended = &mut http_task => {
                 failure = Some(match ended {
-                    Ok(Ok(())) => anyhow::anyhow!("HTTP server stopped unexpectedly"),
-                    Ok(Err(e)) => anyhow::Error::new(e).context("HTTP server failed"),
+                    Ok(()) => anyhow::anyhow!("HTTP server stopped unexpectedly"),
                     Err(e) => anyhow::Error::new(e).context("HTTP server task failed"),
                 });
             }

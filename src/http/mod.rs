@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod error;
+pub mod serve;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
