@@ -199,6 +199,7 @@ impl Server {
         let tcp_task = tcp.map(|(listener, _)| {
             let config = TcpConfig {
                 max_connections: config.max_tcp_connections,
+                max_connections_per_ip: config.max_tcp_connections_per_ip,
                 max_line_bytes: TCP_MAX_LINE_BYTES,
                 idle_timeout: config.tcp_idle_timeout,
                 max_push_readings: TCP_MAX_PUSH_READINGS.min(config.max_buffered_readings),
