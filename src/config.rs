@@ -2,6 +2,7 @@
 //! `BUCKETD_*` variable named in `--help`; a flag on the command line wins over the variable.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -9,7 +10,7 @@ use clap::{Parser, ValueEnum};
 
 use crate::buffer::BufferConfig;
 use crate::flush::FlushConfig;
-use crate::model::InputLimits;
+use crate::model::{InputLimits, SeriesLimit};
 use crate::store::BucketLimits;
 
 /// First and longest retry delay after a retriable store failure. Not flags: the first is short
@@ -233,8 +234,13 @@ impl Config {
         }
     }
 
+    /// The input limits, with a fresh series bound: call once per server, since the bound
+    /// counts the series of everything that shares it.
     pub fn input_limits(&self) -> InputLimits {
-        InputLimits::default()
+        InputLimits {
+            series: Some(Arc::new(SeriesLimit::new(self.max_series))),
+            ..InputLimits::default()
+        }
     }
 
     /// Every configured token: the flags' and the token file's. Reads the file; at start-up.
