@@ -137,3 +137,37 @@ async fn connections_over_the_limit_are_closed_at_once() {
     drop(first);
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_slow_body_after_a_prompt_header_is_not_cut() {
+    // The header timeout is for headers: a body that trickles in is bound by the request
+    // timeout instead.
+    let server = TestServer::start(
+        memory_store(),
+        &["--http-header-timeout", "200ms", "--http-idle-timeout", "300ms"],
+    )
+    .await;
+    let first = futures::stream::once(async { Ok::<_, std::io::Error>(b"m v=1\n".to_vec()) });
+    let rest = futures::stream::once(async {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        Ok::<_, std::io::Error>(b"m v=2\n".to_vec())
+    });
+    let body = reqwest::Body::wrap_stream(futures::StreamExt::chain(first, rest));
+    let response =
+        within("the slow write", 10, server.client.post(server.url("/write")).body(body).send())
+            .await
+            .unwrap();
+    assert_eq!(response.status(), reqwest::StatusCode::NO_CONTENT);
+    assert_eq!(server.buffers.buffered(), 2);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn http2_without_tls_is_still_served() {
+    let server = TestServer::start(memory_store(), &[]).await;
+    let client = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
+    let response = client.get(server.url("/health")).send().await.unwrap();
+    assert_eq!(response.version(), reqwest::Version::HTTP_2);
+    assert_eq!(response.status(), reqwest::StatusCode::OK);
+    server.shutdown().await;
+}
