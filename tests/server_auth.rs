@@ -136,6 +136,17 @@ async fn ping_openapi_and_operations_stay_open() {
     for path in ["/health", "/ready", "/metrics", "/api/v1/openapi.json"] {
         assert_eq!(server.get(path).await.status(), StatusCode::OK, "{path}");
     }
+    // The document says which routes take a token, and how.
+    let doc: Value = server.get("/api/v1/openapi.json").await.json().await.unwrap();
+    let schemes = doc["components"]["securitySchemes"].as_object().unwrap();
+    for scheme in ["token", "bearer", "basic", "influx_v1"] {
+        assert!(schemes.contains_key(scheme), "{scheme}");
+    }
+    assert!(doc["paths"]["/write"]["post"]["responses"]["401"].is_object());
+    assert!(doc["paths"]["/api/v1/readings"]["get"]["responses"]["401"].is_object());
+    assert!(doc["paths"]["/api/v1/readings"]["get"]["security"].is_array());
+    assert!(doc["paths"]["/ping"]["get"]["responses"]["401"].is_null());
+    assert!(doc["paths"]["/ping"]["get"]["security"].is_null());
     // Unknown paths are 404 whether or not a token is sent.
     assert_eq!(server.get("/nope").await.status(), StatusCode::NOT_FOUND);
     server.shutdown().await;
