@@ -190,6 +190,17 @@ async fn tcp_listener_with_tokens_needs_consent() {
     let err = bucketd::server::Server::bind(config, memory_store()).await.err().unwrap();
     assert!(err.to_string().contains("--tcp-allow-unauthenticated"), "{err}");
 
+    // Protecting the operations routes without a token would be a silent no-op: refused.
+    let config = bucketd::config::Config::from_args([
+        "bucketd",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--auth-metrics",
+    ])
+    .unwrap();
+    let err = bucketd::server::Server::bind(config, memory_store()).await.err().unwrap();
+    assert!(err.to_string().contains("--auth-metrics needs"), "{err}");
+
     let server = TestServer::start_with_tcp(
         memory_store(),
         &["--auth-token", TOKEN, "--tcp-allow-unauthenticated"],
