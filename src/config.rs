@@ -2,13 +2,15 @@
 //! `BUCKETD_*` variable named in `--help`; a flag on the command line wins over the variable.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
 
 use crate::buffer::BufferConfig;
 use crate::flush::FlushConfig;
-use crate::model::InputLimits;
+use crate::model::{InputLimits, SeriesLimit};
 use crate::store::BucketLimits;
 
 /// First and longest retry delay after a retriable store failure. Not flags: the first is short
@@ -131,6 +133,70 @@ pub struct Config {
     #[arg(long, env = "BUCKETD_TCP_IDLE_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
     pub tcp_idle_timeout: Duration,
 
+    /// Open HTTP connections; one more is accepted and closed at once.
+    #[arg(
+        long,
+        env = "BUCKETD_MAX_HTTP_CONNECTIONS",
+        default_value_t = 10_000,
+        value_parser = parse_positive_usize
+    )]
+    pub max_http_connections: usize,
+
+    /// An HTTP client must send a request's whole header within this time of its first byte,
+    /// or the connection is closed (slowloris).
+    #[arg(long, env = "BUCKETD_HTTP_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
+    pub http_header_timeout: Duration,
+
+    /// An HTTP connection with no request in progress that sends nothing for this long is
+    /// closed (keep-alive idle).
+    #[arg(long, env = "BUCKETD_HTTP_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_positive_duration)]
+    pub http_idle_timeout: Duration,
+
+    /// Open raw TCP connections from one IP address; one more from it is accepted and closed
+    /// at once.
+    #[arg(
+        long,
+        env = "BUCKETD_MAX_TCP_CONNECTIONS_PER_IP",
+        default_value_t = 100,
+        value_parser = parse_positive_usize
+    )]
+    pub max_tcp_connections_per_ip: usize,
+
+    /// Distinct series (sensor keys) this process accepts readings for; a reading of a new
+    /// series past it is rejected (reason `cardinality`). Counted per process since start.
+    #[arg(
+        long,
+        env = "BUCKETD_MAX_SERIES",
+        default_value_t = 1_000_000,
+        value_parser = parse_positive_usize
+    )]
+    pub max_series: usize,
+
+    /// A token required on the ingest and query routes (repeatable; the environment variable
+    /// takes a comma-separated list). Authentication is off when no token is configured.
+    #[arg(
+        long = "auth-token",
+        env = "BUCKETD_AUTH_TOKEN",
+        value_delimiter = ',',
+        hide_env_values = true,
+        value_parser = parse_token
+    )]
+    pub auth_token: Vec<Secret>,
+
+    /// A file of tokens, one per line; blank lines and lines starting with `#` are skipped.
+    /// Adds to --auth-token.
+    #[arg(long, env = "BUCKETD_AUTH_TOKEN_FILE")]
+    pub auth_token_file: Option<PathBuf>,
+
+    /// Require a token on /health, /ready and /metrics too (open by default).
+    #[arg(long, env = "BUCKETD_AUTH_METRICS")]
+    pub auth_metrics: bool,
+
+    /// Allow the raw TCP listener (which has no authentication) while tokens are configured.
+    /// Without it, --tcp-addr with tokens refuses to start.
+    #[arg(long, env = "BUCKETD_TCP_ALLOW_UNAUTHENTICATED")]
+    pub tcp_allow_unauthenticated: bool,
+
     /// Log output format. The level comes from RUST_LOG (default `info`).
     #[arg(long, env = "BUCKETD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -168,8 +234,72 @@ impl Config {
         }
     }
 
+    /// The input limits, with a fresh series bound: call once per server, since the bound
+    /// counts the series of everything that shares it.
     pub fn input_limits(&self) -> InputLimits {
-        InputLimits::default()
+        InputLimits {
+            series: Some(Arc::new(SeriesLimit::new(self.max_series))),
+            ..InputLimits::default()
+        }
+    }
+
+    /// Every configured token: the flags' and the token file's. Reads the file; at start-up.
+    pub fn auth_tokens(&self) -> anyhow::Result<Vec<Secret>> {
+        let mut tokens = self.auth_token.clone();
+        if let Some(path) = &self.auth_token_file {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the token file {}", path.display()))?;
+            let before = tokens.len();
+            tokens.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                    .map(|l| Secret(l.to_owned())),
+            );
+            if tokens.len() == before {
+                // Asking for a file means asking for auth: an empty one must not turn it off.
+                anyhow::bail!("the token file {} holds no token", path.display());
+            }
+        }
+        if !tokens.is_empty() && self.tcp_addr.is_some() && !self.tcp_allow_unauthenticated {
+            anyhow::bail!(
+                "--tcp-addr serves line protocol without authentication, but auth tokens are \
+                 configured: drop --tcp-addr, or pass --tcp-allow-unauthenticated to run it anyway \
+                 (e.g. on a private network)"
+            );
+        }
+        Ok(tokens)
+    }
+}
+
+/// A secret from the configuration; `Debug` does not show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+impl AsRef<[u8]> for Secret {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+fn parse_token(s: &str) -> Result<Secret, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err("a token cannot be empty".into());
+    }
+    Ok(Secret(t.to_owned()))
+}
+
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err("must be more than 0".into()),
+        d => Ok(d),
     }
 }
 
@@ -253,6 +383,52 @@ mod tests {
         assert_eq!(c.request_timeout, Duration::from_secs(60));
         assert_eq!(c.tcp_idle_timeout, Duration::from_secs(300));
         assert_eq!(c.log_format, LogFormat::Text);
+        assert_eq!(c.max_http_connections, 10_000);
+        assert_eq!(c.http_header_timeout, Duration::from_secs(10));
+        assert_eq!(c.http_idle_timeout, Duration::from_secs(60));
+        assert_eq!(c.max_tcp_connections_per_ip, 100);
+        assert_eq!(c.max_series, 1_000_000);
+        assert!(c.auth_token.is_empty() && c.auth_token_file.is_none());
+        assert!(!c.auth_metrics && !c.tcp_allow_unauthenticated);
+        assert!(c.auth_tokens().unwrap().is_empty());
+    }
+
+    #[test]
+    fn tokens_come_from_flags_and_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tokens");
+        std::fs::write(&file, "# ops team\n\n  t3  \nt4\n").unwrap();
+        let file = file.to_str().unwrap();
+        let c = parse(&["--auth-token", "t1", "--auth-token", "t2", "--auth-token-file", file])
+            .unwrap();
+        let tokens: Vec<String> = c.auth_tokens().unwrap().into_iter().map(|s| s.0).collect();
+        assert_eq!(tokens, ["t1", "t2", "t3", "t4"]);
+        assert_eq!(format!("{:?}", c.auth_token), "[Secret(..), Secret(..)]");
+        assert!(parse(&["--auth-token", " "]).is_err());
+
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "# nothing\n").unwrap();
+        let c = parse(&["--auth-token-file", empty.to_str().unwrap()]).unwrap();
+        assert!(c.auth_tokens().unwrap_err().to_string().contains("holds no token"));
+        let c = parse(&["--auth-token-file", "/nonexistent/tokens"]).unwrap();
+        assert!(c.auth_tokens().is_err());
+    }
+
+    #[test]
+    fn tcp_without_auth_needs_consent() {
+        let c = parse(&["--auth-token", "t", "--tcp-addr", "127.0.0.1:0"]).unwrap();
+        let err = c.auth_tokens().unwrap_err().to_string();
+        assert!(err.contains("--tcp-allow-unauthenticated"), "{err}");
+        let c = parse(&[
+            "--auth-token",
+            "t",
+            "--tcp-addr",
+            "127.0.0.1:0",
+            "--tcp-allow-unauthenticated",
+        ])
+        .unwrap();
+        assert_eq!(c.auth_tokens().unwrap().len(), 1);
+        assert!(parse(&["--http-header-timeout", "0s"]).is_err());
     }
 
     #[test]

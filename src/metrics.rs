@@ -18,6 +18,8 @@ pub const HTTP_REQUESTS: &str = "bucketd_http_requests_total"; // {route, status
 pub const HTTP_REQUEST_DURATION: &str = "bucketd_http_request_duration_seconds"; // {route}
 pub const TCP_CONNECTIONS: &str = "bucketd_tcp_connections_total"; // {result}
 pub const TCP_CONNECTIONS_OPEN: &str = "bucketd_tcp_connections_open";
+pub const HTTP_CONNECTIONS: &str = "bucketd_http_connections_total"; // {result}
+pub const SERIES_TRACKED: &str = "bucketd_series"; // gauge
 
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -140,6 +142,17 @@ fn describe() {
         "Raw TCP line-protocol connections, by result (accepted, rejected: over the limit)."
     );
     describe_gauge!(TCP_CONNECTIONS_OPEN, Unit::Count, "Raw TCP line-protocol connections open.");
+    describe_counter!(
+        HTTP_CONNECTIONS,
+        Unit::Count,
+        "HTTP connections accepted, rejected (over the limit), and closed for a header_timeout \
+         or idle_timeout."
+    );
+    describe_gauge!(
+        SERIES_TRACKED,
+        Unit::Count,
+        "Distinct series this process has accepted readings for (bounded by --max-series)."
+    );
 }
 
 #[cfg(test)]

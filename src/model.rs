@@ -81,6 +81,8 @@ pub struct InputLimits {
     pub max_name_bytes: usize,
     pub max_tag_value_bytes: usize,
     pub max_string_value_bytes: usize,
+    /// The series (cardinality) bound; `None`: unbounded. Shared by every listener.
+    pub series: Option<Arc<SeriesLimit>>,
 }
 
 impl Default for InputLimits {
@@ -94,6 +96,7 @@ impl Default for InputLimits {
             // Large enough for a status message or a small blob, small enough that a bucket
             // still holds many readings under the default size cap.
             max_string_value_bytes: 64 * 1024,
+            series: None,
         }
     }
 }
@@ -122,6 +125,11 @@ pub enum InvalidReading {
     NotFinite { name: String },
     #[error("timestamp {ts} ms is outside the supported range (years 0000 to 9999)")]
     TimestampOutOfRange { ts: i64 },
+    #[error(
+        "new series refused: this server already accepts {max} distinct series (--max-series); \
+         readings of known series are still accepted"
+    )]
+    TooManySeries { max: usize },
 }
 
 impl InvalidReading {
@@ -135,6 +143,7 @@ impl InvalidReading {
             InvalidReading::BadName { .. } => "name",
             InvalidReading::ValueTooLong { .. } | InvalidReading::NotFinite { .. } => "value",
             InvalidReading::TimestampOutOfRange { .. } => "timestamp",
+            InvalidReading::TooManySeries { .. } => "cardinality",
         }
     }
 }
@@ -151,6 +160,82 @@ fn check_name(name: &str, limits: &InputLimits) -> Result<(), InvalidReading> {
         return Ok(());
     };
     Err(InvalidReading::BadName { name: truncate_for_echo(name, 64).to_owned(), why })
+}
+
+/// A bounded set of the series (sensor keys) this process has accepted readings for: the
+/// cardinality limit. Full-policy: a key not in the set is refused once the set holds `max`
+/// keys; known keys are always admitted. It holds 64-bit hashes (keyed per process, so clients
+/// cannot aim collisions), about 16 bytes a series, and never shrinks: the count is per process
+/// since start, so a restart resets it, and a store (MongoDB) may hold more series than this.
+pub struct SeriesLimit {
+    max: usize,
+    hasher: std::collections::hash_map::RandomState,
+    seen: dashmap::DashSet<u64>,
+    /// Slots taken, including ones being inserted; never above `max`.
+    count: std::sync::atomic::AtomicUsize,
+}
+
+impl std::fmt::Debug for SeriesLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SeriesLimit({} of {})", self.len(), self.max)
+    }
+}
+
+impl SeriesLimit {
+    pub fn new(max: usize) -> SeriesLimit {
+        SeriesLimit {
+            max,
+            hasher: Default::default(),
+            seen: dashmap::DashSet::new(),
+            count: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Series admitted so far.
+    pub fn len(&self) -> usize {
+        self.count.load(std::sync::atomic::Ordering::Relaxed).min(self.max)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Admits `key` if it is known or there is room. Never admits more than `max` keys, even
+    /// under concurrent calls: a slot is taken before the insert and given back if it was not
+    /// needed.
+    pub fn admit(&self, key: &str) -> bool {
+        use std::hash::BuildHasher as _;
+        use std::sync::atomic::Ordering;
+        let hash = self.hasher.hash_one(key);
+        if self.seen.contains(&hash) {
+            return true;
+        }
+        if self.count.fetch_add(1, Ordering::AcqRel) >= self.max {
+            self.count.fetch_sub(1, Ordering::AcqRel);
+            // Another caller may have inserted this very key meanwhile.
+            return self.seen.contains(&hash);
+        }
+        if !self.seen.insert(hash) {
+            self.count.fetch_sub(1, Ordering::AcqRel);
+        }
+        metrics::gauge!(crate::metrics::SERIES_TRACKED).set(self.len() as f64);
+        true
+    }
+}
+
+/// Admits the reading's series under `limits.series`, the cardinality bound. Called by the
+/// parsers after [`validate`], so that invalid readings take no slot.
+pub fn admit_series(series: &SeriesMeta, limits: &InputLimits) -> Result<(), InvalidReading> {
+    match &limits.series {
+        Some(bound) if !bound.admit(&series.key) => {
+            Err(InvalidReading::TooManySeries { max: bound.max() })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Checks everything a store relies on: limits, names, finite floats, timestamp range.
@@ -235,6 +320,42 @@ mod tests {
 
     fn series(key: &str) -> SeriesMeta {
         SeriesMeta { key: key.into(), measurement: key.into(), tags: vec![] }
+    }
+
+    #[test]
+    fn series_limit_refuses_only_new_keys_past_the_bound() {
+        let limit = SeriesLimit::new(2);
+        assert!(limit.admit("a") && limit.admit("b") && limit.admit("a"));
+        assert!(!limit.admit("c"));
+        assert!(limit.admit("b"), "known keys stay admitted at the bound");
+        assert_eq!(limit.len(), 2);
+
+        let limits = InputLimits { series: Some(Arc::new(limit)), ..InputLimits::default() };
+        assert_eq!(admit_series(&series("a"), &limits), Ok(()));
+        let refused = admit_series(&series("d"), &limits).unwrap_err();
+        assert_eq!(refused.reason(), "cardinality");
+        assert!(refused.to_string().contains("--max-series"), "{refused}");
+        assert_eq!(admit_series(&series("d"), &InputLimits::default()), Ok(()));
+    }
+
+    #[test]
+    fn series_limit_holds_under_concurrent_admission() {
+        let limit = Arc::new(SeriesLimit::new(100));
+        let admitted: usize = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..4)
+                .map(|t| {
+                    let limit = limit.clone();
+                    // Overlapping key ranges: threads race on the same new keys too.
+                    scope.spawn(move || {
+                        (0..200).filter(|i| limit.admit(&format!("k{}", i + t * 50))).count()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(limit.len(), 100);
+        assert_eq!(limit.seen.len(), 100);
+        assert!(admitted >= 100);
     }
 
     fn reading(fields: Vec<(&str, FieldValue)>) -> Reading {

@@ -20,6 +20,8 @@ use tokio_util::sync::CancellationToken;
 use crate::buffer::Buffers;
 use crate::config::Config;
 use crate::flush::{Flusher, ShutdownReport};
+use crate::http::auth::{AuthPolicy, AuthTokens};
+use crate::http::serve::ServeConfig;
 use crate::http::{AppState, HttpLimits};
 use crate::ingest::tcp::{self, TcpConfig};
 use crate::store::Store;
@@ -113,10 +115,22 @@ pub struct Server {
     http: TcpListener,
     http_addr: SocketAddr,
     tcp: Option<(TcpListener, SocketAddr)>,
+    auth: Option<Arc<AuthPolicy>>,
 }
 
 impl Server {
     pub async fn bind(config: Config, store: Arc<dyn Store>) -> anyhow::Result<Server> {
+        // Before binding: a refused configuration should not hold ports.
+        let tokens = config.auth_tokens()?;
+        let auth = (!tokens.is_empty()).then(|| {
+            Arc::new(AuthPolicy {
+                tokens: Arc::new(AuthTokens::new(&tokens)),
+                protect_operations: config.auth_metrics,
+            })
+        });
+        if auth.is_none() && config.auth_metrics {
+            anyhow::bail!("--auth-metrics needs --auth-token or --auth-token-file");
+        }
         let metrics = crate::metrics::install()?;
         let http = TcpListener::bind(&config.http_addr)
             .await
@@ -133,7 +147,7 @@ impl Server {
             }
         };
         let buffers = Buffers::new(config.buffer_config());
-        Ok(Server { config, store, buffers, metrics, http, http_addr, tcp })
+        Ok(Server { config, store, buffers, metrics, http, http_addr, tcp, auth })
     }
 
     pub fn http_addr(&self) -> SocketAddr {
@@ -155,7 +169,7 @@ impl Server {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<ShutdownReport> {
-        let Server { config, store, buffers, metrics, http, http_addr: _, tcp } = self;
+        let Server { config, store, buffers, metrics, http, http_addr: _, tcp, auth } = self;
         tracing::info!(store = store.name(), "starting");
         let flusher = Flusher::spawn(buffers.clone(), store.clone(), config.flush_config());
         let limits = Arc::new(config.input_limits());
@@ -172,16 +186,20 @@ impl Server {
                 max_buffered_readings: config.max_buffered_readings,
             },
             metrics,
+            auth,
         };
         let app = crate::http::router(state);
-        let mut http_task = tokio::spawn(
-            axum::serve(http, app)
-                .with_graceful_shutdown(stop.clone().cancelled_owned())
-                .into_future(),
-        );
+        let serve_config = ServeConfig {
+            max_connections: config.max_http_connections,
+            header_timeout: config.http_header_timeout,
+            idle_timeout: config.http_idle_timeout,
+        };
+        let mut http_task =
+            tokio::spawn(crate::http::serve::serve(http, app, serve_config, stop.clone()));
         let tcp_task = tcp.map(|(listener, _)| {
             let config = TcpConfig {
                 max_connections: config.max_tcp_connections,
+                max_connections_per_ip: config.max_tcp_connections_per_ip,
                 max_line_bytes: TCP_MAX_LINE_BYTES,
                 idle_timeout: config.tcp_idle_timeout,
                 max_push_readings: TCP_MAX_PUSH_READINGS.min(config.max_buffered_readings),
@@ -201,8 +219,7 @@ impl Server {
             _ = shutdown => tracing::info!("shutdown: no longer accepting"),
             ended = &mut http_task => {
                 failure = Some(match ended {
-                    Ok(Ok(())) => anyhow::anyhow!("HTTP server stopped unexpectedly"),
-                    Ok(Err(e)) => anyhow::Error::new(e).context("HTTP server failed"),
+                    Ok(()) => anyhow::anyhow!("HTTP server stopped unexpectedly"),
                     Err(e) => anyhow::Error::new(e).context("HTTP server task failed"),
                 });
             }

@@ -24,6 +24,7 @@ fn syntax_only_limits() -> InputLimits {
         max_name_bytes: usize::MAX,
         max_tag_value_bytes: usize::MAX,
         max_string_value_bytes: usize::MAX,
+        series: None,
     }
 }
 

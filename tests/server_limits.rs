@@ -64,3 +64,34 @@ async fn writes_over_the_concurrency_limit_are_shed_with_503() {
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn new_series_past_the_cardinality_limit_are_refused_per_item() {
+    let server = TestServer::start(memory_store(), &["--max-series", "2"]).await;
+    let body = serde_json::json!([
+        {"sensor": "s1", "fields": {"v": 1}},
+        {"sensor": "s2", "fields": {"v": 2}},
+        {"sensor": "s3", "fields": {"v": 3}},
+        {"sensor": "s1", "fields": {"v": 4}},
+    ]);
+    let response = server.post("/api/v1/readings", "application/json", body.to_string()).await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["accepted"], 3, "{body}");
+    assert_eq!(body["rejected_count"], 1, "{body}");
+    assert_eq!(body["rejected"][0]["index"], 2, "{body}");
+    let message = body["rejected"][0]["error"].as_str().unwrap();
+    assert!(message.contains("new series refused") && message.contains("--max-series"), "{body}");
+
+    // Line protocol: known series pass, a new one is a rejected line of a partial write.
+    let response = server.post("/write", "text/plain", "s2 v=5\ns4 v=6\ns1 v=7\n").await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let message = response.json::<Value>().await.unwrap()["error"].as_str().unwrap().to_owned();
+    assert!(message.starts_with("partial write: 1 line(s) rejected, 2 reading(s)"), "{message}");
+    assert!(message.contains("line 2") && message.contains("new series refused"), "{message}");
+    assert_eq!(server.buffers.buffered(), 5);
+
+    let metrics = server.get("/metrics").await.text().await.unwrap();
+    assert!(metrics.contains("reason=\"cardinality\""), "{metrics}");
+    server.shutdown().await;
+}

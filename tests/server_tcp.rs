@@ -231,3 +231,46 @@ async fn shutdown_closes_connections_and_keeps_what_was_read() {
     let read = within("the connection to close", 5, stream.read(&mut buf)).await;
     assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
 }
+
+#[tokio::test]
+async fn connections_over_the_per_ip_limit_are_closed_and_other_ips_still_served() {
+    let store = memory_store();
+    let server =
+        TestServer::start_with_tcp(store.clone(), &["--max-tcp-connections-per-ip", "2"]).await;
+    let port = server.tcp.unwrap().port();
+    let from = |ip: &str| {
+        let ip: std::net::IpAddr = ip.parse().unwrap();
+        async move {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind((ip, 0).into()).unwrap();
+            socket.connect(([127, 0, 0, 1], port).into()).await.unwrap()
+        }
+    };
+    let mut held = Vec::new();
+    for i in 0..2 {
+        let mut s = from("127.0.0.1").await;
+        s.write_all(format!("held{i} v=1 {T0_NS}\n").as_bytes()).await.unwrap();
+        held.push(s);
+    }
+    wait_until("the held connections are served", Duration::from_secs(10), || {
+        store.reading_count() + server.buffers.buffered() == 2
+    })
+    .await;
+
+    // A third from the same IP is closed at once...
+    let mut extra = from("127.0.0.1").await;
+    let mut buf = [0u8; 16];
+    let read = within("the extra connection to be closed", 5, extra.read(&mut buf)).await;
+    assert!(matches!(read, Ok(0) | Err(_)), "extra connection was served: {read:?}");
+
+    // ...while another IP is served.
+    let mut other = from("127.0.0.2").await;
+    other.write_all(format!("other v=1 {T0_NS}\n").as_bytes()).await.unwrap();
+    wait_until("the other IP's line arrives", Duration::from_secs(10), || {
+        store.reading_count() + server.buffers.buffered() == 3
+    })
+    .await;
+    drop(other);
+    drop(held);
+    server.shutdown().await;
+}

@@ -24,6 +24,10 @@ pub const MAX_LISTED_ERRORS: usize = 100;
 /// a second is long enough for room to appear and short enough not to stall a healthy client.
 const RETRY_AFTER_SECS: u64 = 1;
 
+/// The challenge of a 401. Bearer rather than Basic: a Basic challenge makes browsers prompt
+/// for a password, and every client bucketd serves sends its token unprompted.
+const AUTH_CHALLENGE: &str = "Bearer realm=\"bucketd\"";
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// The request is wrong as a whole (bad parameter, unreadable body, unparsable lines).
@@ -34,6 +38,9 @@ pub enum ApiError {
     InvalidItems(Box<RejectedItems>),
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// No valid token on a route that requires one; the message says what was wrong.
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
     #[error("request body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
     /// One request read whole carries more readings than the buffers can ever hold.
@@ -105,6 +112,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) | ApiError::InvalidItems(_) => StatusCode::BAD_REQUEST,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::PayloadTooLarge { .. } | ApiError::TooManyReadings { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
@@ -139,6 +147,11 @@ impl ApiError {
         *response.status_mut() = self.status();
         if response.status() == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        }
+        if response.status() == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(AUTH_CHALLENGE));
         }
         response
     }
@@ -196,6 +209,7 @@ fn v2_code(status: StatusCode) -> &'static str {
         StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported media type",
         StatusCode::SERVICE_UNAVAILABLE => "unavailable",
         StatusCode::NOT_FOUND => "not found",
+        StatusCode::UNAUTHORIZED => "unauthorized",
         StatusCode::REQUEST_TIMEOUT => "request timeout",
         _ => "internal error",
     }
@@ -203,7 +217,11 @@ fn v2_code(status: StatusCode) -> &'static str {
 
 impl IntoResponse for InfluxError {
     fn into_response(self) -> Response {
-        let message = self.error.log_and_public_message();
+        let mut message = self.error.log_and_public_message();
+        if self.api == InfluxApi::V1 && matches!(self.error, ApiError::Unauthorized(_)) {
+            // InfluxDB 1.x's exact words; clients match on them.
+            message = "authorization failed".into();
+        }
         let body = match self.api {
             InfluxApi::V1 => Json(json!({ "error": message })),
             InfluxApi::V2 => {
@@ -275,5 +293,29 @@ mod tests {
             parts(InfluxError::v2(ApiError::PayloadTooLarge { limit: 1 }).into_response()).await;
         assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
         assert_eq!(body["code"], "request too large");
+    }
+
+    #[tokio::test]
+    async fn unauthorized_in_every_shape() {
+        let e = || ApiError::Unauthorized("invalid token".into());
+        let challenge = |r: &Response| r.headers()[header::WWW_AUTHENTICATE].clone();
+        let r = e().into_response();
+        assert_eq!(challenge(&r), AUTH_CHALLENGE);
+        let (s, _, body) = parts(r).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED);
+        assert_eq!(body, json!({ "error": "unauthorized: invalid token" }));
+
+        let r = InfluxError::v1(e()).into_response();
+        assert_eq!(challenge(&r), AUTH_CHALLENGE);
+        let (s, _, body) = parts(r).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED);
+        assert_eq!(body, json!({ "error": "authorization failed" }));
+
+        let (s, _, body) = parts(InfluxError::v2(e()).into_response()).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            body,
+            json!({ "code": "unauthorized", "message": "unauthorized: invalid token" })
+        );
     }
 }

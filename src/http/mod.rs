@@ -2,7 +2,9 @@
 //! (`/health`, `/ready`, `/metrics`). Ingest handlers live in [`crate::ingest::http`]; every
 //! error becomes a status in [`error`].
 
+pub mod auth;
 pub mod error;
+pub mod serve;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,6 +40,8 @@ pub struct AppState {
     pub limits: Arc<InputLimits>,
     pub http: HttpLimits,
     pub metrics: PrometheusHandle,
+    /// `None`: no tokens configured, every route is open.
+    pub auth: Option<Arc<auth::AuthPolicy>>,
 }
 
 /// Limits of the HTTP write endpoints.
@@ -72,13 +76,20 @@ fn routes(state: AppState, query: Router) -> Router {
         .route("/ready", get(ready))
         .route("/metrics", get(render_metrics));
 
-    Router::new()
+    let auth = state.auth.clone();
+    let mut app = Router::new()
         .merge(crate::ingest::http::router(&state.http))
         .merge(ops)
         .with_state(state)
-        .merge(query)
+        .merge(query);
+    // Both `route_layer`s come after every merge. Auth is inside the metrics layer, so 401s are
+    // counted; as a `route_layer` an unknown path is 404 with or without a token.
+    if let Some(policy) = auth {
+        app = app.route_layer(middleware::from_fn_with_state(policy, auth::require_token));
+    }
+    app
         // `route_layer`, not `layer`: only then has routing happened, so `MatchedPath` is known
-        // and the route label stays bounded. It must come after every merge.
+        // and the route label stays bounded.
         .route_layer(middleware::from_fn(track_http_metrics))
         .fallback(not_found)
 }

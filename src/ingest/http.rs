@@ -492,7 +492,7 @@ async fn stream_ndjson(
 // ---------------------------------------------------------------------------------------------
 
 /// v1 parameters. `db` and `rp` are accepted and ignored: bucketd has one namespace, and
-/// Telegraf always sends them. `u`/`p` (v1 credentials) are ignored until auth exists.
+/// Telegraf always sends them. `u`/`p` (v1 credentials) are read by [`crate::http::auth`].
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct V1Params {
     #[allow(dead_code)]

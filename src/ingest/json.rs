@@ -324,6 +324,7 @@ fn parse_item(
     };
     let reading = Reading { ts, fields };
     model::validate(&series, &reading, limits)
+        .and_then(|()| model::admit_series(&series, limits))
         .map_err(|invalid| bad(index, invalid.to_string(), invalid.reason()))?;
     Ok((series, reading))
 }

@@ -864,11 +864,13 @@ fn build(
         })
         .collect();
     let reading = Reading { ts, fields };
-    model::validate(&series, &reading, limits).map_err(|invalid| Bad {
-        at: None,
-        message: invalid.to_string(),
-        reason: invalid.reason(),
-    })?;
+    model::validate(&series, &reading, limits)
+        .and_then(|()| model::admit_series(&series, limits))
+        .map_err(|invalid| Bad {
+            at: None,
+            message: invalid.to_string(),
+            reason: invalid.reason(),
+        })?;
     Ok((series, reading))
 }
 

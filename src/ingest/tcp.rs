@@ -4,12 +4,14 @@
 //! Full-policy: block. When the buffers are full a connection stops reading its socket until
 //! there is room, so TCP flow control slows the sender; nothing is dropped. Bad lines are
 //! counted and logged (at most one log line per connection per second) and never close the
-//! connection. Connections are bounded by a semaphore: one over the limit is accepted and closed
-//! at once, so the client sees a prompt reset rather than a hanging connect.
+//! connection. Connections are bounded in total (a semaphore) and per remote IP: one over either
+//! limit is accepted and closed at once, so the client sees a prompt reset rather than a hanging
+//! connect.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, BytesMut};
@@ -38,6 +40,9 @@ const LOG_INTERVAL: Duration = Duration::from_secs(1);
 pub struct TcpConfig {
     /// Open connections; one more is accepted and closed at once.
     pub max_connections: usize,
+    /// Open connections from one IP address; one more from it is accepted and closed at once,
+    /// so one client cannot take every slot of `max_connections`.
+    pub max_connections_per_ip: usize,
     /// Longest line kept; a longer one is skipped up to its newline and counted.
     pub max_line_bytes: usize,
     /// A connection that sends nothing for this long is closed.
@@ -57,6 +62,7 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) {
     let permits = Arc::new(Semaphore::new(config.max_connections));
+    let per_ip = PerIp::new(config.max_connections_per_ip);
     let tracker = TaskTracker::new();
     loop {
         let accepted = tokio::select! {
@@ -79,6 +85,12 @@ pub async fn serve(
             drop(stream);
             continue;
         };
+        let Some(ip_slot) = per_ip.acquire(peer.ip()) else {
+            metrics::counter!(TCP_CONNECTIONS, "result" => "rejected_per_ip").increment(1);
+            tracing::debug!(%peer, limit = config.max_connections_per_ip, "TCP connection over the per-IP limit, closed");
+            drop(stream);
+            continue;
+        };
         metrics::counter!(TCP_CONNECTIONS, "result" => "accepted").increment(1);
         let _ = stream.set_nodelay(true);
         let mut sink = LineProtocolSink::new(buffers.clone(), limits.clone(), peer);
@@ -88,12 +100,57 @@ pub async fn serve(
             let _open = OpenConnection::new();
             let end = read_lines(stream, &mut sink, &config, &shutdown).await;
             tracing::debug!(%peer, ?end, lines = sink.lines_seen, "TCP connection closed");
+            drop(ip_slot);
             drop(permit);
         });
     }
     drop(listener);
     tracker.close();
     tracker.wait().await;
+}
+
+/// Open connections per remote IP. Entries exist only while an IP has a connection open, so the
+/// map is bounded by the total connection limit. A plain mutex: held for one map operation,
+/// never across an `.await`.
+#[derive(Clone)]
+struct PerIp {
+    limit: usize,
+    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl PerIp {
+    fn new(limit: usize) -> PerIp {
+        PerIp { limit, open: Arc::new(Mutex::new(HashMap::new())) }
+    }
+
+    /// A slot for one more connection from `ip`, or `None` when it is at the limit.
+    fn acquire(&self, ip: IpAddr) -> Option<IpSlot> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let count = open.entry(ip).or_insert(0);
+        if *count >= self.limit {
+            return None;
+        }
+        *count += 1;
+        Some(IpSlot { ip, owner: self.clone() })
+    }
+}
+
+/// One open connection's share of its IP's count; released on drop.
+struct IpSlot {
+    ip: IpAddr,
+    owner: PerIp,
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        let mut open = self.owner.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = open.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
 }
 
 /// Keeps the open-connections gauge right however the connection task ends.
@@ -393,9 +450,26 @@ mod tests {
         }
     }
 
+    #[test]
+    fn per_ip_slots_are_counted_and_released() {
+        let per_ip = PerIp::new(2);
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let a1 = per_ip.acquire(a).unwrap();
+        let a2 = per_ip.acquire(a).unwrap();
+        assert!(per_ip.acquire(a).is_none());
+        let b1 = per_ip.acquire(b).unwrap();
+        drop(a1);
+        let a3 = per_ip.acquire(a).unwrap();
+        drop((a2, a3, b1));
+        // Released IPs leave no entry behind.
+        assert!(per_ip.open.lock().unwrap().is_empty());
+    }
+
     fn config() -> TcpConfig {
         TcpConfig {
             max_connections: 10,
+            max_connections_per_ip: 10,
             max_line_bytes: 100,
             idle_timeout: Duration::from_secs(300),
             max_push_readings: 1000,

@@ -56,9 +56,57 @@ use super::sensors::{SensorJson, SensorsResponse};
         (name = "query", description = "Reading data back."),
         (name = "ingest", description = "Writing readings."),
         (name = "operations", description = "Probes, metrics and this document."),
-    )
+    ),
+    modifiers(&AuthDoc)
 )]
 pub struct ApiDoc;
+
+/// Documents token authentication: the accepted credential forms, and on every route that can
+/// require a token, the 401 and an optional security requirement (auth is off unless tokens
+/// are configured; the operations routes need one only with `--auth-metrics`).
+struct AuthDoc;
+
+impl utoipa::Modify for AuthDoc {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{
+            ApiKey, ApiKeyValue, Http, HttpAuthScheme, SecurityRequirement, SecurityScheme,
+        };
+        let components = doc.components.get_or_insert_with(Default::default);
+        let mut token = ApiKeyValue::new("Authorization");
+        token.description = Some("`Authorization: Token <token>` (InfluxDB 2.x style).".into());
+        let mut p = ApiKeyValue::new("p");
+        p.description = Some("InfluxDB 1.x: the token as `p` (`u` is ignored).".into());
+        let mut basic = Http::new(HttpAuthScheme::Basic);
+        basic.description = Some("Any user name; the password is the token.".into());
+        let schemes = [
+            ("token", SecurityScheme::ApiKey(ApiKey::Header(token))),
+            ("bearer", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer))),
+            ("basic", SecurityScheme::Http(basic)),
+            ("influx_v1", SecurityScheme::ApiKey(ApiKey::Query(p))),
+        ];
+        let requirements: Vec<SecurityRequirement> = std::iter::once(Default::default())
+            .chain(schemes.iter().map(|(name, _)| SecurityRequirement::new(*name, [""; 0])))
+            .collect();
+        components.add_security_schemes_from_iter(schemes);
+
+        let unauthorized = utoipa::openapi::ResponseBuilder::new()
+            .description(
+                "Missing or invalid token (only when tokens are configured; operations routes \
+                 only with `--auth-metrics`).",
+            )
+            .build();
+        for (path, item) in doc.paths.paths.iter_mut() {
+            if crate::http::auth::ALWAYS_OPEN.contains(&path.as_str()) {
+                continue;
+            }
+            let operations = [&mut item.get, &mut item.post, &mut item.head];
+            for operation in operations.into_iter().flatten() {
+                operation.security = Some(requirements.clone());
+                operation.responses.responses.insert("401".into(), unauthorized.clone().into());
+            }
+        }
+    }
+}
 
 /// The JSON shape of `GET /api/v1/readings`. Documentation only: that body is streamed by hand.
 #[derive(Serialize, ToSchema)]
