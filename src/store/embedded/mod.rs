@@ -68,7 +68,7 @@ pub const DB_FILE_NAME: &str = "bucketd.redb";
 
 /// redb's page cache. redb's default is 1 GiB; bucketd's reads are mostly recent hours of a
 /// few series, so a smaller cap leaves memory to the ingest buffers.
-const CACHE_BYTES: usize = 256 * 1024 * 1024;
+const CACHE_BYTES: usize = 32 * 1024 * 1024;
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const SERIES: TableDefinition<&str, &[u8]> = TableDefinition::new("series");
