@@ -77,7 +77,7 @@ fn run(iters: u64, threads: usize, sensors: usize) -> Duration {
 
 fn bench_push(c: &mut Criterion) {
     let mut group = c.benchmark_group("push");
-    for (threads, sensors) in [(1, 10), (2, 10), (2, 1000)] {
+    for (threads, sensors) in [(1, 10), (2, 10), (2, 1000), (1, 10_000)] {
         group.throughput(Throughput::Elements((threads * PER_PUSH) as u64));
         group.bench_function(format!("{threads}_threads_{sensors}_sensors"), |b| {
             b.iter_custom(|iters| run(iters, threads, sensors))

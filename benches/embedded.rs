@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bucketd::model::{Batch, FieldValue, HOUR_MS, Reading, SeriesMeta};
 use bucketd::store::embedded::EmbeddedStore;
 use bucketd::store::{BucketLimits, Order, RangeQuery, Store};
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use futures::StreamExt;
 
 const DAY_START: i64 = 1_700_000_000_000 - 1_700_000_000_000 % (24 * HOUR_MS);
@@ -92,6 +92,7 @@ fn bench_flush(c: &mut Criterion) {
     let mut round = 0i64;
     let mut group = c.benchmark_group("embedded");
     group.sample_size(20).measurement_time(Duration::from_secs(10));
+    group.throughput(Throughput::Elements(1000 * 10));
     group.bench_function("flush_1000_batches_x10", |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
@@ -126,6 +127,7 @@ fn bench_read_day(c: &mut Criterion) {
     let rt = runtime();
     let mut group = c.benchmark_group("embedded");
     group.sample_size(10).measurement_time(Duration::from_secs(10));
+    group.throughput(Throughput::Elements(DAY_READINGS as u64));
     for per_flush in [10, 600] {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path(), BucketLimits::default()).unwrap();

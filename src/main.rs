@@ -6,6 +6,12 @@ use bucketd::config::{Config, LogFormat};
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
+// Ingest allocates and frees several small objects per reading (series keys, field names) on
+// one thread while the flusher frees them on another; glibc malloc spent over half the CPU
+// time of a line-protocol load in its own bookkeeping (see loadtest/README.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let config = Config::parse();

@@ -64,7 +64,7 @@ pub struct BufferFull {
 /// dropped silently); [`Buffers::push_when_room`] waits for the flusher to release room.
 pub struct Buffers {
     config: BufferConfig,
-    map: DashMap<String, SensorBuffers>,
+    map: DashMap<String, SensorBuffers, group::BuildHasher>,
     /// Readings buffered or in flight; see the module doc.
     held: AtomicUsize,
     /// Woken (all waiters) whenever the flusher releases readings.
@@ -158,7 +158,7 @@ impl Buffers {
         };
         Arc::new(Buffers {
             config,
-            map: DashMap::new(),
+            map: DashMap::with_hasher(group::BuildHasher::default()),
             held: AtomicUsize::new(0),
             room: Notify::new(),
             due: Notify::new(),

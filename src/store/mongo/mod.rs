@@ -18,6 +18,8 @@ pub mod document;
 mod query;
 mod write;
 
+pub use write::encode_batch;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

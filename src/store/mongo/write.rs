@@ -123,6 +123,28 @@ pub(super) async fn write(
         .collect()
 }
 
+/// The upsert statements (`{q, u, upsert}`) a flush of `batch` sends when every bucket has
+/// room, exactly as [`write`] builds them, without a server. Public for the BSON encoding
+/// benchmark; `statement_budget` is the server's command size limit less the command overhead.
+pub fn encode_batch(
+    batch: &Batch,
+    limits: BucketLimits,
+    statement_budget: u64,
+) -> Vec<RawDocumentBuf> {
+    let state = BatchState {
+        batch,
+        readings: batch.readings.iter().map(d::encode_reading).collect(),
+        report: WriteReport::default(),
+        error: None,
+    };
+    chunks(&state, limits, statement_budget)
+        .into_iter()
+        .map(|readings| {
+            statement(&state, &Work { batch: 0, readings, target: Target::Open }, limits)
+        })
+        .collect()
+}
+
 /// Cuts a batch into runs of readings that each fit an empty bucket: at most `max_readings`
 /// readings and `max_bytes` of encoded readings, and a statement (readings plus one set of
 /// statistics paths per distinct numeric field) well under the command budget. A reading
@@ -180,7 +202,7 @@ fn stats_paths_cost(name: &str) -> u64 {
 /// Builds the statement for `work`, halving it until it fits a command on its own. A single
 /// reading that cannot fit fails its batch.
 fn build(states: &mut [BatchState<'_>], work: Work, inner: &Inner, out: &mut Vec<Statement>) {
-    let doc = statement(&states[work.batch], &work, inner);
+    let doc = statement(&states[work.batch], &work, inner.limits);
     if doc.as_bytes().len() + COMMAND_OVERHEAD + 16 <= inner.server.max_command_bytes {
         out.push(Statement { work, doc });
         return;
@@ -212,7 +234,7 @@ fn halves(work: &Work) -> [Work; 2] {
 }
 
 /// `{q, u, upsert: true}` for `work`; see the module documentation for the document shape.
-fn statement(state: &BatchState, work: &Work, inner: &Inner) -> RawDocumentBuf {
+fn statement(state: &BatchState, work: &Work, limits: BucketLimits) -> RawDocumentBuf {
     let batch = state.batch;
     let encoded = &state.readings[work.readings.clone()];
     let readings = &batch.readings[work.readings.clone()];
@@ -246,10 +268,10 @@ fn statement(state: &BatchState, work: &Work, inner: &Inner) -> RawDocumentBuf {
             filter.append(d::START, d::date(batch.hour));
             filter.append(d::VERSION, SCHEMA_VERSION);
             let mut n = RawDocumentBuf::new();
-            n.append("$lte", i64::from(inner.limits.max_readings) - k);
+            n.append("$lte", i64::from(limits.max_readings) - k);
             filter.append(d::COUNT, n);
             let mut b = RawDocumentBuf::new();
-            b.append("$lte", i64::from(inner.limits.max_bytes) - size);
+            b.append("$lte", i64::from(limits.max_bytes) - size);
             filter.append(d::BYTES, b);
         }
         Target::New(id) => {

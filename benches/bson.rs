@@ -1,0 +1,75 @@
+//! BSON encoding of what a MongoDB flush sends: the upsert statements of one cycle, built by
+//! `bucketd::store::mongo::encode_batch` exactly as the write path builds them (no server).
+//!
+//! Two shapes: a full bucket (one batch of 1,000 readings, what a busy sensor flushes), and a
+//! cycle of the 10,000-sensor × 1 reading/s load at the default 1 s flush interval (10,000
+//! batches of one reading each, one statement per batch).
+//!
+//! Run: `cargo bench --bench bson`
+
+use std::sync::Arc;
+
+use bucketd::model::{Batch, FieldValue, HOUR_MS, Reading, SeriesMeta};
+use bucketd::store::BucketLimits;
+use bucketd::store::mongo::encode_batch;
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+
+const HOUR: i64 = 1_700_000_000_000 - 1_700_000_000_000 % HOUR_MS;
+/// MongoDB's maxBsonObjectSize less the write path's command overhead.
+const STATEMENT_BUDGET: u64 = 16 * 1024 * 1024 - 256;
+
+fn series(i: usize) -> Arc<SeriesMeta> {
+    let sensor = format!("s{i:05}");
+    Arc::new(SeriesMeta {
+        key: format!("env,sensor={sensor}"),
+        measurement: "env".into(),
+        tags: vec![("sensor".into(), sensor)],
+    })
+}
+
+fn reading(ts: i64, i: usize) -> Reading {
+    Reading {
+        ts,
+        fields: vec![
+            ("temperature".into(), FieldValue::Float(15.0 + (i % 1500) as f64 / 100.0)),
+            ("humidity".into(), FieldValue::Float(30.0 + (i % 600) as f64 / 10.0)),
+        ],
+    }
+}
+
+fn bench_encode(c: &mut Criterion) {
+    let limits = BucketLimits::default();
+    let mut group = c.benchmark_group("bson");
+
+    let full = Batch {
+        series: series(0),
+        hour: HOUR,
+        readings: (0..1000).map(|i| reading(HOUR + i as i64 * 1000, i)).collect(),
+    };
+    let bytes: usize =
+        encode_batch(&full, limits, STATEMENT_BUDGET).iter().map(|d| d.as_bytes().len()).sum();
+    eprintln!("bson: a 1,000-reading batch encodes to {bytes} bytes of statements");
+    group.throughput(Throughput::Elements(1000));
+    group.bench_function("bucket_batch_1000_readings", |b| {
+        b.iter(|| encode_batch(std::hint::black_box(&full), limits, STATEMENT_BUDGET))
+    });
+
+    let cycle: Vec<Batch> = (0..10_000)
+        .map(|i| Batch { series: series(i), hour: HOUR, readings: vec![reading(HOUR, i)] })
+        .collect();
+    group.throughput(Throughput::Elements(cycle.len() as u64));
+    group.bench_function("cycle_10000_sensors_x1", |b| {
+        b.iter(|| {
+            cycle
+                .iter()
+                .map(|batch| {
+                    encode_batch(std::hint::black_box(batch), limits, STATEMENT_BUDGET).len()
+                })
+                .sum::<usize>()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_encode);
+criterion_main!(benches);

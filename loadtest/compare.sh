@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# Side-by-side ingest comparison: bucketd (embedded store) vs VictoriaMetrics vs InfluxDB 1.x,
+# one after the other in this one run, each server pinned to core 0 and the load generator to
+# core 1. Every server gets the same line-protocol bodies on /write (10,000 sensors, 5,000 lines
+# per request), then one sensor's day at 1 Hz (86,400 readings) is loaded and its range query
+# timed. Prints a Markdown table; the raw loadtest summaries stay in $OUT.
+#
+# Usage: loadtest/compare.sh            (from the repository root)
+#   DURATION=20s CONNECTIONS=4 SENSORS=10000 BATCH=5000 QUERY_RUNS=5 OUT=/tmp/x loadtest/compare.sh
+# Needs: victoria-metrics, influxd (Debian packages), curl, jq, taskset. Everything listens on
+# 127.0.0.1 only, stores under a temp dir, and is killed (and the temp dir removed) on exit.
+set -euo pipefail
+
+DURATION=${DURATION:-20s}
+CONNECTIONS=${CONNECTIONS:-4}
+SENSORS=${SENSORS:-10000}
+BATCH=${BATCH:-5000}
+QUERY_RUNS=${QUERY_RUNS:-5}
+SERVER_CPU=${SERVER_CPU:-0}
+LOAD_CPU=${LOAD_CPU:-1}
+# Comma-separated subset of: bucketd,victoria-metrics,influxdb
+SERVERS=${SERVERS:-bucketd,victoria-metrics,influxdb}
+
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+WORK=$(mktemp -d -t bucketd-compare.XXXXXX)
+OUT=${OUT:-$WORK/out}
+mkdir -p "$OUT"
+PIDS=()
+
+cleanup() {
+  for pid in "${PIDS[@]:-}"; do
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]:-}"; do
+    [ -n "$pid" ] && wait "$pid" 2>/dev/null || true
+  done
+  case "$OUT" in "$WORK"/*) ;; *) echo "summaries kept in $OUT" >&2 ;; esac
+  rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+for tool in victoria-metrics influxd curl jq taskset; do
+  command -v "$tool" >/dev/null || { echo "compare.sh: $tool is not installed" >&2; exit 1; }
+done
+
+echo "building release binaries..." >&2
+cargo build --release --quiet --workspace --bins
+BUCKETD=$ROOT/target/release/bucketd
+LOADTEST=$ROOT/target/release/loadtest
+
+# The day-long series: the UTC day two days ago, one sensor, 1 Hz.
+NOW_MS=$(($(date +%s) * 1000))
+DAY_START=$(( (NOW_MS / 86400000 - 2) * 86400000 ))
+DAY_END=$(( DAY_START + 86400000 ))
+
+wait_http() { # url, seconds
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    curl -sf -o /dev/null "$1" && return 0
+    sleep 0.1
+  done
+  echo "compare.sh: $1 did not come up" >&2
+  return 1
+}
+
+peak_rss_kib() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
+
+load() { # name base_url path [extra loadtest args...]
+  local name=$1 url=$2 path=$3
+  shift 3
+  taskset -c "$LOAD_CPU" "$LOADTEST" --url "$url" --path "$path" --protocol lp-http \
+    --sensors "$SENSORS" --batch "$BATCH" --connections "$CONNECTIONS" --duration "$DURATION" \
+    --summary-json "$OUT/$name.json" "$@" 2>&1 | sed -u "s/^/[$name] /" >&2
+}
+
+load_day() { # name base_url path
+  taskset -c "$LOAD_CPU" "$LOADTEST" --url "$2" --path "$3" --protocol lp-http --sensors 1 \
+    --count 86400 --batch "$BATCH" --connections 1 --duration 5m --measurement day \
+    --sensor-prefix d --start-ms "$DAY_START" >/dev/null 2>&1
+}
+
+median_time() { # url [expect-substring-count-check cmd]; prints median seconds of QUERY_RUNS
+  local url=$1 i times=()
+  for ((i = 0; i < QUERY_RUNS; i++)); do
+    times+=("$(curl -s -o "$OUT/query.body" -w '%{time_total}' "$url")")
+  done
+  printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
+}
+
+declare -A RATE P50 P99 RSS QUERY NOTE
+
+stop() { # pid
+  kill "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
+
+record() { # name pid
+  local name=$1 pid=$2
+  RATE[$name]=$(jq -r '.accepted_per_s | floor' "$OUT/$name.json")
+  P50[$name]=$(jq -r '.latency_ms.p50' "$OUT/$name.json")
+  P99[$name]=$(jq -r '.latency_ms.p99' "$OUT/$name.json")
+  RSS[$name]=$(( $(peak_rss_kib "$pid") / 1024 ))
+}
+
+# ------------------------------------------------------------------------------------------
+if [[ $SERVERS == *bucketd* ]]; then
+  echo "== bucketd" >&2
+  taskset -c "$SERVER_CPU" "$BUCKETD" --http-addr 127.0.0.1:18080 --data-dir "$WORK/bucketd" \
+    >"$WORK/bucketd.log" 2>&1 &
+  pid=$!; PIDS+=("$pid")
+  wait_http http://127.0.0.1:18080/health 30
+  verify_rc=0
+  load bucketd http://127.0.0.1:18080 /write --verify || verify_rc=$?
+  record bucketd "$pid"
+  NOTE[bucketd]="verify: $(jq -c '.verify | {lost, duplicated, drained_after_ms}' "$OUT/bucketd.json" 2>/dev/null || echo failed) rc=$verify_rc"
+  load_day bucketd http://127.0.0.1:18080 /write
+  wait_http http://127.0.0.1:18080/health 5
+  # Let the flusher take the day, then time the query from the store.
+  sleep 3
+  url="http://127.0.0.1:18080/api/v1/readings?sensor=day%2Csensor%3Dd0&from=$DAY_START&to=$DAY_END&limit=100000&format=json"
+  QUERY[bucketd]=$(median_time "$url")
+  n=$(grep -o '"t":' "$OUT/query.body" | wc -l)
+  NOTE[bucketd]+=" query rows=$n"
+  stop "$pid"
+fi
+
+if [[ $SERVERS == *victoria* ]]; then
+  echo "== victoria-metrics" >&2
+  taskset -c "$SERVER_CPU" victoria-metrics -httpListenAddr 127.0.0.1:18428 \
+    -storageDataPath "$WORK/vm" -retentionPeriod 100y -loggerLevel ERROR \
+    >"$WORK/vm.log" 2>&1 &
+  pid=$!; PIDS+=("$pid")
+  wait_http http://127.0.0.1:18428/health 30
+  load victoria-metrics http://127.0.0.1:18428 /write
+  record victoria-metrics "$pid"
+  load_day victoria-metrics http://127.0.0.1:18428 /write
+  curl -sf http://127.0.0.1:18428/internal/force_flush >/dev/null
+  sleep 2
+  url="http://127.0.0.1:18428/api/v1/export?match%5B%5D=%7Bsensor%3D%22d0%22%7D&start=$((DAY_START / 1000))&end=$((DAY_END / 1000 - 1))"
+  QUERY[victoria-metrics]=$(median_time "$url")
+  n=$(jq -s 'map(.values | length) | add' "$OUT/query.body")
+  NOTE[victoria-metrics]="query samples=$n (2 series)"
+  stop "$pid"
+fi
+
+if [[ $SERVERS == *influx* ]]; then
+  echo "== influxdb" >&2
+  mkdir -p "$WORK/influx"
+  cat >"$WORK/influx/influxdb.conf" <<EOF
+reporting-disabled = true
+bind-address = "127.0.0.1:18088"
+[meta]
+  dir = "$WORK/influx/meta"
+[data]
+  dir = "$WORK/influx/data"
+  wal-dir = "$WORK/influx/wal"
+  query-log-enabled = false
+[monitor]
+  store-enabled = false
+[http]
+  bind-address = "127.0.0.1:18086"
+  log-enabled = false
+[logging]
+  level = "error"
+EOF
+  taskset -c "$SERVER_CPU" influxd -config "$WORK/influx/influxdb.conf" >"$WORK/influx.log" 2>&1 &
+  pid=$!; PIDS+=("$pid")
+  wait_http http://127.0.0.1:18086/ping 30
+  curl -sf -XPOST http://127.0.0.1:18086/query --data-urlencode 'q=CREATE DATABASE loadtest' >/dev/null
+  load influxdb http://127.0.0.1:18086 '/write?db=loadtest'
+  record influxdb "$pid"
+  load_day influxdb http://127.0.0.1:18086 '/write?db=loadtest'
+  q=$(jq -rn --arg q "SELECT * FROM day WHERE sensor='d0'" '$q | @uri')
+  url="http://127.0.0.1:18086/query?db=loadtest&epoch=ms&q=$q"
+  QUERY[influxdb]=$(median_time "$url")
+  n=$(jq '[.results[0].series[]?.values | length] | add' "$OUT/query.body")
+  NOTE[influxdb]="query rows=$n"
+  stop "$pid"
+fi
+
+# ------------------------------------------------------------------------------------------
+echo
+echo "Load: $SENSORS sensors, $BATCH lines/request, $CONNECTIONS connections, $DURATION; server on CPU $SERVER_CPU, load on CPU $LOAD_CPU"
+echo
+echo "| server | accepted readings/s | p50 ms | p99 ms | peak RSS MiB | 86,400-reading range query s (median of $QUERY_RUNS) | notes |"
+echo "|---|---:|---:|---:|---:|---:|---|"
+for name in bucketd victoria-metrics influxdb; do
+  [ -n "${RATE[$name]:-}" ] || continue
+  echo "| $name | ${RATE[$name]} | ${P50[$name]} | ${P99[$name]} | ${RSS[$name]} | ${QUERY[$name]:-} | ${NOTE[$name]:-} |"
+done
+if [ -n "${RATE[bucketd]:-}" ] && [ -n "${RATE[victoria-metrics]:-}" ]; then
+  echo
+  awk -v b="${RATE[bucketd]}" -v v="${RATE[victoria-metrics]}" \
+    'BEGIN { printf "bucketd / VictoriaMetrics readings/s: %.2fx (target >= 1.5x)\n", b / v }'
+fi
