@@ -12,6 +12,7 @@
 //! - [`store`]: the `Store` trait and its MongoDB, embedded and in-memory implementations.
 //! - [`query`]: range, rollup and sensor queries over HTTP, merging unflushed readings.
 //! - [`http`]: the router, the one place that maps errors to HTTP statuses, and middleware.
+//! - [`listener`]: the accept loop both listeners share, with its connection limit.
 //! - [`metrics`]: metric names and the Prometheus recorder.
 //! - [`config`]: command-line flags and their environment twins.
 //! - [`server`]: wires everything together and runs until a shutdown signal.
@@ -21,6 +22,7 @@ pub mod config;
 pub mod flush;
 pub mod http;
 pub mod ingest;
+pub mod listener;
 pub mod metrics;
 pub mod model;
 pub mod query;

@@ -37,10 +37,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt as _;
 
+use crate::listener::{Accepted, accept_within_limit};
 use crate::metrics::HTTP_CONNECTIONS;
-
-/// Back-off after a failed `accept` (e.g. out of file descriptors), so the loop does not spin.
-const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
 #[derive(Clone, Copy, Debug)]
 pub struct ServeConfig {
@@ -61,27 +59,9 @@ pub async fn serve(
 ) {
     let permits = Arc::new(Semaphore::new(config.max_connections));
     let tracker = TaskTracker::new();
-    loop {
-        let accepted = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            accepted = listener.accept() => accepted,
-        };
-        let (stream, peer) = match accepted {
-            Ok(conn) => conn,
-            Err(e) => {
-                tracing::warn!(error = %e, "HTTP accept failed");
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(ACCEPT_ERROR_PAUSE) => continue,
-                }
-            }
-        };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            metrics::counter!(HTTP_CONNECTIONS, "result" => "rejected").increment(1);
-            tracing::debug!(%peer, limit = config.max_connections, "HTTP connection over the limit, closed");
-            drop(stream);
-            continue;
-        };
+    while let Some(Accepted { stream, peer, permit }) =
+        accept_within_limit(&listener, &permits, &shutdown, HTTP_CONNECTIONS, "HTTP").await
+    {
         metrics::counter!(HTTP_CONNECTIONS, "result" => "accepted").increment(1);
         let _ = stream.set_nodelay(true);
         let app = app.clone();

@@ -24,14 +24,12 @@ use tokio_util::task::TaskTracker;
 use crate::buffer::Buffers;
 use crate::ingest::http::{Protocol, count_accepted, count_received, count_rejected};
 use crate::ingest::line_protocol::{self, Precision};
+use crate::listener::{Accepted, accept_within_limit};
 use crate::metrics::{TCP_CONNECTIONS, TCP_CONNECTIONS_OPEN};
 use crate::model::{InputLimits, Reading, SeriesMeta};
 
 /// Bytes asked of the socket per read; also roughly the most lines parsed in one chunk.
 const READ_CHUNK: usize = 64 * 1024;
-
-/// Back-off after a failed `accept` (e.g. out of file descriptors), so the loop does not spin.
-const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
 /// Bad-line logs per connection are limited to one per this interval.
 const LOG_INTERVAL: Duration = Duration::from_secs(1);
@@ -64,27 +62,9 @@ pub async fn serve(
     let permits = Arc::new(Semaphore::new(config.max_connections));
     let per_ip = PerIp::new(config.max_connections_per_ip);
     let tracker = TaskTracker::new();
-    loop {
-        let accepted = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            accepted = listener.accept() => accepted,
-        };
-        let (stream, peer) = match accepted {
-            Ok(conn) => conn,
-            Err(e) => {
-                tracing::warn!(error = %e, "TCP accept failed");
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(ACCEPT_ERROR_PAUSE) => continue,
-                }
-            }
-        };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            metrics::counter!(TCP_CONNECTIONS, "result" => "rejected").increment(1);
-            tracing::debug!(%peer, limit = config.max_connections, "TCP connection over the limit, closed");
-            drop(stream);
-            continue;
-        };
+    while let Some(Accepted { stream, peer, permit }) =
+        accept_within_limit(&listener, &permits, &shutdown, TCP_CONNECTIONS, "TCP").await
+    {
         let Some(ip_slot) = per_ip.acquire(peer.ip()) else {
             metrics::counter!(TCP_CONNECTIONS, "result" => "rejected_per_ip").increment(1);
             tracing::debug!(%peer, limit = config.max_connections_per_ip, "TCP connection over the per-IP limit, closed");
