@@ -38,7 +38,7 @@ use tower::limit::GlobalConcurrencyLimitLayer;
 
 use crate::buffer::Buffers;
 use crate::http::error::{MAX_LISTED_ERRORS, RejectedItem, RejectedItems};
-use crate::http::{ApiError, AppState, HttpLimits, InfluxError};
+use crate::http::{ApiError, AppState, HttpLimits, InfluxApi, InfluxError};
 use crate::ingest::json::{self, ItemError, NdjsonDecoder};
 use crate::ingest::line_protocol::{self, LineError, Precision};
 use crate::metrics::{READINGS_ACCEPTED, READINGS_REJECTED, RECEIVED_BYTES};
@@ -535,14 +535,7 @@ pub(crate) async fn write_v1(
     body: Body,
 ) -> Result<StatusCode, InfluxError> {
     let Query(params) = params.map_err(|e| InfluxError::v1(ApiError::BadRequest(e.body_text())))?;
-    let precision = match params.precision.as_deref() {
-        None | Some("") => Precision::Nanoseconds,
-        Some(p) => Precision::from_v1(p).ok_or_else(|| {
-            InfluxError::v1(ApiError::BadRequest(format!(
-                "invalid precision {p:?}; use one of n, ns, u, us, ms, s, m, h"
-            )))
-        })?,
-    };
+    let precision = precision_param(InfluxApi::V1, params.precision.as_deref())?;
     write_line_protocol(&state, precision, &headers, body).await.map_err(InfluxError::v1)
 }
 
@@ -570,15 +563,23 @@ pub(crate) async fn write_v2(
     body: Body,
 ) -> Result<StatusCode, InfluxError> {
     let Query(params) = params.map_err(|e| InfluxError::v2(ApiError::BadRequest(e.body_text())))?;
-    let precision = match params.precision.as_deref() {
-        None | Some("") => Precision::Nanoseconds,
-        Some(p) => Precision::from_v2(p).ok_or_else(|| {
-            InfluxError::v2(ApiError::BadRequest(format!(
-                "invalid precision {p:?}; use one of ns, us, ms, s"
-            )))
-        })?,
-    };
+    let precision = precision_param(InfluxApi::V2, params.precision.as_deref())?;
     write_line_protocol(&state, precision, &headers, body).await.map_err(InfluxError::v2)
+}
+
+/// The `precision` parameter in the spellings each InfluxDB API accepts; absent or empty is ns.
+fn precision_param(api: InfluxApi, given: Option<&str>) -> Result<Precision, InfluxError> {
+    let (parse, allowed): (fn(&str) -> Option<Precision>, &str) = match api {
+        InfluxApi::V1 => (Precision::from_v1, "n, ns, u, us, ms, s, m, h"),
+        InfluxApi::V2 => (Precision::from_v2, "ns, us, ms, s"),
+    };
+    match given {
+        None | Some("") => Ok(Precision::Nanoseconds),
+        Some(p) => parse(p).ok_or_else(|| InfluxError {
+            api,
+            error: ApiError::BadRequest(format!("invalid precision {p:?}; use one of {allowed}")),
+        }),
+    }
 }
 
 /// 204 when every line was accepted; 400 naming the rejected lines (the others are kept, as
