@@ -169,8 +169,11 @@ fn check_name(name: &str, limits: &InputLimits) -> Result<(), InvalidReading> {
 /// since start, so a restart resets it, and a store (MongoDB) may hold more series than this.
 pub struct SeriesLimit {
     max: usize,
-    hasher: std::collections::hash_map::RandomState,
-    seen: dashmap::DashSet<u64>,
+    /// Every line's key goes through here, so the hasher is foldhash (randomly seeded per
+    /// process, like the buffer map's) rather than SipHash, for the same per-reading reason the
+    /// buffer map dropped SipHash (see `buffer::group`).
+    hasher: foldhash::fast::RandomState,
+    seen: dashmap::DashSet<u64, foldhash::fast::RandomState>,
     /// Slots taken, including ones being inserted; never above `max`.
     count: std::sync::atomic::AtomicUsize,
 }
@@ -186,7 +189,7 @@ impl SeriesLimit {
         SeriesLimit {
             max,
             hasher: Default::default(),
-            seen: dashmap::DashSet::new(),
+            seen: dashmap::DashSet::with_hasher(Default::default()),
             count: std::sync::atomic::AtomicUsize::new(0),
         }
     }
