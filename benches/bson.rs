@@ -45,6 +45,7 @@ fn bench_encode(c: &mut Criterion) {
         series: series(0),
         hour: HOUR,
         readings: (0..1000).map(|i| reading(HOUR + i as i64 * 1000, i)).collect(),
+        seqs: vec![],
     };
     let bytes: usize =
         encode_batch(&full, limits, STATEMENT_BUDGET).iter().map(|d| d.as_bytes().len()).sum();
@@ -54,9 +55,8 @@ fn bench_encode(c: &mut Criterion) {
         b.iter(|| encode_batch(std::hint::black_box(&full), limits, STATEMENT_BUDGET))
     });
 
-    let cycle: Vec<Batch> = (0..10_000)
-        .map(|i| Batch { series: series(i), hour: HOUR, readings: vec![reading(HOUR, i)] })
-        .collect();
+    let cycle: Vec<Batch> =
+        (0..10_000).map(|i| Batch::new(series(i), HOUR, vec![reading(HOUR, i)])).collect();
     group.throughput(Throughput::Elements(cycle.len() as u64));
     group.bench_function("cycle_10000_sensors_x1", |b| {
         b.iter(|| {

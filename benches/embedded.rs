@@ -55,6 +55,7 @@ fn write_day(rt: &tokio::runtime::Runtime, store: &EmbeddedStore, key: &str, per
                 series: s.clone(),
                 hour: start - start.rem_euclid(HOUR_MS),
                 readings: (0..per_flush).map(|j| env_reading(start + j * 1000)).collect(),
+                seqs: vec![],
             }
         })
         .collect();
@@ -110,6 +111,7 @@ fn bench_flush(c: &mut Criterion) {
                             .map(|j| env_reading(start + j * 1000))
                             .filter(|r| r.ts - hour < HOUR_MS)
                             .collect(),
+                        seqs: vec![],
                     })
                     .collect();
                 let t = Instant::now();

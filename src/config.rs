@@ -10,8 +10,10 @@ use clap::{Parser, ValueEnum};
 
 use crate::buffer::BufferConfig;
 use crate::flush::FlushConfig;
+pub use crate::ingest::intake::AckMode;
 use crate::model::{InputLimits, SeriesLimit};
 use crate::store::BucketLimits;
+use crate::wal::WalConfig;
 
 /// First and longest retry delay after a retriable store failure. Not flags: the first is short
 /// so that a blip costs little latency, the last short enough that a recovered MongoDB is used
@@ -90,6 +92,27 @@ pub struct Config {
         value_parser = parse_positive_usize
     )]
     pub max_buffered_readings: usize,
+
+    /// What a 2xx on a write means. `wal`: the readings are in the write-ahead log, fsync'd
+    /// (they survive kill -9 and power loss). `buffered`: they are in memory only (lower
+    /// latency; a crash loses what was not yet flushed: about one flush interval, more while
+    /// the store is down).
+    #[arg(long, env = "BUCKETD_ACK", value_enum, default_value_t = AckMode::Wal)]
+    pub ack: AckMode,
+
+    /// Directory of the write-ahead log. Default: `<data-dir>/wal` (also with MongoDB).
+    #[arg(long, env = "BUCKETD_WAL_DIR")]
+    pub wal_dir: Option<PathBuf>,
+
+    /// Group commit window of the write-ahead log: at most one fsync per interval, shared by
+    /// every write that arrived meanwhile. `0s` syncs as soon as the previous sync finished.
+    #[arg(long, env = "BUCKETD_WAL_SYNC_INTERVAL", default_value = "10ms", value_parser = parse_duration)]
+    pub wal_sync_interval: Duration,
+
+    /// Bound on the write-ahead log's size on disk. Readings leave it once stored; while the
+    /// store is down it grows, and past this bound writes get 503. Accepts suffixes.
+    #[arg(long, env = "BUCKETD_WAL_MAX_BYTES", default_value = "1GiB", value_parser = parse_byte_size)]
+    pub wal_max_bytes: usize,
 
     /// On SIGTERM/ctrl-c: how long open requests and connections may take to finish, and then
     /// how long the final flush may take.
@@ -223,6 +246,18 @@ impl Config {
             // A buffer that already fills a bucket gains nothing by waiting.
             max_batch_readings: self.bucket_max_readings as usize,
             flush_interval: self.flush_interval,
+        }
+    }
+
+    pub fn wal_config(&self) -> WalConfig {
+        let max_bytes = self.wal_max_bytes as u64;
+        WalConfig {
+            dir: self.wal_dir.clone().unwrap_or_else(|| self.data_dir.join("wal")),
+            sync_interval: self.wal_sync_interval,
+            max_bytes,
+            // Small enough that settled readings free disk soon, large enough that a busy log
+            // does not churn files: a sixteenth of the bound, within [1 MiB, 64 MiB].
+            segment_bytes: (max_bytes / 16).clamp(1 << 20, 64 << 20),
         }
     }
 

@@ -7,6 +7,8 @@
 //!   (HTTP write endpoints, raw TCP). Parses, validates, and hands readings to the buffers.
 //! - [`buffer`]: bounded per-(sensor, hour) in-memory buffers; owns the memory bound and its
 //!   full-policy (reject with 503 over HTTP, stop reading over TCP).
+//! - [`wal`]: the write-ahead log: group-committed segments that make a 2xx durable before
+//!   the store has the readings, replayed at start-up.
 //! - [`flush`]: the flusher task that moves due buffers into the store, retries failures with
 //!   backoff and drains everything on shutdown.
 //! - [`store`]: the `Store` trait and its MongoDB, embedded and in-memory implementations.
@@ -28,3 +30,4 @@ pub mod model;
 pub mod query;
 pub mod server;
 pub mod store;
+pub mod wal;

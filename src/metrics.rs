@@ -20,6 +20,13 @@ pub const TCP_CONNECTIONS: &str = "bucketd_tcp_connections_total"; // {result}
 pub const TCP_CONNECTIONS_OPEN: &str = "bucketd_tcp_connections_open";
 pub const HTTP_CONNECTIONS: &str = "bucketd_http_connections_total"; // {result}
 pub const SERIES_TRACKED: &str = "bucketd_series"; // gauge
+pub const READINGS_LANDED_DESPITE_ERROR: &str = "bucketd_readings_landed_despite_error_total";
+pub const WAL_BYTES: &str = "bucketd_wal_bytes"; // gauge
+pub const WAL_SEGMENTS: &str = "bucketd_wal_segments"; // gauge
+pub const WAL_SYNCS: &str = "bucketd_wal_syncs_total";
+pub const WAL_SYNC_DURATION: &str = "bucketd_wal_sync_duration_seconds"; // histogram
+pub const WAL_UNSETTLED: &str = "bucketd_wal_unsettled_readings"; // gauge
+pub const WAL_REPLAYED: &str = "bucketd_wal_replayed_readings_total"; // {result}
 
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -147,6 +154,36 @@ fn describe() {
         Unit::Count,
         "HTTP connections accepted, rejected (over the limit), and closed for a header_timeout \
          or idle_timeout."
+    );
+    describe_counter!(
+        READINGS_LANDED_DESPITE_ERROR,
+        Unit::Count,
+        "Readings of store writes that reported a failure yet had landed (a lost reply, a \
+         timeout, a batch that landed in part); found by the store's high-water mark and not \
+         written again."
+    );
+    describe_gauge!(
+        WAL_BYTES,
+        Unit::Bytes,
+        "Bytes of write-ahead log on disk or queued for it (bounded by --wal-max-bytes)."
+    );
+    describe_gauge!(WAL_SEGMENTS, Unit::Count, "Write-ahead log segment files.");
+    describe_counter!(WAL_SYNCS, Unit::Count, "Group commits (fsyncs) of the write-ahead log.");
+    describe_histogram!(
+        WAL_SYNC_DURATION,
+        Unit::Seconds,
+        "Duration of one write-ahead log group commit: write and fsync."
+    );
+    describe_gauge!(
+        WAL_UNSETTLED,
+        Unit::Count,
+        "Readings in the write-ahead log not yet stored: the backlog a restart would replay."
+    );
+    describe_counter!(
+        WAL_REPLAYED,
+        Unit::Count,
+        "Readings read back from the write-ahead log at start-up: requeued (not yet stored) or \
+         skipped (already stored)."
     );
     describe_gauge!(
         SERIES_TRACKED,

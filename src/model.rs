@@ -23,7 +23,7 @@ pub const MAX_TIMESTAMP_MS: TimestampMs = 253_402_300_799_999; // 9999-12-31T23:
 
 /// A field's value as ingest received it. Floats are always finite: NaN and infinities are
 /// rejected at ingest because neither JSON nor MongoDB's `$min`/`$max` handle them sensibly.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum FieldValue {
     Float(f64),
     Int(i64),
@@ -46,7 +46,7 @@ impl FieldValue {
 
 /// One timestamped set of field values of one series. Field names are unique within a reading
 /// and kept in the order they arrived.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Reading {
     pub ts: TimestampMs,
     pub fields: Vec<(String, FieldValue)>,
@@ -55,20 +55,41 @@ pub struct Reading {
 /// What identifies a series and what is stored beside it. `key` is the sensor key: for line
 /// protocol the series key (measurement plus tags sorted by key, in line-protocol escaping);
 /// for JSON the `sensor` string as sent. `tags` are sorted by key.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct SeriesMeta {
     pub key: String,
     pub measurement: String,
     pub tags: Vec<(String, String)>,
 }
 
+/// A reading's write sequence number: assigned at ingest, increasing in the order readings
+/// enter the buffers (and the write-ahead log). The stores record the highest one they hold per
+/// (series, hour), which is what makes a retried flush and a WAL replay land exactly once; see
+/// ARCHITECTURE.md, "Exactly once".
+pub type Seq = u64;
+
 /// Readings of one series within one hour, handed to a [`crate::store::Store`] as one unit.
-/// Invariant: every reading satisfies `hour_start(r.ts) == hour`.
+/// Invariants: every reading satisfies `hour_start(r.ts) == hour`; `seqs` is either empty (a
+/// write without sequence numbers: tests and tools) or holds one strictly increasing sequence
+/// number per reading.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Batch {
     pub series: Arc<SeriesMeta>,
     pub hour: TimestampMs,
     pub readings: Vec<Reading>,
+    pub seqs: Vec<Seq>,
+}
+
+impl Batch {
+    /// A batch without sequence numbers.
+    pub fn new(series: Arc<SeriesMeta>, hour: TimestampMs, readings: Vec<Reading>) -> Batch {
+        Batch { series, hour, readings, seqs: Vec::new() }
+    }
+
+    /// The sequence number of the batch's newest reading, if it has sequence numbers.
+    pub fn last_seq(&self) -> Option<Seq> {
+        self.seqs.last().copied()
+    }
 }
 
 /// Bounds on what one reading may carry. They exist so that one client cannot blow up memory,

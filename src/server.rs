@@ -4,9 +4,13 @@
 //! Shutdown order: stop accepting (HTTP graceful shutdown; the TCP accept loop ends and open
 //! connections stop after their current read), wait up to `shutdown_timeout` for requests and
 //! connections in progress, then drain the buffers into the store with another
-//! `shutdown_timeout`. So a stop takes at most twice `shutdown_timeout`, and every reading a
-//! client was told is accepted is written unless the store stays down past the deadline, in
-//! which case [`Server::run`] fails, naming how many were lost.
+//! `shutdown_timeout`, and close the write-ahead log. So a stop takes at most twice
+//! `shutdown_timeout`. Readings the store did not take by the deadline stay in the log and are
+//! replayed at the next start; with `--ack=buffered` they are lost and [`run`] fails, naming
+//! how many.
+//!
+//! Start-up order: bind, open the log, start the flusher, replay the log (the listeners are
+//! bound but not served until the replay has put everything back into the buffers).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -19,14 +23,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::buffer::Buffers;
 use crate::config::Config;
-use crate::flush::{Flusher, ShutdownReport};
+use crate::flush::{Flusher, Settle, ShutdownReport};
 use crate::http::auth::{AuthPolicy, AuthTokens};
 use crate::http::serve::ServeConfig;
 use crate::http::{AppState, HttpLimits};
+use crate::ingest::intake::{AckMode, Intake};
 use crate::ingest::tcp::{self, TcpConfig};
+use crate::model::Seq;
 use crate::store::Store;
 use crate::store::embedded::EmbeddedStore;
 use crate::store::mongo::MongoStore;
+use crate::wal::Wal;
 
 /// Longest raw TCP line: far beyond any sensor line, small enough that a client that never
 /// sends a newline costs little.
@@ -58,6 +65,29 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     Ok(Arc::new(store))
 }
 
+/// Opens the write-ahead log: always with `--ack=wal`; with `--ack=buffered` only to replay
+/// segments an earlier `--ack=wal` run left.
+async fn open_wal(config: &Config) -> anyhow::Result<(Option<Arc<Wal>>, Vec<Seq>)> {
+    let wal_config = config.wal_config();
+    let dir = wal_config.dir.clone();
+    if config.ack == AckMode::Buffered {
+        let leftovers = std::fs::read_dir(&dir).map(|mut d| {
+            d.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "wal")))
+        });
+        if !leftovers.unwrap_or(false) {
+            return Ok((None, Vec::new()));
+        }
+        tracing::info!(dir = %dir.display(), "--ack=buffered: replaying the write-ahead log an earlier run left");
+    }
+    let (wal, recovered) = tokio::task::spawn_blocking(move || Wal::open(wal_config))
+        .await
+        .context("write-ahead log open task failed")??;
+    if !recovered.is_empty() {
+        tracing::info!(dir = %dir.display(), segments = recovered.len(), "write-ahead log holds segments of an earlier run");
+    }
+    Ok((Some(wal), recovered))
+}
+
 /// Binds, serves and shuts down: what the binary runs. Fails on a bind error or when readings
 /// were lost at shutdown.
 pub async fn run(
@@ -68,7 +98,7 @@ pub async fn run(
     let server = Server::bind(config, store).await?;
     tracing::info!(http = %server.http_addr(), tcp = ?server.tcp_addr(), "bucketd listening");
     let report = server.run(shutdown).await?;
-    if report.unflushed > 0 {
+    if report.unflushed > 0 && !report.kept_in_wal {
         anyhow::bail!(
             "{} readings could not be written before the shutdown deadline and are lost",
             report.unflushed
@@ -116,6 +146,10 @@ pub struct Server {
     http_addr: SocketAddr,
     tcp: Option<(TcpListener, SocketAddr)>,
     auth: Option<Arc<AuthPolicy>>,
+    /// Open with `--ack=wal`, and with `--ack=buffered` when an earlier run left segments.
+    wal: Option<Arc<Wal>>,
+    /// Segments an earlier process left, to replay.
+    recovered: Vec<Seq>,
 }
 
 impl Server {
@@ -147,7 +181,8 @@ impl Server {
             }
         };
         let buffers = Buffers::new(config.buffer_config());
-        Ok(Server { config, store, buffers, metrics, http, http_addr, tcp, auth })
+        let (wal, recovered) = open_wal(&config).await?;
+        Ok(Server { config, store, buffers, metrics, http, http_addr, tcp, auth, wal, recovered })
     }
 
     pub fn http_addr(&self) -> SocketAddr {
@@ -169,14 +204,37 @@ impl Server {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<ShutdownReport> {
-        let Server { config, store, buffers, metrics, http, http_addr: _, tcp, auth } = self;
-        tracing::info!(store = store.name(), "starting");
-        let flusher = Flusher::spawn(buffers.clone(), store.clone(), config.flush_config());
+        let Server {
+            config,
+            store,
+            buffers,
+            metrics,
+            http,
+            http_addr: _,
+            tcp,
+            auth,
+            wal,
+            recovered,
+        } = self;
+        tracing::info!(store = store.name(), ack = ?config.ack, "starting");
+        let settle = wal.clone().map(|w| w as Arc<dyn Settle>);
+        let flusher =
+            Flusher::spawn_settling(buffers.clone(), store.clone(), config.flush_config(), settle);
+        if let Some(wal) = &wal
+            && !recovered.is_empty()
+        {
+            crate::wal::replay(wal, &recovered, &*store, &buffers)
+                .await
+                .context("cannot replay the write-ahead log")?;
+        }
+        let acked_wal = if config.ack == AckMode::Wal { wal.clone() } else { None };
+        let intake = Arc::new(Intake::new(buffers.clone(), acked_wal));
         let limits = Arc::new(config.input_limits());
         let stop = CancellationToken::new();
 
         let state = AppState {
             buffers: buffers.clone(),
+            intake: intake.clone(),
             store,
             limits: limits.clone(),
             http: HttpLimits {
@@ -204,13 +262,7 @@ impl Server {
                 idle_timeout: config.tcp_idle_timeout,
                 max_push_readings: TCP_MAX_PUSH_READINGS.min(config.max_buffered_readings),
             };
-            tokio::spawn(tcp::serve(
-                listener,
-                buffers.clone(),
-                limits.clone(),
-                config,
-                stop.clone(),
-            ))
+            tokio::spawn(tcp::serve(listener, intake.clone(), limits.clone(), config, stop.clone()))
         });
 
         // An HTTP server that ends by itself has failed; still drain what was accepted.
@@ -244,12 +296,26 @@ impl Server {
             http_task.abort();
         }
 
-        let report = flusher.shutdown(config.shutdown_timeout).await;
-        if report.unflushed > 0 {
+        let mut report = flusher.shutdown(config.shutdown_timeout).await;
+        if let Some(wal) = wal {
+            // Joins the writer thread after its last sync.
+            let closed = tokio::task::spawn_blocking(move || wal.close()).await;
+            if let Err(e) = closed {
+                tracing::error!(error = %e, "closing the write-ahead log failed");
+            }
+        }
+        report.kept_in_wal = config.ack == AckMode::Wal;
+        if report.unflushed > 0 && report.kept_in_wal {
+            tracing::warn!(
+                flushed = report.flushed,
+                unflushed = report.unflushed,
+                "final flush incomplete; the rest stays in the write-ahead log for the next start"
+            );
+        } else if report.unflushed > 0 {
             tracing::error!(
                 flushed = report.flushed,
                 lost = report.unflushed,
-                "final flush incomplete"
+                "final flush incomplete; with --ack=buffered these readings are lost"
             );
         } else {
             tracing::info!(flushed = report.flushed, "final flush complete");

@@ -64,7 +64,7 @@ fn batches_for(round: u64, w: i64) -> Vec<Batch> {
             by_hour.entry(hour_start(r.ts)).or_default().push(r);
         }
         for (hour, readings) in by_hour {
-            out.push(Batch { series: series.clone(), hour, readings });
+            out.push(Batch::new(series.clone(), hour, readings));
         }
     }
     out

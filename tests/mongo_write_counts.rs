@@ -198,6 +198,7 @@ async fn update_statements_and_round_trips_per_flush() {
                     series: series(i),
                     hour,
                     readings: (0..interval_s).map(|k| reading(start + k * 1000, i)).collect(),
+                    seqs: vec![],
                 })
                 .collect();
             readings += batches.iter().map(|b| b.readings.len() as u64).sum::<u64>();

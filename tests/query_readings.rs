@@ -498,6 +498,9 @@ impl Store for ScriptedStore {
     async fn write(&self, batches: &[Batch]) -> Vec<Result<WriteReport, StoreError>> {
         batches.iter().map(|_| Err(StoreError::Rejected("read-only".into()))).collect()
     }
+    async fn high_water(&self, keys: &[(String, i64)]) -> Result<Vec<u64>, StoreError> {
+        Ok(vec![0; keys.len()])
+    }
     fn readings(&self, q: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {
         let head = stream::iter((0..self.ready as i64).map(move |i| Ok(id_reading(q.from + i, i))));
         match self.tail {

@@ -59,6 +59,9 @@ pub(super) struct Group {
     pub meta: SeriesMeta,
     pub hour: TimestampMs,
     pub readings: Vec<Reading>,
+    /// Position in the push of each of `readings`: what its sequence number is derived from
+    /// once the push is given its place in the order.
+    pub positions: Vec<u32>,
     pub span: Span,
 }
 
@@ -108,24 +111,34 @@ pub(super) fn group(items: Vec<(SeriesMeta, Reading)>) -> Vec<Group> {
         }
     }
 
-    let mut slots: Vec<(Option<SeriesMeta>, TimestampMs, Vec<Reading>, Span)> =
-        sizes.iter().map(|&n| (None, 0, Vec::with_capacity(n), Span::EMPTY)).collect();
-    for ((meta, reading), id) in items.into_iter().zip(ids) {
-        let slot = &mut slots[id as usize];
-        if slot.0.is_none() {
-            slot.1 = hour_start(reading.ts);
-            slot.0 = Some(meta);
+    let mut slots: Vec<(Option<SeriesMeta>, Group)> = sizes
+        .iter()
+        .map(|&n| {
+            let group = Group {
+                meta: SeriesMeta { key: String::new(), measurement: String::new(), tags: vec![] },
+                hour: 0,
+                readings: Vec::with_capacity(n),
+                positions: Vec::with_capacity(n),
+                span: Span::EMPTY,
+            };
+            (None, group)
+        })
+        .collect();
+    for (position, ((meta, reading), id)) in items.into_iter().zip(ids).enumerate() {
+        let (first_meta, group) = &mut slots[id as usize];
+        if first_meta.is_none() {
+            group.hour = hour_start(reading.ts);
+            *first_meta = Some(meta);
         }
-        slot.3.include(reading.ts);
-        slot.2.push(reading);
+        group.span.include(reading.ts);
+        group.readings.push(reading);
+        group.positions.push(position as u32);
     }
     slots
         .into_iter()
-        .map(|(meta, hour, readings, span)| Group {
+        .map(|(meta, group)| Group {
             meta: meta.expect("every group has at least one reading"),
-            hour,
-            readings,
-            span,
+            ..group
         })
         .collect()
 }

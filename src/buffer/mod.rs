@@ -20,14 +20,30 @@
 //! query that meets a marker of a cycle still being assembled waits for that (short, await-free)
 //! scan after dropping its map guard, so the wait can never deadlock with the scan.
 //!
+//! # Order
+//! Every push is given consecutive write sequence numbers ([`Seq`]) and inserted under one
+//! mutex (`order`), together with the caller's log step (the write-ahead log's append), so
+//! that within each (sensor, hour) buffer sequence numbers increase in arrival order and a
+//! reading logged earlier is never flushed after one logged later. The flusher takes at most
+//! one batch per (sensor, hour) at a time and puts a failed batch back at the head, so what
+//! the store holds of a (sensor, hour) is always every reading up to some sequence number: the
+//! high-water mark the stores record and the flusher and WAL replay trust (ARCHITECTURE.md,
+//! "Exactly once"). Grouping and encoding happen before the mutex; under it only the map
+//! insertions and a `memcpy` into the log run.
+//!
+//! Sequence numbers start at the wall clock in nanoseconds and then count up, so they keep
+//! increasing across restarts (the stores' marks of an earlier process stay below them) as
+//! long as the clock does not step back further than the previous process ran ahead of it.
+//!
 //! # Locks
 //! Every function that takes a dashmap guard is synchronous, so no guard can live across an
 //! `.await` (dashmap's guards are `Send`, so the compiler would not catch one).
 
 mod group;
 
+use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -35,7 +51,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::metrics::READINGS_BUFFERED;
-use crate::model::{Batch, HOUR_MS, Reading, SeriesMeta, TimestampMs};
+use crate::model::{Batch, HOUR_MS, Reading, Seq, SeriesMeta, TimestampMs};
 use crate::store::SensorInfo;
 use group::{Group, Span};
 
@@ -58,6 +74,16 @@ pub struct BufferFull {
     pub limit: usize,
 }
 
+/// Why [`Buffers::push_with`] accepted nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError<E> {
+    #[error(transparent)]
+    Full(BufferFull),
+    /// The log step failed; nothing was inserted and the reservation was returned.
+    #[error(transparent)]
+    Log(E),
+}
+
 /// The per-(sensor, hour) buffers and their memory bound.
 ///
 /// Full-policy: [`Buffers::push`] refuses the whole push with [`BufferFull`] (nothing is
@@ -71,6 +97,8 @@ pub struct Buffers {
     room: Notify,
     /// Woken (one permit) when a push makes a buffer reach `max_batch_readings`.
     due: Notify,
+    /// The next sequence number; held while a push is logged and inserted (module doc).
+    order: Mutex<Seq>,
 }
 
 struct SensorBuffers {
@@ -87,6 +115,8 @@ struct HourBuffer {
     hour: TimestampMs,
     /// Arrival order.
     readings: Vec<Reading>,
+    /// One per reading, increasing.
+    seqs: Vec<Seq>,
     /// Of `readings`; `Span::EMPTY` when there are none.
     span: Span,
     /// When the oldest of `readings` arrived (meaningless while `readings` is empty).
@@ -127,8 +157,9 @@ impl Taken {
 pub(crate) enum Outcome {
     /// The store confirmed it: release it.
     Written,
-    /// A retriable failure: put it back ahead of newer readings of its buffer.
-    Retry,
+    /// A retriable failure after which the store holds the first `landed` readings: release
+    /// those, put the rest back ahead of newer readings of its buffer.
+    Retry { landed: usize },
     /// Permanently rejected: release it (the caller counts it as dropped).
     Drop,
 }
@@ -162,6 +193,7 @@ impl Buffers {
             held: AtomicUsize::new(0),
             room: Notify::new(),
             due: Notify::new(),
+            order: Mutex::new(0),
         })
     }
 
@@ -174,20 +206,63 @@ impl Buffers {
     /// get the first ones until the sensor's buffers empty).
     pub fn push(&self, items: Vec<(SeriesMeta, Reading)>) -> Result<usize, BufferFull> {
         let n = items.len();
-        if n == 0 {
-            return Ok(0);
-        }
-        self.reserve(n, false)?;
-        self.insert(items);
+        self.push_with(items, |_| Ok::<_, Infallible>(())).map_err(|e| match e {
+            PushError::Full(full) => full,
+            PushError::Log(never) => match never {},
+        })?;
         Ok(n)
     }
 
-    /// Like `push`, but waits until there is room instead of failing. A batch larger than the
-    /// whole bound is accepted once the buffers are empty, so this cannot wait forever.
+    /// Like [`Buffers::push`], but `log` runs after the room is reserved and before anything
+    /// is inserted, under the order mutex, with the first sequence number of the push (item
+    /// `i` gets `first + i`). When `log` fails nothing is inserted. Keep `log` short: every
+    /// push waits for it.
+    pub fn push_with<T, E>(
+        &self,
+        items: Vec<(SeriesMeta, Reading)>,
+        log: impl FnOnce(Seq) -> Result<T, E>,
+    ) -> Result<T, PushError<E>> {
+        self.reserve(items.len(), false).map_err(PushError::Full)?;
+        self.log_and_insert(items, log).map_err(PushError::Log)
+    }
+
+    /// Like `push_with`, but waits until there is room instead of failing. A batch larger than
+    /// the whole bound is accepted once the buffers are empty, so this cannot wait forever.
+    pub async fn push_when_room_with<T, E>(
+        &self,
+        items: Vec<(SeriesMeta, Reading)>,
+        log: impl FnOnce(Seq) -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.wait_and_reserve(items.len()).await;
+        self.log_and_insert(items, log)
+    }
+
+    /// `push_when_room_with` without a log step.
     pub async fn push_when_room(&self, items: Vec<(SeriesMeta, Reading)>) -> usize {
         let n = items.len();
+        match self.push_when_room_with(items, |_| Ok::<_, Infallible>(())).await {
+            Ok(()) => n,
+            Err(never) => match never {},
+        }
+    }
+
+    /// Re-inserts readings recovered from the write-ahead log with the sequence numbers they
+    /// were logged with (`seqs[i]` for `items[i]`, increasing per series and hour), waiting for
+    /// room. Later pushes are numbered above every recovered number.
+    pub async fn push_recovered(&self, items: Vec<(SeriesMeta, Reading)>, seqs: Vec<Seq>) {
+        assert_eq!(items.len(), seqs.len(), "one sequence number per recovered reading");
+        self.wait_and_reserve(items.len()).await;
+        let groups = group::group(items);
+        let mut next = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&max) = seqs.iter().max() {
+            *next = (*next).max(max + 1);
+        }
+        self.insert(groups, |position| seqs[position as usize]);
+    }
+
+    async fn wait_and_reserve(&self, n: usize) {
         if n == 0 {
-            return 0;
+            return;
         }
         loop {
             // Register interest before checking, so a release between the check and the await
@@ -196,10 +271,41 @@ impl Buffers {
             tokio::pin!(notified);
             notified.as_mut().enable();
             if self.reserve(n, true).is_ok() {
-                self.insert(items);
-                return n;
+                return;
             }
             notified.await;
+        }
+    }
+
+    /// Runs `log` and inserts `items`, both under the order mutex; returns the reservation of
+    /// `items` when `log` fails.
+    fn log_and_insert<T, E>(
+        &self,
+        items: Vec<(SeriesMeta, Reading)>,
+        log: impl FnOnce(Seq) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let n = items.len();
+        let groups = group::group(items);
+        let mut next = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        let first = (*next).max(wall_clock_nanos());
+        let logged = match log(first) {
+            Ok(logged) => logged,
+            Err(e) => {
+                drop(next);
+                self.release(n);
+                return Err(e);
+            }
+        };
+        *next = first + n as Seq;
+        self.insert(groups, |position| first + Seq::from(position));
+        Ok(logged)
+    }
+
+    fn release(&self, n: usize) {
+        if n > 0 {
+            self.held.fetch_sub(n, Ordering::AcqRel);
+            ::metrics::gauge!(READINGS_BUFFERED).decrement(n as f64);
+            self.room.notify_waiters();
         }
     }
 
@@ -291,6 +397,9 @@ impl Buffers {
     /// Reserves room for `n` readings, all or nothing. With `oversize`, a push larger than the
     /// whole bound is let in when nothing is held.
     fn reserve(&self, n: usize, oversize: bool) -> Result<(), BufferFull> {
+        if n == 0 {
+            return Ok(());
+        }
         let limit = self.config.max_buffered_readings;
         let mut cur = self.held.load(Ordering::Acquire);
         loop {
@@ -309,13 +418,14 @@ impl Buffers {
         }
     }
 
-    /// Appends reserved items to their buffers: one map operation per (sensor, hour) group.
-    fn insert(&self, items: Vec<(SeriesMeta, Reading)>) {
-        let groups = group::group(items);
+    /// Appends reserved groups to their buffers: one map operation per (sensor, hour) group.
+    /// `seq_of` gives the sequence number of the reading at a position of the push.
+    fn insert(&self, groups: Vec<Group>, seq_of: impl Fn(u32) -> Seq) {
         let now = Instant::now();
         let batch = self.config.max_batch_readings;
         let mut wake = false;
-        for Group { meta, hour, mut readings, span } in groups {
+        for Group { meta, hour, mut readings, positions, span } in groups {
+            let mut seqs: Vec<Seq> = positions.into_iter().map(&seq_of).collect();
             let mut entry = match self.map.get_mut(meta.key.as_str()) {
                 Some(entry) => entry,
                 None => self
@@ -332,6 +442,7 @@ impl Buffers {
                         HourBuffer {
                             hour,
                             readings: Vec::new(),
+                            seqs: Vec::new(),
                             span: Span::EMPTY,
                             since: now,
                             in_flight: None,
@@ -343,11 +454,13 @@ impl Buffers {
             let hb = &mut hours[i];
             let was_due = hb.readings.len() >= batch;
             if hb.readings.is_empty() {
-                // Adopt the group's vector rather than copying into an empty one.
+                // Adopt the group's vectors rather than copying into empty ones.
                 hb.readings = readings;
+                hb.seqs = seqs;
                 hb.since = now;
             } else {
                 hb.readings.append(&mut readings);
+                hb.seqs.append(&mut seqs);
             }
             hb.span.merge(span);
             wake |= !was_due && hb.readings.len() >= batch;
@@ -388,13 +501,18 @@ impl Buffers {
                     break 'scan;
                 }
                 let k = len.min(max_readings - total);
-                let (readings, span) = if k == len {
-                    (std::mem::take(&mut hb.readings), std::mem::replace(&mut hb.span, Span::EMPTY))
+                let (readings, seqs, span) = if k == len {
+                    (
+                        std::mem::take(&mut hb.readings),
+                        std::mem::take(&mut hb.seqs),
+                        std::mem::replace(&mut hb.span, Span::EMPTY),
+                    )
                 } else {
                     let taken: Vec<Reading> = hb.readings.drain(..k).collect();
+                    let seqs: Vec<Seq> = hb.seqs.drain(..k).collect();
                     hb.span = Span::of(&hb.readings);
                     let span = Span::of(&taken);
-                    (taken, span)
+                    (taken, seqs, span)
                 };
                 hb.in_flight = Some(InFlight {
                     cycle: cycle.clone(),
@@ -406,6 +524,7 @@ impl Buffers {
                     series: sensor.meta.clone(),
                     hour: hb.hour,
                     readings,
+                    seqs,
                 });
                 total += k;
             }
@@ -418,8 +537,8 @@ impl Buffers {
     }
 
     /// Settles a taken cycle: `outcomes[i]` is what became of `taken.batches()[i]`.
-    /// Written and dropped readings leave the bound; retried ones go back to the head of their
-    /// buffer. Marker removal and put-back happen under the entry's guard, so a query sees each
+    /// Written, landed and dropped readings leave the bound; retried ones go back to the head
+    /// of their buffer. Marker removal and put-back happen under the entry's guard, so a query sees each
     /// reading exactly once meanwhile.
     pub(crate) fn complete(&self, taken: Taken, outcomes: &[Outcome]) -> Released {
         let batches = taken.batches();
@@ -427,10 +546,18 @@ impl Buffers {
         let mut released = Released::default();
         for (index, (batch, &outcome)) in batches.iter().zip(outcomes).enumerate() {
             let n = batch.readings.len();
+            let landed = match outcome {
+                Outcome::Written => n,
+                Outcome::Drop => 0,
+                Outcome::Retry { landed } => landed.min(n),
+            };
             match outcome {
                 Outcome::Written => released.written += n,
                 Outcome::Drop => released.dropped += n,
-                Outcome::Retry => released.retried += n,
+                Outcome::Retry { .. } => {
+                    released.written += landed;
+                    released.retried += n - landed;
+                }
             }
             let key = batch.series.key.as_str();
             let sensor_empty = {
@@ -451,14 +578,19 @@ impl Buffers {
                     debug_assert!(false, "marker belongs to this cycle");
                     continue;
                 };
-                if outcome == Outcome::Retry {
+                if matches!(outcome, Outcome::Retry { .. }) && landed < n {
                     // Cloned because the cycle's batches stay shared until every marker is
                     // gone; this costs one copy per failed attempt, which backoff spaces out.
-                    let mut back = batch.readings.clone();
+                    let mut back = batch.readings[landed..].to_vec();
                     hb.since = if hb.readings.is_empty() { f.since } else { hb.since.min(f.since) };
                     back.append(&mut hb.readings);
                     hb.readings = back;
-                    hb.span.merge(f.span);
+                    if !batch.seqs.is_empty() {
+                        let mut seqs = batch.seqs[landed..].to_vec();
+                        seqs.append(&mut hb.seqs);
+                        hb.seqs = seqs;
+                    }
+                    hb.span.merge(if landed == 0 { f.span } else { Span::of(&hb.readings) });
                 }
                 if hb.readings.is_empty() && hb.in_flight.is_none() {
                     hours.remove(i);
@@ -470,12 +602,7 @@ impl Buffers {
                 self.map.remove_if(key, |_, s| s.hours.is_empty());
             }
         }
-        let freed = released.written + released.dropped;
-        if freed > 0 {
-            self.held.fetch_sub(freed, Ordering::AcqRel);
-            ::metrics::gauge!(READINGS_BUFFERED).decrement(freed as f64);
-            self.room.notify_waiters();
-        }
+        self.release(released.written + released.dropped);
         released
     }
 }
@@ -495,3 +622,10 @@ impl Drop for Publish<'_> {
 
 #[cfg(test)]
 pub(crate) mod tests;
+
+/// Where sequence numbers start: see the module doc.
+fn wall_clock_nanos() -> Seq {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}

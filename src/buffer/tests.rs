@@ -129,7 +129,7 @@ async fn push_when_room_waits_until_a_flush_frees_room() {
     assert_eq!(b.buffered(), 8);
 
     // A retry frees nothing, so the waiter keeps waiting.
-    settle_all(&b, Outcome::Retry);
+    settle_all(&b, Outcome::Retry { landed: 0 });
     for _ in 0..10 {
         tokio::task::yield_now().await;
     }
@@ -263,11 +263,18 @@ fn a_retried_batch_goes_back_ahead_of_newer_readings() {
     b.push(vec![item("a", 1, 0), item("a", 2, 1), item("b", 1, 2)]).unwrap();
     let taken = b.take(TakeMode::All, usize::MAX).unwrap();
     b.push(vec![item("a", 0, 3)]).unwrap();
-    let outcomes: Vec<Outcome> = taken
-        .batches()
-        .iter()
-        .map(|batch| if batch.series.key == "a" { Outcome::Retry } else { Outcome::Written })
-        .collect();
+    let outcomes: Vec<Outcome> =
+        taken
+            .batches()
+            .iter()
+            .map(|batch| {
+                if batch.series.key == "a" {
+                    Outcome::Retry { landed: 0 }
+                } else {
+                    Outcome::Written
+                }
+            })
+            .collect();
     let released = b.complete(taken, &outcomes);
     assert_eq!(released, Released { written: 1, dropped: 0, retried: 2 });
     assert_eq!(b.buffered(), 3);
@@ -287,7 +294,7 @@ async fn a_retried_batch_keeps_its_age() {
     tokio::time::advance(Duration::from_secs(1)).await;
     let taken = b.take(TakeMode::Due, usize::MAX).unwrap();
     b.push(vec![item("a", 2, 1)]).unwrap();
-    b.complete(taken, &[Outcome::Retry]);
+    b.complete(taken, &[Outcome::Retry { landed: 0 }]);
     let again = b.take(TakeMode::Due, usize::MAX).expect("still due: its oldest reading is old");
     assert_eq!(seqs(&again.batches()[0].readings), vec![0, 1]);
 }
@@ -337,7 +344,13 @@ fn the_gauge_follows_reservations_and_releases() {
         let outcomes: Vec<Outcome> = taken
             .batches()
             .iter()
-            .map(|batch| if batch.series.key == "a" { Outcome::Written } else { Outcome::Retry })
+            .map(|batch| {
+                if batch.series.key == "a" {
+                    Outcome::Written
+                } else {
+                    Outcome::Retry { landed: 0 }
+                }
+            })
             .collect();
         b.complete(taken, &outcomes);
         assert_eq!(m.get(READINGS_BUFFERED, &[]), 3.0);

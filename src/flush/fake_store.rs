@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use tokio::time::Instant;
 
-use crate::model::{Batch, Reading};
+use crate::model::{Batch, Reading, Seq, TimestampMs};
 use crate::store::{
     RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery, Store, StoreError, WriteReport,
 };
@@ -29,8 +29,16 @@ struct State {
     reject_sensor: Option<String>,
     /// One entry per batch, consumed in order: `true` fails that batch with `Unavailable`.
     batch_script: VecDeque<bool>,
+    /// Every batch of the next this-many write calls is applied, then reported `Unavailable`
+    /// (a reply lost after the write landed).
+    land_then_fail_calls: usize,
+    /// `high_water` fails while this is set.
+    marks_unavailable: bool,
+    /// Highest sequence number written per (key, hour).
+    marks: std::collections::HashMap<(String, TimestampMs), Seq>,
     /// Start time of every write call.
     calls: Vec<Instant>,
+    high_water_calls: usize,
     in_write: usize,
 }
 
@@ -51,6 +59,14 @@ impl FakeStore {
         self.state.lock().unwrap().fail_forever = on;
     }
 
+    pub fn land_then_fail_next_calls(&self, n: usize) {
+        self.state.lock().unwrap().land_then_fail_calls = n;
+    }
+
+    pub fn marks_unavailable(&self, on: bool) {
+        self.state.lock().unwrap().marks_unavailable = on;
+    }
+
     pub fn reject_sensor(&self, key: &str) {
         self.state.lock().unwrap().reject_sensor = Some(key.to_string());
     }
@@ -69,6 +85,10 @@ impl FakeStore {
 
     pub fn calls(&self) -> Vec<Instant> {
         self.state.lock().unwrap().calls.clone()
+    }
+
+    pub fn high_water_calls(&self) -> usize {
+        self.state.lock().unwrap().high_water_calls
     }
 
     pub fn in_write(&self) -> usize {
@@ -99,6 +119,8 @@ impl Store for FakeStore {
         s.in_write -= 1;
         let whole_call_fails = s.fail_forever || s.fail_calls > 0;
         s.fail_calls = s.fail_calls.saturating_sub(1);
+        let reply_lost = !whole_call_fails && s.land_then_fail_calls > 0;
+        s.land_then_fail_calls = s.land_then_fail_calls.saturating_sub(1);
         let mut out = Vec::with_capacity(batches.len());
         for batch in batches {
             let scripted = s.batch_script.pop_front().unwrap_or(false);
@@ -108,10 +130,27 @@ impl Store for FakeStore {
                 out.push(Err(StoreError::Rejected("fake rejection".into())));
             } else {
                 s.written.push(batch.clone());
-                out.push(Ok(WriteReport { buckets_created: 1 }));
+                if let Some(last) = batch.last_seq() {
+                    let mark = s.marks.entry((batch.series.key.clone(), batch.hour)).or_default();
+                    *mark = (*mark).max(last);
+                }
+                out.push(if reply_lost {
+                    Err(StoreError::Unavailable("fake lost reply".into()))
+                } else {
+                    Ok(WriteReport { buckets_created: 1 })
+                });
             }
         }
         out
+    }
+
+    async fn high_water(&self, keys: &[(String, TimestampMs)]) -> Result<Vec<Seq>, StoreError> {
+        let mut s = self.state.lock().unwrap();
+        s.high_water_calls += 1;
+        if s.marks_unavailable || s.fail_forever {
+            return Err(StoreError::Unavailable("fake outage".into()));
+        }
+        Ok(keys.iter().map(|k| s.marks.get(k).copied().unwrap_or(0)).collect())
     }
 
     fn readings(&self, _query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {

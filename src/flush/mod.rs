@@ -9,7 +9,12 @@
 //! them with ONE `Store::write` call; another cycle follows at once while more is due.
 //!
 //! # Failures
-//! A retriable error puts the batch back at the head of its buffer (so order is kept) and the
+//! A retriable error may hide a write that landed (a timeout, a lost reply) or half landed (a
+//! batch spanning buckets). Before such a batch goes back, the flusher asks the store for its
+//! (series, hour) high-water mark and releases the readings up to it, so a retry never
+//! duplicates readings or doubles statistics; the question is repeated with backoff until the
+//! store answers (the cycle stays in flight meanwhile, so nothing newer of those hours is
+//! written around it). The rest goes back at the head of its buffer (so order is kept) and the
 //! next cycle waits `min_backoff`, doubling per consecutive failing cycle up to `max_backoff`;
 //! a cycle without retriable failures resets it. Readings are never dropped for a retriable
 //! error: while the store is down the buffers fill to their bound and pushes are refused, which
@@ -34,7 +39,14 @@ use crate::buffer::{Buffers, Outcome, TakeMode, Taken};
 use crate::metrics::{
     BUCKETS_CREATED, FLUSH_DURATION, FLUSH_READINGS, FLUSHES, READINGS_DROPPED, STORE_ERRORS,
 };
+use crate::model::Seq;
 use crate::store::{Store, StoreError};
+
+/// Told which readings have left the buffers for good: stored, or dropped as rejected. The
+/// write-ahead log deletes a segment once every reading in it has been settled.
+pub trait Settle: Send + Sync {
+    fn settle(&self, seqs: &[Seq]);
+}
 
 /// Readings per `Store::write` call at most: bounds the memory a write holds twice (the batch
 /// and its encoding) and keeps a MongoDB bulk command well under its limits.
@@ -59,9 +71,12 @@ pub struct ShutdownReport {
     /// Readings confirmed written after `shutdown` was called (including a write that was in
     /// flight at the time).
     pub flushed: usize,
-    /// Readings still unwritten when the deadline passed (logged as lost). Includes the
-    /// readings of a write abandoned at the deadline, which the store may have completed.
+    /// Readings still unwritten when the deadline passed. Includes the readings of a write
+    /// abandoned at the deadline, which the store may have completed.
     pub unflushed: usize,
+    /// Whether the unwritten readings are safe in the write-ahead log (written at the next
+    /// start) rather than lost. Set by the server, which knows the ack mode.
+    pub kept_in_wal: bool,
 }
 
 /// Handle to the flusher task. Dropping it leaves the task running; call
@@ -75,6 +90,16 @@ pub struct Flusher {
 
 impl Flusher {
     pub fn spawn(buffers: Arc<Buffers>, store: Arc<dyn Store>, config: FlushConfig) -> Flusher {
+        Flusher::spawn_settling(buffers, store, config, None)
+    }
+
+    /// Like `spawn`, telling `settle` about every reading stored or dropped.
+    pub fn spawn_settling(
+        buffers: Arc<Buffers>,
+        store: Arc<dyn Store>,
+        config: FlushConfig,
+        settle: Option<Arc<dyn Settle>>,
+    ) -> Flusher {
         let stop = CancellationToken::new();
         let written = Arc::new(AtomicUsize::new(0));
         let interval = config.flush_interval.min(buffers.flush_interval());
@@ -84,8 +109,10 @@ impl Flusher {
             tick: (interval / 4).max(MIN_TICK),
             backoff: Backoff::new(config.min_backoff, config.max_backoff),
             written: written.clone(),
+            settle,
             rejected_log: LogLimiter::default(),
             retry_log: LogLimiter::default(),
+            check_log: LogLimiter::default(),
         };
         let task = tokio::spawn(worker.run(stop.clone()));
         Flusher { stop, task, buffers, written }
@@ -108,19 +135,11 @@ impl Flusher {
                 let _ = task.await;
             }
         }
-        let report = ShutdownReport {
+        ShutdownReport {
             flushed: written.load(Ordering::Acquire) - before,
             unflushed: buffers.buffered(),
-        };
-        if report.unflushed > 0 {
-            tracing::error!(
-                unflushed = report.unflushed,
-                flushed = report.flushed,
-                deadline_ms = deadline.as_millis() as u64,
-                "shutdown deadline passed with readings unwritten; they are lost"
-            );
+            kept_in_wal: false,
         }
-        report
     }
 }
 
@@ -130,8 +149,10 @@ struct Worker {
     tick: Duration,
     backoff: Backoff,
     written: Arc<AtomicUsize>,
+    settle: Option<Arc<dyn Settle>>,
     rejected_log: LogLimiter,
     retry_log: LogLimiter,
+    check_log: LogLimiter,
 }
 
 impl Worker {
@@ -209,7 +230,7 @@ impl Worker {
                     retried += 1;
                     ::metrics::counter!(STORE_ERRORS, "kind" => e.kind()).increment(1);
                     first_retry.get_or_insert_with(|| e.to_string());
-                    outcomes.push(Outcome::Retry);
+                    outcomes.push(Outcome::Retry { landed: 0 });
                 }
                 Err(e) => {
                     rejected += 1;
@@ -228,6 +249,20 @@ impl Worker {
         ::metrics::counter!(BUCKETS_CREATED).increment(spilled);
         ::metrics::counter!(READINGS_DROPPED, "reason" => "rejected").increment(dropped_readings);
 
+        if retried > 0 {
+            self.count_landed(batches, &mut outcomes).await;
+        }
+        if let Some(settle) = &self.settle {
+            for (batch, outcome) in batches.iter().zip(&outcomes) {
+                let settled = match *outcome {
+                    Outcome::Written | Outcome::Drop => batch.seqs.len(),
+                    Outcome::Retry { landed } => landed,
+                };
+                if settled > 0 {
+                    settle.settle(&batch.seqs[..settled]);
+                }
+            }
+        }
         let released = self.buffers.complete(taken, &outcomes);
         self.written.fetch_add(released.written, Ordering::AcqRel);
 
@@ -264,6 +299,63 @@ impl Worker {
             );
         }
         Some(delay)
+    }
+}
+
+impl Worker {
+    /// Sets `landed` of every retried outcome from the store's high-water marks, asking until
+    /// the store answers: putting back a batch that did land would store it twice.
+    async fn count_landed(&mut self, batches: &[crate::model::Batch], outcomes: &mut [Outcome]) {
+        let unclear: Vec<usize> = (0..batches.len())
+            .filter(|&i| {
+                matches!(outcomes[i], Outcome::Retry { .. }) && !batches[i].seqs.is_empty()
+            })
+            .collect();
+        if unclear.is_empty() {
+            return;
+        }
+        let keys: Vec<(String, i64)> =
+            unclear.iter().map(|&i| (batches[i].series.key.clone(), batches[i].hour)).collect();
+        let marks = loop {
+            match self.store.high_water(&keys).await {
+                Ok(marks) if marks.len() == keys.len() => break marks,
+                Ok(marks) => {
+                    tracing::error!(
+                        store = self.store.name(),
+                        marks = marks.len(),
+                        keys = keys.len(),
+                        "store returned the wrong number of high-water marks; asking again"
+                    );
+                }
+                Err(e) => {
+                    if let Some(suppressed) =
+                        self.check_log.allow(Instant::now(), unclear.len() as u64, 0)
+                    {
+                        tracing::warn!(
+                            batches = unclear.len(),
+                            error = %e,
+                            suppressed_checks = suppressed.0,
+                            "cannot tell yet whether a failed write landed; asking the store again"
+                        );
+                    }
+                }
+            }
+            tokio::time::sleep(self.backoff.next()).await;
+        };
+        let mut landed_total = 0u64;
+        for (&i, mark) in unclear.iter().zip(marks) {
+            let landed = batches[i].seqs.partition_point(|&s| s <= mark);
+            landed_total += landed as u64;
+            outcomes[i] = Outcome::Retry { landed };
+        }
+        if landed_total > 0 {
+            ::metrics::counter!(crate::metrics::READINGS_LANDED_DESPITE_ERROR)
+                .increment(landed_total);
+            tracing::info!(
+                readings = landed_total,
+                "a failed write had landed (in part); those readings are not written again"
+            );
+        }
     }
 }
 

@@ -183,7 +183,7 @@ async fn shutdown_flushes_everything_even_when_not_due() {
     sleep(Duration::from_secs(1)).await;
     assert_eq!(store.written_readings(), 0, "nothing is due yet");
     let report = flusher.shutdown(Duration::from_secs(5)).await;
-    assert_eq!(report, ShutdownReport { flushed: 500, unflushed: 0 });
+    assert_eq!(report, ShutdownReport { flushed: 500, unflushed: 0, kept_in_wal: false });
     assert_eq!(store.written_readings(), 500);
     assert_eq!(buffers.buffered(), 0);
 }
@@ -195,7 +195,7 @@ async fn shutdown_drains_more_than_one_write_call() {
     let n = MAX_READINGS_PER_WRITE + 10;
     buffers.push((0..n as i64).map(|i| item("a", i % HOUR_MS, i)).collect()).unwrap();
     let report = flusher.shutdown(Duration::from_secs(5)).await;
-    assert_eq!(report, ShutdownReport { flushed: n, unflushed: 0 });
+    assert_eq!(report, ShutdownReport { flushed: n, unflushed: 0, kept_in_wal: false });
     assert_eq!(store.calls().len(), 2);
     let batches = store.written();
     assert_eq!(batches.len(), 2);
@@ -215,10 +215,13 @@ async fn shutdown_with_a_dead_store_returns_at_the_deadline_with_the_count() {
     sleep(Duration::from_millis(500)).await;
     let start = Instant::now();
     let report = flusher.shutdown(Duration::from_secs(2)).await;
-    assert_eq!(report, ShutdownReport { flushed: 0, unflushed: 50 });
+    assert_eq!(report, ShutdownReport { flushed: 0, unflushed: 50, kept_in_wal: false });
     let took = start.elapsed();
     assert!(took >= Duration::from_secs(2) && took < Duration::from_millis(2100), "{took:?}");
-    assert!(store.calls().len() >= 3, "kept retrying during the drain");
+    // One write, then the flusher keeps asking whether it landed (it must not write again
+    // before it knows).
+    assert_eq!(store.calls().len(), 1);
+    assert!(store.high_water_calls() >= 3, "kept asking during the drain");
     assert_eq!(buffers.unflushed("a", 0, 100).len(), 50, "still visible, nothing released");
 }
 
@@ -234,7 +237,7 @@ async fn shutdown_during_a_hung_write_reports_the_in_flight_readings() {
     buffers.push((0..3).map(|i| item("b", i, i)).collect()).unwrap();
     assert!(wait_until(Duration::from_secs(1), || store.in_write() == 1).await);
     let report = flusher.shutdown(Duration::from_secs(1)).await;
-    assert_eq!(report, ShutdownReport { flushed: 0, unflushed: 13 });
+    assert_eq!(report, ShutdownReport { flushed: 0, unflushed: 13, kept_in_wal: false });
 }
 
 #[tokio::test(start_paused = true)]
@@ -369,4 +372,69 @@ fn log_limiter_allows_one_line_per_period_and_carries_the_rest() {
     assert_eq!(l.allow(t0 + Duration::from_millis(500), 3, 30), None);
     assert_eq!(l.allow(t0 + Duration::from_millis(900), 1, 10), None);
     assert_eq!(l.allow(t0 + Duration::from_millis(1000), 5, 50), Some((4, 40)));
+}
+
+/// A write that landed but reported a failure (a lost reply) is not written again: the
+/// high-water mark shows it landed, and its readings are released as written.
+#[tokio::test(start_paused = true)]
+async fn a_lost_reply_is_not_written_twice() {
+    let store = FakeStore::new();
+    store.land_then_fail_next_calls(1);
+    let (buffers, store, flusher) = setup(1000, 1000, Duration::from_millis(100), store);
+    buffers.push((0..20).map(|i| item("a", i, i)).collect()).unwrap();
+    buffers.push((0..5).map(|i| item("b", i, i)).collect()).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || buffers.buffered() == 0).await);
+    let written = written_by_buffer(&store);
+    assert_eq!(written[&("a".to_string(), 0)], (0..20).collect::<Vec<_>>(), "exactly once");
+    assert_eq!(written[&("b".to_string(), 0)], (0..5).collect::<Vec<_>>());
+    assert_eq!(store.calls().len(), 1, "nothing was written again");
+    assert!(store.high_water_calls() >= 1);
+    let report = flusher.shutdown(Duration::from_secs(1)).await;
+    assert_eq!(report.unflushed, 0);
+}
+
+/// While the store cannot say what landed, the batch stays in flight: not written again, still
+/// visible to queries, and newer readings of its hour wait behind it.
+#[tokio::test(start_paused = true)]
+async fn an_unanswered_high_water_question_holds_the_batch() {
+    let store = FakeStore::new();
+    store.land_then_fail_next_calls(1);
+    store.marks_unavailable(true);
+    let (buffers, store, flusher) = setup(1000, 1000, Duration::from_millis(100), store);
+    buffers.push((0..10).map(|i| item("a", i, i)).collect()).unwrap();
+    sleep(Duration::from_secs(3)).await;
+    buffers.push((10..15).map(|i| item("a", i, i)).collect()).unwrap();
+    sleep(Duration::from_secs(3)).await;
+    assert_eq!(store.calls().len(), 1, "no write while the outcome is unknown");
+    assert!(store.high_water_calls() >= 3);
+    assert_eq!(buffers.unflushed("a", 0, 100).len(), 15);
+    store.marks_unavailable(false);
+    assert!(wait_until(Duration::from_secs(20), || buffers.buffered() == 0).await);
+    assert_eq!(written_by_buffer(&store)[&("a".to_string(), 0)], (0..15).collect::<Vec<_>>());
+    flusher.shutdown(Duration::from_secs(1)).await;
+}
+
+/// A batch that landed in part (a prefix, as `Store::write` promises) is retried from where
+/// it stopped.
+#[tokio::test]
+async fn a_partly_landed_batch_is_retried_from_its_high_water_mark() {
+    let buffers = Buffers::new(BufferConfig {
+        max_buffered_readings: 100,
+        max_batch_readings: 100,
+        flush_interval: Duration::ZERO,
+    });
+    buffers.push((0..10).map(|i| item("a", i, i)).collect()).unwrap();
+    let taken = buffers.take(TakeMode::All, 100).unwrap();
+    let seqs_taken = taken.batches()[0].seqs.clone();
+    assert_eq!(seqs_taken.len(), 10);
+    assert!(seqs_taken.windows(2).all(|w| w[0] < w[1]), "increasing: {seqs_taken:?}");
+    let released = buffers.complete(taken, &[Outcome::Retry { landed: 4 }]);
+    assert_eq!(released.written, 4);
+    assert_eq!(released.retried, 6);
+    assert_eq!(buffers.buffered(), 6);
+    let again = buffers.take(TakeMode::All, 100).unwrap();
+    assert_eq!(seqs(&again.batches()[0].readings), (4..10).collect::<Vec<_>>());
+    assert_eq!(again.batches()[0].seqs, seqs_taken[4..]);
+    buffers.complete(again, &[Outcome::Written]);
+    assert_eq!(buffers.buffered(), 0);
 }

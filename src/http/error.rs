@@ -50,6 +50,12 @@ pub enum ApiError {
     /// only; otherwise 0) were taken before the bound was hit and stay accepted.
     #[error("buffers are full; retry in {RETRY_AFTER_SECS} s")]
     BuffersFull { accepted: usize },
+    /// The write-ahead log is at `--wal-max-bytes`; `accepted` as for `BuffersFull`.
+    #[error("the write-ahead log is full (the store is behind); retry in {RETRY_AFTER_SECS} s")]
+    WalFull { accepted: usize },
+    /// The write-ahead log cannot be written; the detail is logged, not sent.
+    #[error("the write-ahead log cannot be written; readings were not accepted")]
+    WalFailed(String),
     #[error("too many write requests in progress; retry in {RETRY_AFTER_SECS} s")]
     Overloaded,
     #[error("request did not complete within {0:?}")]
@@ -117,19 +123,20 @@ impl ApiError {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
             ApiError::BuffersFull { .. }
+            | ApiError::WalFull { .. }
             | ApiError::Overloaded
             | ApiError::NotReady { .. }
             | ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::NotFound | ApiError::UnknownSensor(_) => StatusCode::NOT_FOUND,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Internal(_) | ApiError::WalFailed(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
     /// Logs what deserves a log line and returns the message that is safe to send.
     fn log_and_public_message(&self) -> String {
         match self {
-            ApiError::Internal(detail) => {
+            ApiError::Internal(detail) | ApiError::WalFailed(detail) => {
                 tracing::error!(error = %detail, "request failed");
             }
             ApiError::NotReady { .. } => tracing::warn!(error = %self, "readiness check failed"),
@@ -167,7 +174,7 @@ impl IntoResponse for ApiError {
                 "rejected": items.rejected,
                 "rejected_count": items.rejected_count,
             })),
-            ApiError::BuffersFull { accepted } => {
+            ApiError::BuffersFull { accepted } | ApiError::WalFull { accepted } => {
                 Json(json!({ "error": message, "accepted": accepted }))
             }
             _ => Json(json!({ "error": message })),

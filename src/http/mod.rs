@@ -36,6 +36,8 @@ const UNMATCHED_ROUTE: &str = "unmatched";
 #[derive(Clone)]
 pub struct AppState {
     pub buffers: Arc<Buffers>,
+    /// Where ingest hands readings: the write-ahead log and the buffers.
+    pub intake: Arc<crate::ingest::intake::Intake>,
     pub store: Arc<dyn Store>,
     pub limits: Arc<InputLimits>,
     pub http: HttpLimits,

@@ -36,9 +36,9 @@ use serde_json::json;
 use tower::ServiceBuilder;
 use tower::limit::GlobalConcurrencyLimitLayer;
 
-use crate::buffer::Buffers;
 use crate::http::error::{MAX_LISTED_ERRORS, RejectedItem, RejectedItems};
 use crate::http::{ApiError, AppState, HttpLimits, InfluxApi, InfluxError};
+use crate::ingest::intake::{Intake, IntakeError};
 use crate::ingest::json::{self, ItemError, NdjsonDecoder};
 use crate::ingest::line_protocol::{self, LineError, Precision};
 use crate::metrics::{READINGS_ACCEPTED, READINGS_REJECTED, RECEIVED_BYTES};
@@ -223,10 +223,11 @@ fn partition<E>(
     (good, bad)
 }
 
-/// Pushes all-or-nothing and counts the outcome. More readings than the buffers' whole bound
-/// could never be taken, so that is 413 rather than a 503 the client would retry forever.
-fn push(
-    buffers: &Buffers,
+/// Accepts all-or-nothing (returning once the readings are as durable as `--ack` promises)
+/// and counts the outcome. More readings than the buffers' whole bound could never be taken,
+/// so that is 413 rather than a 503 the client would retry forever.
+async fn push(
+    intake: &Intake,
     items: Vec<(SeriesMeta, Reading)>,
     protocol: Protocol,
     limits: &HttpLimits,
@@ -239,14 +240,22 @@ fn push(
         count_rejected(protocol, "too_many_readings", n);
         return Err(ApiError::TooManyReadings { count: n, limit: limits.max_buffered_readings });
     }
-    match buffers.push(items) {
+    match intake.accept(items).await {
         Ok(accepted) => {
             count_accepted(protocol, accepted);
             Ok(accepted)
         }
-        Err(_full) => {
+        Err(IntakeError::BuffersFull(_)) => {
             count_rejected(protocol, "buffers_full", n);
             Err(ApiError::BuffersFull { accepted: 0 })
+        }
+        Err(IntakeError::Wal(crate::wal::WalError::Full { .. })) => {
+            count_rejected(protocol, "wal_full", n);
+            Err(ApiError::WalFull { accepted: 0 })
+        }
+        Err(IntakeError::Wal(e)) => {
+            count_rejected(protocol, "wal_failed", n);
+            Err(ApiError::WalFailed(e.to_string()))
         }
     }
 }
@@ -321,15 +330,19 @@ impl JsonTally {
 
     /// Pushes what is pending, in pieces of at most `piece` readings. Each piece is
     /// all-or-nothing; pieces pushed before a failure stay accepted.
-    fn push_pending(&mut self, state: &AppState, piece: usize) -> Result<(), ApiError> {
+    async fn push_pending(&mut self, state: &AppState, piece: usize) -> Result<(), ApiError> {
         let mut items = std::mem::take(&mut self.pending);
         while !items.is_empty() {
             let rest = items.split_off(items.len().min(piece.max(1)));
-            match push(&state.buffers, items, self.protocol, &state.http) {
+            match push(&state.intake, items, self.protocol, &state.http).await {
                 Ok(n) => self.accepted += n,
                 Err(ApiError::BuffersFull { .. }) => {
                     count_rejected(self.protocol, "buffers_full", rest.len());
                     return Err(ApiError::BuffersFull { accepted: self.accepted });
+                }
+                Err(ApiError::WalFull { .. }) => {
+                    count_rejected(self.protocol, "wal_full", rest.len());
+                    return Err(ApiError::WalFull { accepted: self.accepted });
                 }
                 Err(e) => return Err(e),
             }
@@ -364,11 +377,12 @@ impl JsonTally {
         )
     ),
     responses(
-        (status = 202, description = "Every reading accepted into the buffers: `{\"accepted\": N}`.", body = AcceptedBody),
+        (status = 202, description = "Every reading accepted: in the fsync'd write-ahead log (or, with `--ack=buffered`, in memory). `{\"accepted\": N}`.", body = AcceptedBody),
         (status = 400, description = "Some or all readings rejected; the body lists each rejected item by index.", body = ErrorBody),
         (status = 413, description = "Body too large, or more readings than the buffers can ever hold.", body = ErrorBody),
         (status = 415, description = "Content type other than JSON or NDJSON, or an encoding other than gzip.", body = ErrorBody),
-        (status = 503, description = "Buffers full; retry after the `Retry-After` delay.", body = ErrorBody),
+        (status = 503, description = "Buffers or write-ahead log full; retry after the `Retry-After` delay.", body = ErrorBody),
+        (status = 500, description = "The write-ahead log cannot be written; nothing was acknowledged.", body = ErrorBody),
     )
 )]
 pub(crate) async fn write_readings(
@@ -388,7 +402,7 @@ pub(crate) async fn write_readings(
             let mut tally = JsonTally::new(Protocol::Json);
             tally.add(json::parse_document(&bytes, now_ms(), &state.limits));
             drop(bytes);
-            tally.push_pending(&state, usize::MAX)?;
+            tally.push_pending(&state, usize::MAX).await?;
             tally.into_response()
         }
         JsonBody::Ndjson => {
@@ -472,7 +486,7 @@ async fn stream_ndjson(
                 .map_err(|e| mid_stream(tally.accepted, e))?,
         }
         if tally.pending.len() >= push_every {
-            tally.push_pending(state, push_every)?;
+            tally.push_pending(state, push_every).await?;
         }
     }
     if let Some(gz) = gzip {
@@ -483,7 +497,7 @@ async fn stream_ndjson(
         .map_err(|e| mid_stream(tally.accepted, e))?;
     }
     tally.add(decoder.finish(now, limits));
-    tally.push_pending(state, push_every)?;
+    tally.push_pending(state, push_every).await?;
     tally.into_response()
 }
 
@@ -525,7 +539,8 @@ pub(crate) struct V2Params {
         (status = 204, description = "Every line accepted."),
         (status = 400, description = "Some or all lines rejected, with 1-based line numbers.", body = ErrorBody),
         (status = 413, description = "Body too large.", body = ErrorBody),
-        (status = 503, description = "Buffers full; retry after the `Retry-After` delay.", body = ErrorBody),
+        (status = 503, description = "Buffers or write-ahead log full; retry after the `Retry-After` delay.", body = ErrorBody),
+        (status = 500, description = "The write-ahead log cannot be written; nothing was acknowledged.", body = ErrorBody),
     )
 )]
 pub(crate) async fn write_v1(
@@ -553,7 +568,8 @@ pub(crate) async fn write_v1(
         (status = 204, description = "Every line accepted."),
         (status = 400, description = "Some or all lines rejected, with 1-based line numbers.", body = ErrorBody),
         (status = 413, description = "Body too large.", body = ErrorBody),
-        (status = 503, description = "Buffers full; retry after the `Retry-After` delay.", body = ErrorBody),
+        (status = 503, description = "Buffers or write-ahead log full; retry after the `Retry-After` delay.", body = ErrorBody),
+        (status = 500, description = "The write-ahead log cannot be written; nothing was acknowledged.", body = ErrorBody),
     )
 )]
 pub(crate) async fn write_v2(
@@ -597,7 +613,7 @@ async fn write_line_protocol(
     for e in &bad {
         count_rejected(Protocol::LpHttp, e.reason, 1);
     }
-    let accepted = push(&state.buffers, good, Protocol::LpHttp, &state.http)?;
+    let accepted = push(&state.intake, good, Protocol::LpHttp, &state.http).await?;
     if bad.is_empty() {
         Ok(StatusCode::NO_CONTENT)
     } else {

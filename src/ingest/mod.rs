@@ -3,6 +3,7 @@
 //! buffers.
 
 pub mod http;
+pub mod intake;
 pub mod json;
 pub mod line_protocol;
 pub mod tcp;

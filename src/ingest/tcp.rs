@@ -1,8 +1,9 @@
 //! Raw line protocol over TCP: newline-delimited lines, no responses (as Telegraf's
 //! `socket_writer` and InfluxDB's TCP listeners speak it).
 //!
-//! Full-policy: block. When the buffers are full a connection stops reading its socket until
-//! there is room, so TCP flow control slows the sender; nothing is dropped. Bad lines are
+//! Full-policy: block. When the buffers or the write-ahead log are full a connection stops
+//! reading its socket until there is room, so TCP flow control slows the sender; nothing is
+//! dropped. There is no acknowledgement, so lines are logged but their fsync is not awaited. Bad lines are
 //! counted and logged (at most one log line per connection per second) and never close the
 //! connection. Connections are bounded in total (a semaphore) and per remote IP: one over either
 //! limit is accepted and closed at once, so the client sees a prompt reset rather than a hanging
@@ -21,8 +22,8 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::buffer::Buffers;
 use crate::ingest::http::{Protocol, count_accepted, count_received, count_rejected};
+use crate::ingest::intake::Intake;
 use crate::ingest::line_protocol::{self, Precision};
 use crate::listener::{Accepted, accept_within_limit};
 use crate::metrics::{TCP_CONNECTIONS, TCP_CONNECTIONS_OPEN};
@@ -54,7 +55,7 @@ pub struct TcpConfig {
 /// finishes its current read and push, then closes).
 pub async fn serve(
     listener: TcpListener,
-    buffers: Arc<Buffers>,
+    intake: Arc<Intake>,
     limits: Arc<InputLimits>,
     config: TcpConfig,
     shutdown: CancellationToken,
@@ -73,7 +74,7 @@ pub async fn serve(
         };
         metrics::counter!(TCP_CONNECTIONS, "result" => "accepted").increment(1);
         let _ = stream.set_nodelay(true);
-        let mut sink = LineProtocolSink::new(buffers.clone(), limits.clone(), peer);
+        let mut sink = LineProtocolSink::new(intake.clone(), limits.clone(), peer);
         let config = config.clone();
         let shutdown = shutdown.clone();
         tracker.spawn(async move {
@@ -298,7 +299,7 @@ async fn push_all<S: LineSink>(
 /// Parses line protocol (nanosecond timestamps, as the TCP listeners of InfluxDB take them)
 /// and pushes into the buffers.
 struct LineProtocolSink {
-    buffers: Arc<Buffers>,
+    intake: Arc<Intake>,
     limits: Arc<InputLimits>,
     peer: SocketAddr,
     /// Lines seen so far, to give logged errors a line number within the connection.
@@ -308,8 +309,8 @@ struct LineProtocolSink {
 }
 
 impl LineProtocolSink {
-    fn new(buffers: Arc<Buffers>, limits: Arc<InputLimits>, peer: SocketAddr) -> Self {
-        LineProtocolSink { buffers, limits, peer, lines_seen: 0, last_log: None, suppressed: 0 }
+    fn new(intake: Arc<Intake>, limits: Arc<InputLimits>, peer: SocketAddr) -> Self {
+        LineProtocolSink { intake, limits, peer, lines_seen: 0, last_log: None, suppressed: 0 }
     }
 
     /// Logs at most once per [`LOG_INTERVAL`]; says how many were left out in between.
@@ -354,9 +355,18 @@ impl LineSink for LineProtocolSink {
     }
 
     async fn push(&self, items: Vec<(SeriesMeta, Reading)>) -> usize {
-        let n = self.buffers.push_when_room(items).await;
-        count_accepted(Protocol::LpTcp, n);
-        n
+        let count = items.len();
+        match self.intake.accept_when_room(items).await {
+            Ok(n) => {
+                count_accepted(Protocol::LpTcp, n);
+                n
+            }
+            Err(e) => {
+                count_rejected(Protocol::LpTcp, "wal_failed", count);
+                tracing::error!(peer = %self.peer, readings = count, error = %e, "TCP readings not accepted");
+                0
+            }
+        }
     }
 
     fn line_too_long(&mut self) {

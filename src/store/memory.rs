@@ -13,7 +13,7 @@ use super::{
     BucketLimits, FieldStats, Order, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery,
     Store, StoreError, WriteReport,
 };
-use crate::model::{Batch, FieldValue, HOUR_MS, Reading, TimestampMs};
+use crate::model::{Batch, FieldValue, HOUR_MS, Reading, Seq, TimestampMs};
 
 struct Bucket {
     readings: Vec<Reading>,
@@ -45,6 +45,8 @@ struct Series {
     tags: Vec<(String, String)>,
     /// Keyed by (hour start, spill sequence within the hour).
     buckets: BTreeMap<(TimestampMs, u32), Bucket>,
+    /// Highest sequence number stored per hour.
+    marks: BTreeMap<TimestampMs, Seq>,
 }
 
 /// Approximate encoded size of a reading: what the caps count. Close to BSON's size for the
@@ -112,7 +114,12 @@ impl MemoryStore {
             measurement: batch.series.measurement.clone(),
             tags: batch.series.tags.clone(),
             buckets: BTreeMap::new(),
+            marks: BTreeMap::new(),
         });
+        if let Some(last) = batch.last_seq() {
+            let mark = entry.marks.entry(batch.hour).or_default();
+            *mark = (*mark).max(last);
+        }
         let mut report = WriteReport::default();
         let mut seq = entry
             .buckets
@@ -187,6 +194,17 @@ impl Store for MemoryStore {
         }
         let mut series = self.series.lock().expect("memory store mutex poisoned");
         batches.iter().map(|b| Ok(self.write_batch(&mut series, b))).collect()
+    }
+
+    async fn high_water(&self, keys: &[(String, TimestampMs)]) -> Result<Vec<Seq>, StoreError> {
+        self.check_available()?;
+        let series = self.series.lock().expect("memory store mutex poisoned");
+        Ok(keys
+            .iter()
+            .map(|(key, hour)| {
+                series.get(key).and_then(|s| s.marks.get(hour)).copied().unwrap_or(0)
+            })
+            .collect())
     }
 
     fn readings(&self, query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {
@@ -292,6 +310,7 @@ mod tests {
                 .into_iter()
                 .map(|t| Reading { ts: t, fields: vec![("v".into(), FieldValue::Float(t as f64))] })
                 .collect(),
+            seqs: vec![],
         }
     }
 

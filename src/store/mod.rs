@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
-use crate::model::{Batch, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, TimestampMs};
+use crate::model::{Batch, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, Seq, TimestampMs};
 
 /// Version of the on-disk / in-database bucket layout, written into every bucket so that a
 /// later bucketd can read (or migrate) what an earlier one wrote.
@@ -179,9 +179,19 @@ pub trait Store: Send + Sync + 'static {
     async fn ping(&self) -> Result<(), StoreError>;
 
     /// Writes every batch, spilling into new buckets as the caps require. Returns one outcome
-    /// per batch, in the same order; a failed batch leaves no partial readings behind unless
-    /// the error says otherwise, and never affects the other batches.
+    /// per batch, in the same order; a failed batch never affects the other batches.
+    ///
+    /// A batch is applied in order: when it fails, what it left behind is a prefix of its
+    /// readings (possibly empty, possibly all of it, when the failure hid a success), and the
+    /// store's high-water mark of its (series, hour) is the last sequence number of that prefix.
+    /// Each bucket update records the batch's sequence numbers with it, atomically.
     async fn write(&self, batches: &[Batch]) -> Vec<Result<WriteReport, StoreError>>;
+
+    /// For each (series key, hour start): the highest sequence number of a reading stored for
+    /// it (0 when none is). Every reading of that series and hour with a number up to the mark
+    /// is stored, none above it (see `write`): the flusher asks after an unclear failure, and
+    /// the write-ahead log's replay before re-inserting.
+    async fn high_water(&self, keys: &[(String, TimestampMs)]) -> Result<Vec<Seq>, StoreError>;
 
     /// Streams the readings of a range without holding the whole range in memory.
     fn readings(&self, query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>>;

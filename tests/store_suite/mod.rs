@@ -89,6 +89,8 @@ macro_rules! store_suite {
             rollups_from_stats_match_rollups_from_readings,
             sensors_by_tag_and_measurement,
             empty_and_invalid_requests,
+            high_water_marks_follow_writes,
+            a_failed_batch_leaves_the_prefix_its_mark_names,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
@@ -128,7 +130,7 @@ pub fn batches(series: &Arc<SeriesMeta>, readings: &[Reading]) -> Vec<Batch> {
         let hour = hour_start(r.ts);
         match out.iter_mut().find(|b| b.hour == hour) {
             Some(b) => b.readings.push(r.clone()),
-            None => out.push(Batch { series: series.clone(), hour, readings: vec![r.clone()] }),
+            None => out.push(Batch::new(series.clone(), hour, vec![r.clone()])),
         }
     }
     out
@@ -808,7 +810,7 @@ pub async fn empty_and_invalid_requests(make: Make<'_>) {
     f.store.ping().await.expect("ping");
     assert!(f.store.write(&[]).await.is_empty());
     let s = series("empty", "m", &[]);
-    let empty = Batch { series: s.clone(), hour: T0, readings: vec![] };
+    let empty = Batch::new(s.clone(), T0, vec![]);
     let one = batches(&s, &[reading(T0 + 1, &[("v", FieldValue::Bool(true))])]);
     let results = f.store.write(&[empty, one[0].clone()]).await;
     assert!(results.iter().all(Result::is_ok), "{results:?}");
@@ -830,6 +832,71 @@ pub async fn empty_and_invalid_requests(make: Make<'_>) {
         match f.store.rollups(q).await {
             Err(StoreError::InvalidQuery(_)) => {}
             other => panic!("step {step}: expected InvalidQuery, got {other:?}"),
+        }
+    }
+}
+
+/// A batch with sequence numbers `first..first + readings.len()`.
+fn numbered(series: &Arc<SeriesMeta>, readings: Vec<Reading>, first: u64) -> Batch {
+    let hour = hour_start(readings[0].ts);
+    let seqs = (first..first + readings.len() as u64).collect();
+    Batch { series: series.clone(), hour, readings, seqs }
+}
+
+async fn marks(store: &dyn Store, keys: &[(&str, TimestampMs)]) -> Vec<u64> {
+    let keys: Vec<(String, TimestampMs)> = keys.iter().map(|(k, h)| (k.to_string(), *h)).collect();
+    store.high_water(&keys).await.expect("high_water")
+}
+
+/// Each (series, hour) remembers the highest sequence number written to it, across spills and
+/// batches larger than a bucket; a batch without numbers, or with lower ones, never lowers it.
+pub async fn high_water_marks_follow_writes(make: Make<'_>) {
+    let f =
+        make(BucketLimits { max_readings: 10, max_bytes: BucketLimits::MAX_BYTES_CEILING }).await;
+    let (a, b) = (series("hw-a", "m", &[]), series("hw-b", "m", &[]));
+    let ints = |from: i64, n: i64| -> Vec<Reading> {
+        (0..n).map(|i| reading(from + i, &[("v", FieldValue::Int(i))])).collect()
+    };
+    assert_eq!(marks(&*f.store, &[("hw-a", T0), ("nobody", T0)]).await, vec![0, 0]);
+    // 25 readings: more than two buckets' worth, so several statements for MongoDB.
+    write_ok(&*f.store, &[numbered(&a, ints(T0, 25), 1_000), numbered(&b, ints(T0, 3), 50)]).await;
+    write_ok(&*f.store, &[numbered(&a, ints(T0 + HOUR_MS, 2), 2_000)]).await;
+    assert_eq!(
+        marks(
+            &*f.store,
+            &[("hw-a", T0), ("hw-b", T0), ("hw-a", T0 + HOUR_MS), ("hw-b", T0 + HOUR_MS)]
+        )
+        .await,
+        vec![1_024, 52, 2_001, 0]
+    );
+    write_ok(&*f.store, &batches(&a, &ints(T0 + 100, 3))).await;
+    write_ok(&*f.store, &[numbered(&a, ints(T0 + 200, 1), 7)]).await;
+    assert_eq!(marks(&*f.store, &[("hw-a", T0)]).await, vec![1_024]);
+    assert_eq!(read(&*f.store, range(&a.key, T0, T0 + HOUR_MS)).await.len(), 29);
+}
+
+/// `Store::write`'s promise that the flusher and the WAL replay rely on: a failed batch leaves
+/// behind exactly the readings up to its (series, hour) high-water mark, in order.
+pub async fn a_failed_batch_leaves_the_prefix_its_mark_names(make: Make<'_>) {
+    let f = make(BucketLimits { max_readings: 4, max_bytes: 1 << 20 }).await;
+    let s = series("hw-prefix", "m", &[]);
+    let huge: Vec<(String, FieldValue)> =
+        (0..256).map(|i| (format!("f{i:03}"), FieldValue::Str("z".repeat(64 * 1024)))).collect();
+    let mut readings: Vec<Reading> =
+        (0..6).map(|i| reading(T0 + i, &[("v", FieldValue::Int(i))])).collect();
+    readings.push(Reading { ts: T0 + 6, fields: huge });
+    readings.extend((7..12).map(|i| reading(T0 + i, &[("v", FieldValue::Int(i))])));
+    let batch = numbered(&s, readings.clone(), 100);
+    let result = f.store.write(std::slice::from_ref(&batch)).await.remove(0);
+    let mark = marks(&*f.store, &[(s.key.as_str(), T0)]).await[0];
+    let landed = batch.seqs.partition_point(|&q| q <= mark);
+    let stored = read(&*f.store, range(&s.key, T0, T0 + HOUR_MS)).await;
+    assert_eq!(stored, readings[..landed].to_vec(), "a prefix, as long as the mark says");
+    match result {
+        Ok(_) => assert_eq!(landed, readings.len()),
+        Err(e) => {
+            assert!(f.caps.rejects_oversized_reading, "unexpected failure: {e}");
+            assert_eq!(landed, 6, "everything before the oversized reading landed");
         }
     }
 }

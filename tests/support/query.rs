@@ -112,7 +112,7 @@ pub async fn write(store: &MemoryStore, series: &SeriesMeta, readings: &[Reading
         let hour = hour_start(r.ts);
         match batches.iter_mut().find(|b| b.hour == hour) {
             Some(b) => b.readings.push(r.clone()),
-            None => batches.push(Batch { series: meta.clone(), hour, readings: vec![r.clone()] }),
+            None => batches.push(Batch::new(meta.clone(), hour, vec![r.clone()])),
         }
     }
     for result in store.write(&batches).await {

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use bucketd::buffer::Buffers;
 use bucketd::config::Config;
 use bucketd::flush::ShutdownReport;
-use bucketd::model::{Batch, Reading};
+use bucketd::model::{Batch, Reading, Seq, TimestampMs};
 use bucketd::server::Server;
 use bucketd::store::memory::MemoryStore;
 use bucketd::store::{
@@ -31,6 +31,8 @@ pub struct TestServer {
     pub client: reqwest::Client,
     stop: oneshot::Sender<()>,
     task: JoinHandle<anyhow::Result<ShutdownReport>>,
+    /// The write-ahead log's directory, unless the test chose one.
+    _wal_dir: Option<tempfile::TempDir>,
 }
 
 impl TestServer {
@@ -50,6 +52,13 @@ impl TestServer {
             all.extend(["--tcp-addr", "127.0.0.1:0"]);
         }
         all.extend_from_slice(args);
+        // Every server gets its own log directory (the default is under --data-dir, which
+        // tests with other stores leave at the shared default).
+        let wal_dir = (!args.contains(&"--wal-dir")).then(|| tempfile::tempdir().unwrap());
+        let wal_path = wal_dir.as_ref().map(|d| d.path().to_str().unwrap().to_owned());
+        if let Some(path) = &wal_path {
+            all.extend(["--wal-dir", path.as_str()]);
+        }
         let config = Config::from_args(all).expect("test flags parse");
         let server = Server::bind(config, store).await.expect("server binds");
         let http = server.http_addr();
@@ -64,7 +73,7 @@ impl TestServer {
             .no_gzip()
             .build()
             .unwrap();
-        TestServer { http, tcp, buffers, client, stop, task }
+        TestServer { http, tcp, buffers, client, stop, task, _wal_dir: wal_dir }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -139,6 +148,8 @@ pub struct FlakyStore {
     pub inner: Arc<MemoryStore>,
     down: AtomicBool,
     pub failed_writes: AtomicUsize,
+    /// Writes applied whose success is then reported as `Unavailable` (a lost reply).
+    lose_replies: AtomicUsize,
 }
 
 impl FlakyStore {
@@ -147,7 +158,13 @@ impl FlakyStore {
             inner,
             down: AtomicBool::new(false),
             failed_writes: AtomicUsize::new(0),
+            lose_replies: AtomicUsize::new(0),
         })
+    }
+
+    /// The next `n` writes land, then report a failure.
+    pub fn lose_next_replies(&self, n: usize) {
+        self.lose_replies.store(n, Ordering::SeqCst);
     }
 
     pub fn set_down(&self, down: bool) {
@@ -178,7 +195,23 @@ impl Store for FlakyStore {
             self.failed_writes.fetch_add(1, Ordering::SeqCst);
             return batches.iter().map(|_| Err(e.clone())).collect();
         }
-        self.inner.write(batches).await
+        let outcomes = self.inner.write(batches).await;
+        let lost = self
+            .lose_replies
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if lost.is_ok() {
+            self.failed_writes.fetch_add(1, Ordering::SeqCst);
+            return outcomes
+                .into_iter()
+                .map(|_| Err(StoreError::Unavailable("test: reply lost".into())))
+                .collect();
+        }
+        outcomes
+    }
+
+    async fn high_water(&self, keys: &[(String, TimestampMs)]) -> Result<Vec<Seq>, StoreError> {
+        self.check()?;
+        self.inner.high_water(keys).await
     }
 
     fn readings(&self, query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {
@@ -207,6 +240,9 @@ impl Store for HangingPingStore {
     }
     async fn write(&self, batches: &[Batch]) -> Vec<Result<WriteReport, StoreError>> {
         self.0.write(batches).await
+    }
+    async fn high_water(&self, keys: &[(String, TimestampMs)]) -> Result<Vec<Seq>, StoreError> {
+        self.0.high_water(keys).await
     }
     fn readings(&self, query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {
         self.0.readings(query)

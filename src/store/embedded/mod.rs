@@ -14,6 +14,7 @@
 //! | `measurement_index` | `(measurement, sensor key)`           | `()`                        |
 //! | `buckets`           | `(series id u64, hour i64, seq u32)`  | bucket header: count, approximate bytes, min/max ts, sorted flag, chunk count, per-field `{count,min,max,sum}` |
 //! | `chunks`            | `(series id, hour, seq, chunk u32)`   | the readings one flush appended to that bucket |
+//! | `high_water`        | `(sensor key, hour i64)`              | `u64`: highest write sequence number stored for that hour (`Store::high_water`) |
 //!
 //! `meta` holds `schema_version` (written when the file is created; a file from a newer
 //! bucketd is refused at open) and `next_series_id`.
@@ -57,7 +58,7 @@ use futures::stream::BoxStream;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::runtime::RuntimeFlavor;
 
-use crate::model::{Batch, Reading};
+use crate::model::{Batch, Reading, Seq, TimestampMs};
 use crate::store::{
     BucketLimits, RangeQuery, RollupQuery, RollupRow, SCHEMA_VERSION, SensorInfo, SensorQuery,
     Store, StoreError, WriteReport,
@@ -77,6 +78,8 @@ const MEASUREMENT_INDEX: TableDefinition<(&str, &str), ()> =
     TableDefinition::new("measurement_index");
 const BUCKETS: TableDefinition<(u64, i64, u32), &[u8]> = TableDefinition::new("buckets");
 const CHUNKS: TableDefinition<(u64, i64, u32, u32), &[u8]> = TableDefinition::new("chunks");
+/// Added after schema version 1 shipped without it; created on open, so older files gain it.
+const HIGH_WATER: TableDefinition<(&str, i64), u64> = TableDefinition::new("high_water");
 
 const META_SCHEMA_VERSION: &str = "schema_version";
 const META_NEXT_SERIES_ID: &str = "next_series_id";
@@ -223,6 +226,7 @@ fn init_schema(db: &Database, path: &Path) -> Result<(), EmbeddedError> {
         txn.open_table(MEASUREMENT_INDEX)?;
         txn.open_table(BUCKETS)?;
         txn.open_table(CHUNKS)?;
+        txn.open_table(HIGH_WATER)?;
     }
     txn.commit()?;
     Ok(())
@@ -268,6 +272,18 @@ impl Store for EmbeddedStore {
             Ok(outcomes) => outcomes,
             Err(e) => failed(e.to_string()),
         }
+    }
+
+    async fn high_water(&self, keys: &[(String, TimestampMs)]) -> Result<Vec<Seq>, StoreError> {
+        let keys = keys.to_vec();
+        self.blocking(move |db| {
+            let txn = db.begin_read()?;
+            let table = txn.open_table(HIGH_WATER)?;
+            keys.iter()
+                .map(|(key, hour)| Ok(table.get((key.as_str(), *hour))?.map_or(0, |g| g.value())))
+                .collect()
+        })
+        .await
     }
 
     fn readings(&self, query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {

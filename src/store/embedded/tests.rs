@@ -32,10 +32,7 @@ fn batches(series: &Arc<SeriesMeta>, readings: &[Reading]) -> Vec<Batch> {
     for r in readings {
         by_hour.entry(hour_start(r.ts)).or_default().push(r.clone());
     }
-    by_hour
-        .into_iter()
-        .map(|(hour, readings)| Batch { series: series.clone(), hour, readings })
-        .collect()
+    by_hour.into_iter().map(|(hour, readings)| Batch::new(series.clone(), hour, readings)).collect()
 }
 
 async fn write_ok(store: &EmbeddedStore, batches: &[Batch]) -> Vec<WriteReport> {
@@ -261,10 +258,10 @@ async fn batches_of_one_write_see_each_other_and_a_bad_batch_fails_alone() {
     let (a, b) = (meta("a", "m", &[]), meta("b", "m", &[]));
     let a1: Vec<Reading> = (0..4).map(|i| reading(i, 1.0)).collect();
     let a2: Vec<Reading> = (4..7).map(|i| reading(i, 2.0)).collect();
-    let bad = Batch { series: b.clone(), hour: 0, readings: vec![reading(HOUR_MS, 0.0)] };
-    let misaligned = Batch { series: b.clone(), hour: 5, readings: vec![reading(6, 0.0)] };
-    let empty = Batch { series: b.clone(), hour: 0, readings: vec![] };
-    let extreme = Batch { series: b.clone(), hour: 0, readings: vec![reading(i64::MAX, 0.0)] };
+    let bad = Batch::new(b.clone(), 0, vec![reading(HOUR_MS, 0.0)]);
+    let misaligned = Batch::new(b.clone(), 5, vec![reading(6, 0.0)]);
+    let empty = Batch::new(b.clone(), 0, vec![]);
+    let extreme = Batch::new(b.clone(), 0, vec![reading(i64::MAX, 0.0)]);
     let out = store
         .write(&[
             batches(&a, &a1).remove(0),

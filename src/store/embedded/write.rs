@@ -4,7 +4,8 @@ use redb::{Database, ReadableTable, Table, WriteTransaction};
 
 use super::codec::{self, BucketHeader, SeriesRecord};
 use super::{
-    BUCKETS, CHUNKS, EmbeddedError, MEASUREMENT_INDEX, META, META_NEXT_SERIES_ID, SERIES, TAG_INDEX,
+    BUCKETS, CHUNKS, EmbeddedError, HIGH_WATER, MEASUREMENT_INDEX, META, META_NEXT_SERIES_ID,
+    SERIES, TAG_INDEX,
 };
 use crate::model::{Batch, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, TimestampMs, hour_start};
 use crate::store::memory::approx_reading_bytes;
@@ -17,6 +18,7 @@ struct Tables<'t> {
     measurements: Table<'t, (&'static str, &'static str), ()>,
     buckets: Table<'t, (u64, i64, u32), &'static [u8]>,
     chunks: Table<'t, (u64, i64, u32, u32), &'static [u8]>,
+    high_water: Table<'t, (&'static str, i64), u64>,
 }
 
 impl<'t> Tables<'t> {
@@ -28,6 +30,7 @@ impl<'t> Tables<'t> {
             measurements: txn.open_table(MEASUREMENT_INDEX)?,
             buckets: txn.open_table(BUCKETS)?,
             chunks: txn.open_table(CHUNKS)?,
+            high_water: txn.open_table(HIGH_WATER)?,
         })
     }
 }
@@ -97,11 +100,26 @@ fn commit(
     {
         let mut t = Tables::open(&txn)?;
         for &i in todo {
-            results.push(append_batch(&mut t, limits, &batches[i])?);
+            let result = append_batch(&mut t, limits, &batches[i])?;
+            if result.is_ok() {
+                record_high_water(&mut t, &batches[i])?;
+            }
+            results.push(result);
         }
     }
     txn.commit()?;
     Ok(results)
+}
+
+/// In the batch's own transaction, so the mark and the readings land together.
+fn record_high_water(t: &mut Tables<'_>, batch: &Batch) -> Result<(), EmbeddedError> {
+    let Some(last) = batch.last_seq() else { return Ok(()) };
+    let key = (batch.series.key.as_str(), batch.hour);
+    let mark = t.high_water.get(key)?.map_or(0, |g| g.value());
+    if last > mark {
+        t.high_water.insert(key, last)?;
+    }
+    Ok(())
 }
 
 /// Appends one batch. The outer error aborts the whole transaction; the inner one fails only

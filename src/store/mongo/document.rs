@@ -38,6 +38,8 @@ pub const FIRST: &str = "first";
 pub const LAST: &str = "last";
 pub const STATS: &str = "stats";
 pub const READINGS: &str = "r";
+/// Highest write sequence number among the bucket's readings (`Store::high_water`).
+pub const HIGH_WATER: &str = "w";
 pub const TIME: &str = "t";
 pub const FIELDS: &str = "f";
 pub const STAT_MIN: &str = "min";

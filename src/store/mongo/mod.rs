@@ -31,7 +31,7 @@ use mongodb::error::{ErrorKind, WriteFailure};
 use mongodb::options::{ClientOptions, IndexOptions};
 use mongodb::{Client, Collection, Database, IndexModel};
 
-use crate::model::{Batch, Reading};
+use crate::model::{Batch, Reading, Seq, TimestampMs};
 use crate::store::{
     BucketLimits, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery, Store, StoreError,
     WriteReport,
@@ -45,6 +45,10 @@ const TTL_INDEX: &str = "end_ttl";
 /// How long a command may take before the store reports the server unavailable. Generous:
 /// a flush of many sensors is one large command.
 pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// An `update` carries `maxTimeMS` = the operation timeout; the client waits this much longer
+/// for the server's own verdict before it gives up on the reply.
+const CLIENT_TIMEOUT_MARGIN: Duration = Duration::from_secs(2);
 
 /// How long the driver looks for a usable server when the URI does not say.
 const DEFAULT_SERVER_SELECTION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -260,6 +264,10 @@ impl Store for MongoStore {
 
     async fn write(&self, batches: &[Batch]) -> Vec<Result<WriteReport, StoreError>> {
         write::write(&self.inner, batches).await
+    }
+
+    async fn high_water(&self, keys: &[(String, TimestampMs)]) -> Result<Vec<Seq>, StoreError> {
+        query::high_water(&self.inner, keys).await
     }
 
     fn readings(&self, query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {

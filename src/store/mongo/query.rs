@@ -11,7 +11,9 @@ use mongodb::Cursor;
 
 use super::document::{self as d};
 use super::{Inner, error_from_driver, timed};
-use crate::model::{HOUR_MS, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, hour_start};
+use crate::model::{
+    HOUR_MS, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, Seq, TimestampMs, hour_start,
+};
 use crate::store::{
     FieldStats, Order, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery, StoreError,
 };
@@ -24,6 +26,60 @@ const CURSOR_BATCH: u32 = 1000;
 /// 100 bytes of BSON typically), so 10,000 of them make a reply of about a megabyte: a 1 Hz day
 /// (86,400 readings) is 9 round trips instead of 87, and still far below the 16 MiB reply cap.
 const READINGS_CURSOR_BATCH: u32 = 10_000;
+
+/// Sensors per high-water query: keeps the `$in` list and its reply small.
+const HIGH_WATER_KEYS: usize = 1000;
+
+/// `Store::high_water`: per hour asked about, the highest `w` of each sensor's buckets, with
+/// one aggregation per hour and up to [`HIGH_WATER_KEYS`] sensors (index `{s, start}`).
+pub(super) async fn high_water(
+    inner: &Inner,
+    keys: &[(String, TimestampMs)],
+) -> Result<Vec<Seq>, StoreError> {
+    let mut by_hour: BTreeMap<TimestampMs, Vec<usize>> = BTreeMap::new();
+    for (i, (_, hour)) in keys.iter().enumerate() {
+        by_hour.entry(*hour).or_default().push(i);
+    }
+    let mut marks = vec![0; keys.len()];
+    for (hour, indices) in by_hour {
+        for part in indices.chunks(HIGH_WATER_KEYS) {
+            let sensors: Vec<&str> = part.iter().map(|&i| keys[i].0.as_str()).collect();
+            let pipeline = vec![
+                doc! {"$match": {d::SENSOR: {"$in": &sensors}, d::START: d::date(hour)}},
+                doc! {"$group": {d::ID: format!("${}", d::SENSOR), "w": {"$max": format!("${}", d::HIGH_WATER)}}},
+            ];
+            let cursor = timed(
+                inner.op_timeout,
+                "aggregate",
+                inner.buckets.aggregate(pipeline).batch_size(CURSOR_BATCH),
+            )
+            .await?
+            .map_err(error_from_driver)?;
+            let found: Vec<Document> =
+                timed(inner.op_timeout, "aggregate", cursor.try_collect::<Vec<_>>())
+                    .await?
+                    .map_err(error_from_driver)?;
+            let found: BTreeMap<&str, Seq> = found
+                .iter()
+                .filter_map(|doc| {
+                    let sensor = doc.get_str(d::ID).ok()?;
+                    // Buckets written without sequence numbers have no `w`: null here.
+                    let w = doc.get("w").and_then(d::number).unwrap_or(0.0);
+                    let w = match doc.get("w") {
+                        Some(Bson::Int64(v)) => u64::try_from(*v).unwrap_or(0),
+                        Some(Bson::Int32(v)) => u64::try_from(*v).unwrap_or(0),
+                        _ => w.max(0.0) as u64,
+                    };
+                    Some((sensor, w))
+                })
+                .collect();
+            for &i in part {
+                marks[i] = found.get(keys[i].0.as_str()).copied().unwrap_or(0);
+            }
+        }
+    }
+    Ok(marks)
+}
 
 /// The range a bucket can hold, so that hour arithmetic on user-supplied bounds cannot
 /// overflow.

@@ -11,8 +11,16 @@
 //! is approximate: statistics of many distinct fields, or buckets written under other caps)
 //! is retried into a new bucket with a fresh `_id`, and if even a new bucket is too large, in
 //! halves. Only a single reading that cannot fit any document is rejected.
+//!
+//! # Order within a batch
+//! Every statement `$max`es the bucket's `w` to the sequence number of its last reading, in the
+//! same atomic document update as its readings. A batch larger than one bucket becomes several
+//! statements ("runs"); they are sent one per round, in order, and a batch stops at its first
+//! failed run. So what a failed batch leaves behind is always a prefix, and the hour's highest
+//! `w` says exactly how long it is ([`crate::store::Store::high_water`]). A flush whose batches
+//! each fit one bucket, the common case, is still a single round.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 
@@ -75,41 +83,55 @@ pub(super) async fn write(
 
     // Only packing shrinks this; a statement is judged against the server's real limit.
     let mut command_budget = inner.server.max_command_bytes;
-    let mut pending: Vec<Work> = Vec::new();
-    for (i, state) in states.iter().enumerate() {
-        let statement_budget = inner.server.max_command_bytes.saturating_sub(COMMAND_OVERHEAD);
-        for readings in chunks(state, inner.limits, statement_budget as u64) {
-            pending.push(Work { batch: i, readings, target: Target::Open });
-        }
-    }
+    // Per batch, its runs still to write, in order (module doc: "Order within a batch").
+    let mut queues: Vec<VecDeque<Work>> = states
+        .iter()
+        .enumerate()
+        .map(|(i, state)| {
+            let statement_budget = inner.server.max_command_bytes.saturating_sub(COMMAND_OVERHEAD);
+            chunks(state, inner.limits, statement_budget as u64)
+                .into_iter()
+                .map(|readings| Work { batch: i, readings, target: Target::Open })
+                .collect()
+        })
+        .collect();
 
     let mut rounds = 0;
-    while !pending.is_empty() {
+    loop {
+        let mut statements = Vec::new();
+        for queue in queues.iter_mut() {
+            if let Some(work) = queue.pop_front()
+                && states[work.batch].error.is_none()
+            {
+                build(&mut states, work, inner, queue, &mut statements);
+            }
+        }
+        if statements.is_empty() {
+            break;
+        }
         rounds += 1;
         if rounds > MAX_ROUNDS {
-            for work in &pending {
-                states[work.batch].error.get_or_insert_with(|| {
+            for st in &statements {
+                states[st.work.batch].error.get_or_insert_with(|| {
                     StoreError::Internal(format!("write still retrying after {MAX_ROUNDS} rounds"))
                 });
             }
             break;
         }
-        let mut statements = Vec::with_capacity(pending.len());
-        for work in pending.drain(..) {
-            if states[work.batch].error.is_none() {
-                build(&mut states, work, inner, &mut statements);
-            }
-        }
         for command in pack(statements, inner.server.max_statements, command_budget) {
             let retry = run(inner, &mut states, command).await;
-            match retry {
-                Retry::Statements(works) => pending.extend(works),
+            let works = match retry {
+                Retry::Statements(works) => works,
                 Retry::SmallerCommands(works) => {
                     // Our estimate of the command size disagreed with the server's: resend
                     // in commands half as large rather than fail batches for our own mistake.
                     command_budget /= 2;
-                    pending.extend(works);
+                    works
                 }
+            };
+            // Each goes back to the head of its batch's queue, in order.
+            for work in works.into_iter().rev() {
+                queues[work.batch].push_front(work);
             }
         }
     }
@@ -199,25 +221,34 @@ fn stats_paths_cost(name: &str) -> u64 {
     4 * (d::encode_name(name).len() as u64 * 3 + 32)
 }
 
-/// Builds the statement for `work`, halving it until it fits a command on its own. A single
+/// Builds the statement for `work`, halving it until it fits a command on its own; the second
+/// half of a split goes back to the head of the batch's `queue` for a later round. A single
 /// reading that cannot fit fails its batch.
-fn build(states: &mut [BatchState<'_>], work: Work, inner: &Inner, out: &mut Vec<Statement>) {
-    let doc = statement(&states[work.batch], &work, inner.limits);
-    if doc.as_bytes().len() + COMMAND_OVERHEAD + 16 <= inner.server.max_command_bytes {
-        out.push(Statement { work, doc });
-        return;
-    }
-    if work.readings.len() <= 1 {
-        let size = doc.as_bytes().len();
-        states[work.batch].error.get_or_insert(StoreError::Rejected(format!(
-            "a reading of {} encodes to a {size}-byte update, more than MongoDB accepts in one \
-             document",
-            states[work.batch].batch.series.key
-        )));
-        return;
-    }
-    for half in halves(&work) {
-        build(states, half, inner, out);
+fn build(
+    states: &mut [BatchState<'_>],
+    mut work: Work,
+    inner: &Inner,
+    queue: &mut VecDeque<Work>,
+    out: &mut Vec<Statement>,
+) {
+    loop {
+        let doc = statement(&states[work.batch], &work, inner.limits);
+        if doc.as_bytes().len() + COMMAND_OVERHEAD + 16 <= inner.server.max_command_bytes {
+            out.push(Statement { work, doc });
+            return;
+        }
+        if work.readings.len() <= 1 {
+            let size = doc.as_bytes().len();
+            states[work.batch].error.get_or_insert(StoreError::Rejected(format!(
+                "a reading of {} encodes to a {size}-byte update, more than MongoDB accepts in \
+                 one document",
+                states[work.batch].batch.series.key
+            )));
+            return;
+        }
+        let [first, second] = halves(&work);
+        queue.push_front(second);
+        work = first;
     }
 }
 
@@ -308,6 +339,11 @@ fn statement(state: &BatchState, work: &Work, limits: BucketLimits) -> RawDocume
     min.append(d::FIRST, d::date(first));
     let mut max = RawDocumentBuf::new();
     max.append(d::LAST, d::date(last));
+    if let Some(&seq) = batch.seqs.get(work.readings.end.wrapping_sub(1)) {
+        // BSON has no unsigned 64-bit integer; sequence numbers (nanoseconds since 1970 and
+        // counting) stay below i64::MAX until the year 2262.
+        max.append(d::HIGH_WATER, i64::try_from(seq).unwrap_or(i64::MAX));
+    }
     for name in order {
         let s = &stats[name];
         let key = d::encode_name(name);
@@ -376,14 +412,17 @@ async fn run(inner: &Inner, states: &mut [BatchState<'_>], command: Vec<Statemen
     cmd.append("update", super::COLLECTION);
     cmd.append("updates", updates);
     cmd.append("ordered", false);
+    // The server abandons the command by itself after this long, so a write whose reply we
+    // gave up on cannot still land after the flusher has asked for the high-water mark.
+    cmd.append("maxTimeMS", i64::try_from(inner.op_timeout.as_millis()).unwrap_or(i64::MAX));
 
     inner.counters.write_commands.fetch_add(1, Ordering::Relaxed);
     inner.counters.write_statements.fetch_add(works.len() as u64, Ordering::Relaxed);
-    let reply = match tokio::time::timeout(inner.op_timeout, inner.db.run_raw_command(cmd)).await {
-        Err(_) => Err(StoreError::Unavailable(format!(
-            "update command timed out after {:?}",
-            inner.op_timeout
-        ))),
+    let deadline = inner.op_timeout + super::CLIENT_TIMEOUT_MARGIN;
+    let reply = match tokio::time::timeout(deadline, inner.db.run_raw_command(cmd)).await {
+        Err(_) => {
+            Err(StoreError::Unavailable(format!("update command timed out after {deadline:?}")))
+        }
         Ok(Err(e)) => {
             if let mongodb::error::ErrorKind::Command(c) = e.kind.as_ref()
                 && c.code == 10334
@@ -490,6 +529,7 @@ mod tests {
                     fields: vec![("x".into(), FieldValue::Str("x".repeat(n)))],
                 })
                 .collect(),
+            seqs: vec![],
         }
     }
 

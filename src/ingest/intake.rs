@@ -1,0 +1,97 @@
+//! Where parsed readings enter the server: the write-ahead log (unless `--ack=buffered`) and the
+//! buffers, in one order. What "accepted" means is decided here and nowhere else.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::buffer::{BufferFull, Buffers, PushError};
+use crate::model::{Reading, SeriesMeta};
+use crate::wal::{Record, Wal, WalError};
+
+/// How long a TCP connection waits before asking a full log for room again.
+const WAL_ROOM_POLL: Duration = Duration::from_millis(50);
+
+/// What a 2xx promises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AckMode {
+    /// The readings are in the write-ahead log, fsync'd (group commit): they survive a crash
+    /// of bucketd or of the machine.
+    Wal,
+    /// The readings are in memory: a crash loses what was not yet flushed to the store
+    /// (up to about one flush interval, plus everything while the store is down).
+    Buffered,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum IntakeError {
+    #[error(transparent)]
+    BuffersFull(#[from] BufferFull),
+    #[error(transparent)]
+    Wal(#[from] WalError),
+}
+
+pub struct Intake {
+    buffers: Arc<Buffers>,
+    /// `None` with `--ack=buffered`.
+    wal: Option<Arc<Wal>>,
+}
+
+impl Intake {
+    pub fn new(buffers: Arc<Buffers>, wal: Option<Arc<Wal>>) -> Intake {
+        Intake { buffers, wal }
+    }
+
+    pub fn ack_mode(&self) -> AckMode {
+        if self.wal.is_some() { AckMode::Wal } else { AckMode::Buffered }
+    }
+
+    /// Accepts all of `items` or none, and returns once they are as durable as the ack mode
+    /// promises. Full buffers or a full log refuse at once (the caller answers 503).
+    pub async fn accept(&self, items: Vec<(SeriesMeta, Reading)>) -> Result<usize, IntakeError> {
+        let n = items.len();
+        if n == 0 {
+            return Ok(0);
+        }
+        let Some(wal) = &self.wal else {
+            self.buffers.push(items)?;
+            return Ok(n);
+        };
+        let record = Record::encode(&items).map_err(|e| WalError::Encode(e.to_string()))?;
+        let ticket = self.buffers.push_with(items, |first| wal.append(&record, first)).map_err(
+            |e| match e {
+                PushError::Full(full) => IntakeError::BuffersFull(full),
+                PushError::Log(e) => IntakeError::Wal(e),
+            },
+        )?;
+        wal.synced(ticket).await?;
+        Ok(n)
+    }
+
+    /// For raw TCP, which has no acknowledgement: waits for room in the buffers and in the
+    /// log instead of refusing (flow control: the connection is not read meanwhile), and does
+    /// not wait for the fsync. Fails only when the log has failed or closed.
+    pub async fn accept_when_room(
+        &self,
+        items: Vec<(SeriesMeta, Reading)>,
+    ) -> Result<usize, WalError> {
+        let n = items.len();
+        let Some(wal) = &self.wal else {
+            return Ok(self.buffers.push_when_room(items).await);
+        };
+        if n == 0 {
+            return Ok(0);
+        }
+        let record = Record::encode(&items).map_err(|e| WalError::Encode(e.to_string()))?;
+        let limit = wal.max_bytes();
+        if record.encoded_len() as u64 > limit {
+            return Err(WalError::Full { used: wal.used_bytes(), limit });
+        }
+        // Room in the log is awaited first: a push that reserved buffer room must not sit on
+        // it while the log drains, since draining needs the flusher to have work.
+        while wal.used_bytes() + record.encoded_len() as u64 > limit {
+            tokio::time::sleep(WAL_ROOM_POLL).await;
+        }
+        self.buffers.push_when_room_with(items, |first| wal.append(&record, first)).await?;
+        Ok(n)
+    }
+}

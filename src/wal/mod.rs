@@ -1,0 +1,560 @@
+//! The write-ahead log: what makes a 2xx mean "on local disk" before the readings reach the
+//! store.
+//!
+//! # Flow
+//! Ingest encodes the accepted readings into a [`Record`] (outside any lock), then, under the
+//! buffers' order mutex ([`crate::buffer::Buffers::push_with`]), [`Wal::append`] gives the
+//! record its first sequence number and copies it into the pending group, and the readings go
+//! into the buffers. The request then awaits [`Wal::synced`]: one writer thread writes the
+//! pending group and fsyncs it (`fdatasync`), at most once per `sync_interval`, so every
+//! request that arrived meanwhile shares that fsync (group commit). A reading may reach the
+//! store before its record is synced; that is harmless (see "Exactly once" in
+//! ARCHITECTURE.md).
+//!
+//! # Segments
+//! The log is a directory of segment files ([`segment`]), each named by its first sequence
+//! number. Appends go to the newest; once it passes `segment_bytes` the next append starts
+//! another. The flusher reports every reading stored or dropped ([`Wal::settle`]); a segment
+//! that is no longer appended to and whose readings are all settled is deleted by the writer
+//! thread. `max_bytes` bounds the whole directory: an append that would pass it fails with
+//! [`WalError::Full`] (HTTP 503) until deletions make room.
+//!
+//! # Start-up
+//! [`Wal::open`] finds the segments a previous process left; [`replay`] reads them back into
+//! the buffers, skipping what the store already holds (its high-water marks), and they are
+//! deleted like any other segment once settled.
+//!
+//! # Failure
+//! A failed write or fsync poisons the log: the data may not be on disk, and after a failed
+//! fsync Linux may have dropped the dirty pages, so retrying cannot be trusted. Every waiting
+//! and later append fails ([`WalError::Failed`], HTTP 500); the process keeps flushing what it
+//! holds, and a restart replays what is on disk.
+
+mod replay;
+mod segment;
+#[cfg(test)]
+mod tests;
+
+pub use replay::{ReplayReport, replay};
+pub use segment::Record;
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::metrics::{WAL_BYTES, WAL_SEGMENTS, WAL_SYNC_DURATION, WAL_SYNCS, WAL_UNSETTLED};
+use crate::model::Seq;
+use segment::HEADER_BYTES;
+
+/// How often the idle writer thread looks for segments to delete.
+const IDLE_CHECK: Duration = Duration::from_millis(500);
+
+const LOCK_FILE: &str = "LOCK";
+
+#[derive(Clone, Debug)]
+pub struct WalConfig {
+    pub dir: PathBuf,
+    /// Group commit window: at most one fsync per this interval. Zero syncs as soon as the
+    /// previous fsync finished.
+    pub sync_interval: Duration,
+    /// Bound on the log's bytes (on disk plus queued): appends past it fail with `Full`.
+    pub max_bytes: u64,
+    /// A segment past this size is closed and a new one started.
+    pub segment_bytes: u64,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum WalError {
+    #[error(
+        "the write-ahead log is full: {used} of {limit} bytes (--wal-max-bytes) hold readings \
+         not yet stored"
+    )]
+    Full { used: u64, limit: u64 },
+    #[error("the write-ahead log failed and accepts no more writes: {0}")]
+    Failed(String),
+    #[error("the write-ahead log is closed")]
+    Closed,
+    #[error("write-ahead log in {}: {why}", dir.display())]
+    Open { dir: PathBuf, why: String },
+    #[error("cannot encode readings for the write-ahead log: {0}")]
+    Encode(String),
+}
+
+/// Returned by [`Wal::append`]; [`Wal::synced`] waits until its group is on disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Ticket(u64);
+
+pub struct Wal {
+    shared: Arc<Shared>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    /// Held for the life of the log: a second process on the same directory would interleave
+    /// segments and delete the other's.
+    _lock: File,
+}
+
+struct Shared {
+    config: WalConfig,
+    state: Mutex<State>,
+    /// Wakes the writer thread: pending bytes, deletable segments, closing.
+    work: Condvar,
+    synced: watch::Sender<Synced>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Synced {
+    /// Every group up to this one is on disk.
+    group: u64,
+    failed: Option<String>,
+}
+
+struct State {
+    /// Records appended but not yet handed to the writer.
+    pending: Vec<u8>,
+    /// Where in `pending` a new segment starts, and its first sequence number.
+    pending_starts: Vec<(usize, Seq)>,
+    /// The group number `pending` will be synced as.
+    next_group: u64,
+    /// Bytes of all segments, written or pending.
+    used: u64,
+    segments: BTreeMap<Seq, Segment>,
+    /// The segment appends go to; `None` until the first append of this process.
+    active: Option<Seq>,
+    /// The segment the writer last wrote to: segments before it are completely on disk.
+    writing: Option<Seq>,
+    failed: Option<String>,
+    closing: bool,
+}
+
+struct Segment {
+    bytes: u64,
+    /// One past the last sequence number it holds.
+    end: Seq,
+    /// Readings in it not yet stored or dropped.
+    unsettled: u64,
+    /// No more appends (or, for a recovered segment, its replay has finished).
+    sealed: bool,
+    /// Left by an earlier process; nothing is written to it.
+    recovered: bool,
+}
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    // A panic while holding the lock leaves consistent counters (every update is one
+    // statement), so carrying on is safer than refusing every write.
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Wal {
+    /// Opens (creating) the log directory and starts the writer thread. Returns the first
+    /// sequence numbers of the segments an earlier process left, oldest first: pass them to
+    /// [`replay`] before accepting writes.
+    pub fn open(config: WalConfig) -> Result<(Arc<Wal>, Vec<Seq>), WalError> {
+        let dir = config.dir.clone();
+        let open_err = |why: String| WalError::Open { dir: dir.clone(), why };
+        std::fs::create_dir_all(&dir).map_err(|e| open_err(format!("cannot create: {e}")))?;
+        let lock_file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(LOCK_FILE))
+            .map_err(|e| open_err(format!("cannot open {LOCK_FILE}: {e}")))?;
+        lock_file.try_lock().map_err(|_| {
+            open_err(
+                "already in use by another bucketd process (or another log in this one)".into(),
+            )
+        })?;
+
+        let mut segments = BTreeMap::new();
+        let mut used = 0;
+        let entries = std::fs::read_dir(&dir).map_err(|e| open_err(format!("cannot list: {e}")))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| open_err(format!("cannot list: {e}")))?;
+            let path = entry.path();
+            let Some(first) = segment::parse_file_name(&path) else { continue };
+            let bytes = entry.metadata().map_err(|e| open_err(format!("{e}")))?.len();
+            used += bytes;
+            segments.insert(
+                first,
+                Segment { bytes, end: first, unsettled: 0, sealed: false, recovered: true },
+            );
+        }
+        let recovered: Vec<Seq> = segments.keys().copied().collect();
+        let (synced, _) = watch::channel(Synced::default());
+        let shared = Arc::new(Shared {
+            config,
+            state: Mutex::new(State {
+                pending: Vec::new(),
+                pending_starts: Vec::new(),
+                next_group: 1,
+                used,
+                segments,
+                active: None,
+                writing: None,
+                failed: None,
+                closing: false,
+            }),
+            work: Condvar::new(),
+            synced,
+        });
+        shared.publish_gauges(&lock(&shared.state));
+        let thread_shared = shared.clone();
+        let writer = std::thread::Builder::new()
+            .name("wal-writer".into())
+            .spawn(move || Writer::new(thread_shared).run())
+            .map_err(|e| open_err(format!("cannot start the writer thread: {e}")))?;
+        let wal = Wal { shared, writer: Mutex::new(Some(writer)), _lock: lock_file };
+        Ok((Arc::new(wal), recovered))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.shared.config.dir
+    }
+
+    pub fn max_bytes(&self) -> u64 {
+        self.shared.config.max_bytes
+    }
+
+    /// Queues `record` with first sequence number `first_seq` for the next group commit.
+    /// Call under the buffers' order mutex (`Buffers::push_with`), so that log order is
+    /// sequence order.
+    pub fn append(&self, record: &Record, first_seq: Seq) -> Result<Ticket, WalError> {
+        let shared = &self.shared;
+        let mut st = lock(&shared.state);
+        if let Some(why) = &st.failed {
+            return Err(WalError::Failed(why.clone()));
+        }
+        if st.closing {
+            return Err(WalError::Closed);
+        }
+        let len = record.encoded_len() as u64;
+        let limit = shared.config.max_bytes;
+        let active_bytes = st.active.map(|a| st.segments[&a].bytes);
+        let new_segment = active_bytes
+            .is_none_or(|b| b + len > shared.config.segment_bytes && b > HEADER_BYTES as u64);
+        let needed = len + if new_segment { HEADER_BYTES as u64 } else { 0 };
+        if st.used + needed > limit {
+            return Err(WalError::Full { used: st.used, limit });
+        }
+        if new_segment {
+            if let Some(active) = st.active {
+                st.segments.get_mut(&active).expect("active segment is listed").sealed = true;
+            }
+            let segment =
+                Segment { bytes: 0, end: first_seq, unsettled: 0, sealed: false, recovered: false };
+            st.segments.insert(first_seq, segment);
+            st.active = Some(first_seq);
+            let at = st.pending.len();
+            st.pending_starts.push((at, first_seq));
+        }
+        record.finish_into(first_seq, &mut st.pending);
+        st.used += needed;
+        let active = st.active.expect("a segment was ensured");
+        let segment = st.segments.get_mut(&active).expect("active segment is listed");
+        segment.bytes += needed;
+        segment.end = first_seq + u64::from(record.count());
+        segment.unsettled += u64::from(record.count());
+        let ticket = Ticket(st.next_group);
+        shared.publish_gauges(&st);
+        drop(st);
+        shared.work.notify_one();
+        Ok(ticket)
+    }
+
+    /// Waits until the group holding `ticket`'s record is on disk.
+    pub async fn synced(&self, ticket: Ticket) -> Result<(), WalError> {
+        let mut rx = self.shared.synced.subscribe();
+        let synced = rx
+            .wait_for(|s| s.group >= ticket.0 || s.failed.is_some())
+            .await
+            .map_err(|_| WalError::Closed)?;
+        match &synced.failed {
+            _ if synced.group >= ticket.0 => Ok(()),
+            Some(why) => Err(WalError::Failed(why.clone())),
+            None => Err(WalError::Closed),
+        }
+    }
+
+    /// Marks readings as stored or dropped for good (`seqs` ascending).
+    pub fn settle(&self, seqs: &[Seq]) {
+        let mut st = lock(&self.shared.state);
+        let mut deletable = false;
+        let mut rest = seqs;
+        while let Some(&seq) = rest.first() {
+            let found = st.segments.range_mut(..=seq).next_back().filter(|(_, s)| seq < s.end);
+            let Some((_, segment)) = found else {
+                // Not logged: written while the log only replayed (--ack=buffered).
+                let skip = rest.partition_point(|&s| s <= seq);
+                rest = &rest[skip..];
+                continue;
+            };
+            let n = rest.partition_point(|&s| s < segment.end);
+            segment.unsettled = segment.unsettled.saturating_sub(n as u64);
+            deletable |= segment.sealed && segment.unsettled == 0;
+            rest = &rest[n..];
+        }
+        self.shared.publish_gauges(&st);
+        drop(st);
+        if deletable {
+            self.shared.work.notify_one();
+        }
+    }
+
+    /// Replay bookkeeping: `n` readings of recovered segment `first` go back into the
+    /// buffers, and its sequence numbers end before `end`.
+    pub(crate) fn recovered_requeued(&self, first: Seq, end: Seq, n: u64) {
+        let mut st = lock(&self.shared.state);
+        if let Some(segment) = st.segments.get_mut(&first) {
+            segment.end = segment.end.max(end);
+            segment.unsettled += n;
+        }
+        self.shared.publish_gauges(&st);
+    }
+
+    /// Replay of recovered segment `first` has finished: it can go once settled.
+    pub(crate) fn recovered_done(&self, first: Seq) {
+        let mut st = lock(&self.shared.state);
+        if let Some(segment) = st.segments.get_mut(&first) {
+            segment.sealed = true;
+        }
+        drop(st);
+        self.shared.work.notify_one();
+    }
+
+    /// Readings in the log not yet stored or dropped.
+    pub fn unsettled(&self) -> u64 {
+        lock(&self.shared.state).segments.values().map(|s| s.unsettled).sum()
+    }
+
+    /// Bytes of the log, on disk and queued.
+    pub fn used_bytes(&self) -> u64 {
+        lock(&self.shared.state).used
+    }
+
+    /// Segment files currently kept.
+    pub fn segment_count(&self) -> usize {
+        lock(&self.shared.state).segments.len()
+    }
+
+    /// Writes and syncs what is queued, deletes what is settled (the newest segment too, if
+    /// all of it is), and stops the writer. Appends fail from here on.
+    pub fn close(&self) {
+        lock(&self.shared.state).closing = true;
+        self.shared.work.notify_one();
+        let handle = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(handle) = handle
+            && handle.join().is_err()
+        {
+            tracing::error!("the write-ahead log writer thread panicked");
+        }
+    }
+}
+
+impl crate::flush::Settle for Wal {
+    fn settle(&self, seqs: &[Seq]) {
+        Wal::settle(self, seqs);
+    }
+}
+
+impl Drop for Wal {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Shared {
+    fn publish_gauges(&self, st: &State) {
+        ::metrics::gauge!(WAL_BYTES).set(st.used as f64);
+        ::metrics::gauge!(WAL_SEGMENTS).set(st.segments.len() as f64);
+        let unsettled: u64 = st.segments.values().map(|s| s.unsettled).sum();
+        ::metrics::gauge!(WAL_UNSETTLED).set(unsettled as f64);
+    }
+
+    fn fail(&self, why: String) {
+        tracing::error!(error = %why, dir = %self.config.dir.display(), "write-ahead log failed; writes are refused until restart");
+        lock(&self.state).failed = Some(why.clone());
+        self.synced.send_modify(|s| s.failed = Some(why));
+    }
+}
+
+/// The writer thread: group commits and segment deletion.
+struct Writer {
+    shared: Arc<Shared>,
+    /// The segment file being appended to.
+    file: Option<(Seq, File)>,
+    last_sync: Option<Instant>,
+}
+
+impl Writer {
+    fn new(shared: Arc<Shared>) -> Writer {
+        Writer { shared, file: None, last_sync: None }
+    }
+
+    fn run(mut self) {
+        let shared = self.shared.clone();
+        loop {
+            let mut st = lock(&shared.state);
+            while st.pending.is_empty() && !st.closing {
+                let doomed = deletable(&mut st);
+                if !doomed.is_empty() {
+                    drop(st);
+                    self.delete(doomed);
+                    st = lock(&shared.state);
+                    continue;
+                }
+                st = shared.work.wait_timeout(st, IDLE_CHECK).unwrap_or_else(|e| e.into_inner()).0;
+            }
+            if st.pending.is_empty() {
+                // Closing with nothing queued.
+                let doomed = deletable(&mut st);
+                drop(st);
+                self.delete(doomed);
+                return;
+            }
+            // Group commit: let requests gather until the interval since the last sync ends.
+            if let Some(last) = self.last_sync {
+                let due = last + shared.config.sync_interval;
+                let now = Instant::now();
+                if due > now && !st.closing {
+                    drop(st);
+                    std::thread::sleep(due - now);
+                    st = lock(&shared.state);
+                }
+            }
+            let bytes = std::mem::take(&mut st.pending);
+            let starts = std::mem::take(&mut st.pending_starts);
+            let group = st.next_group;
+            st.next_group += 1;
+            drop(st);
+
+            let started = Instant::now();
+            self.last_sync = Some(started);
+            if let Err(e) = self.write(&bytes, &starts) {
+                shared.fail(e);
+                return;
+            }
+            ::metrics::counter!(WAL_SYNCS).increment(1);
+            ::metrics::histogram!(WAL_SYNC_DURATION).record(started.elapsed().as_secs_f64());
+            let mut st = lock(&shared.state);
+            st.writing = self.file.as_ref().map(|(seq, _)| *seq);
+            let doomed = deletable(&mut st);
+            drop(st);
+            shared.synced.send_modify(|s| s.group = group);
+            self.delete(doomed);
+        }
+    }
+
+    /// Writes one group, starting new segment files where `starts` says, and syncs it.
+    fn write(&mut self, bytes: &[u8], starts: &[(usize, Seq)]) -> Result<(), String> {
+        let dir = self.shared.config.dir.clone();
+        let mut at = 0;
+        for &(offset, first) in starts {
+            self.append(&bytes[at..offset])?;
+            if let Some((seq, file)) = &self.file {
+                let path = segment::path_in(&dir, *seq);
+                file.sync_data().map_err(|e| format!("fsync {}: {e}", path.display()))?;
+            }
+            let path = segment::path_in(&dir, first);
+            let mut file = OpenOptions::new()
+                .create_new(true)
+                .append(true)
+                .open(&path)
+                .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            file.write_all(&segment::header())
+                .map_err(|e| format!("write {}: {e}", path.display()))?;
+            sync_dir(&dir)?;
+            self.file = Some((first, file));
+            at = offset;
+        }
+        self.append(&bytes[at..])?;
+        if let Some((seq, file)) = &self.file {
+            let path = segment::path_in(&dir, *seq);
+            file.sync_data().map_err(|e| format!("fsync {}: {e}", path.display()))?;
+        }
+        Ok(())
+    }
+
+    fn append(&mut self, bytes: &[u8]) -> Result<(), String> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let Some((seq, file)) = &mut self.file else {
+            return Err("bytes queued before any segment was started".into());
+        };
+        file.write_all(bytes).map_err(|e| {
+            format!("write {}: {e}", segment::path_in(&self.shared.config.dir, *seq).display())
+        })
+    }
+
+    fn delete(&mut self, doomed: Vec<Seq>) {
+        if doomed.is_empty() {
+            return;
+        }
+        let dir = &self.shared.config.dir;
+        for first in &doomed {
+            if self.file.as_ref().is_some_and(|(seq, _)| seq == first) {
+                self.file = None;
+            }
+            let path = segment::path_in(dir, *first);
+            if let Err(e) = std::fs::remove_file(&path)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                // Left behind, it is replayed (and skipped as stored) at the next start.
+                tracing::warn!(path = %path.display(), error = %e, "cannot delete a settled WAL segment");
+            }
+        }
+        if let Err(e) = sync_dir(dir) {
+            tracing::warn!(error = %e, "cannot fsync the WAL directory after deleting segments");
+        }
+        tracing::debug!(segments = doomed.len(), "deleted settled WAL segments");
+    }
+}
+
+/// Removes from `st` the segments that can be deleted and returns them: sealed, settled, and
+/// completely on disk (older than the one being written, or everything when closing). When
+/// closing, a settled newest segment is sealed first.
+fn deletable(st: &mut State) -> Vec<Seq> {
+    let closing = st.closing && st.pending.is_empty();
+    if closing
+        && let Some(active) = st.active
+        && let Some(segment) = st.segments.get_mut(&active)
+        && segment.unsettled == 0
+    {
+        segment.sealed = true;
+    }
+    let writing = st.writing;
+    let doomed: Vec<Seq> = st
+        .segments
+        .iter()
+        .filter(|&(&first, s)| {
+            s.sealed
+                && s.unsettled == 0
+                && (s.recovered || closing || writing.is_some_and(|w| first < w))
+        })
+        .map(|(&first, _)| first)
+        .collect();
+    for first in &doomed {
+        if let Some(segment) = st.segments.remove(first) {
+            st.used = st.used.saturating_sub(segment.bytes);
+        }
+        if st.active == Some(*first) {
+            st.active = None;
+        }
+    }
+    if !doomed.is_empty() {
+        ::metrics::gauge!(WAL_BYTES).set(st.used as f64);
+        ::metrics::gauge!(WAL_SEGMENTS).set(st.segments.len() as f64);
+    }
+    doomed
+}
+
+/// Makes a file's creation or removal durable.
+fn sync_dir(dir: &Path) -> Result<(), String> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| format!("fsync directory {}: {e}", dir.display()))
+}

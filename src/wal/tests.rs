@@ -1,0 +1,202 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::buffer::{BufferConfig, Buffers};
+use crate::model::{Batch, FieldValue, Reading, SeriesMeta};
+use crate::store::memory::MemoryStore;
+use crate::store::{BucketLimits, Store};
+
+fn item(sensor: usize, ts: i64) -> (SeriesMeta, Reading) {
+    (
+        SeriesMeta { key: format!("s{sensor}"), measurement: "m".into(), tags: vec![] },
+        Reading { ts, fields: vec![("v".into(), FieldValue::Float(ts as f64))] },
+    )
+}
+
+fn config(dir: &Path, max_bytes: u64, segment_bytes: u64) -> WalConfig {
+    WalConfig {
+        dir: dir.to_owned(),
+        sync_interval: Duration::from_millis(5),
+        max_bytes,
+        segment_bytes,
+    }
+}
+
+fn segment_files(dir: &Path) -> Vec<Seq> {
+    let mut out: Vec<Seq> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| segment::parse_file_name(&e.unwrap().path()))
+        .collect();
+    out.sort();
+    out
+}
+
+fn append(wal: &Wal, items: &[(SeriesMeta, Reading)], first: Seq) -> Ticket {
+    wal.append(&Record::encode(items).unwrap(), first).unwrap()
+}
+
+#[tokio::test]
+async fn appended_records_are_on_disk_once_synced() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, recovered) = Wal::open(config(dir.path(), 1 << 30, 1 << 20)).unwrap();
+    assert!(recovered.is_empty());
+    let t1 = append(&wal, &[item(1, 1), item(2, 2)], 100);
+    let t2 = append(&wal, &[item(3, 3)], 102);
+    wal.synced(t2).await.unwrap();
+    wal.synced(t1).await.unwrap();
+    let files = segment_files(dir.path());
+    assert_eq!(files, vec![100]);
+    let data = std::fs::read(segment::path_in(dir.path(), 100)).unwrap();
+    let read = segment::read(Path::new("x"), &data).unwrap();
+    assert!(read.damage.is_none());
+    let got: Vec<(Seq, usize)> =
+        read.records.iter().map(|r| (r.first_seq, r.items.len())).collect();
+    assert_eq!(got, vec![(100, 2), (102, 1)]);
+    assert_eq!(wal.unsettled(), 3);
+}
+
+#[tokio::test]
+async fn concurrent_appends_share_fsyncs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), 1 << 30, 1 << 30);
+    cfg.sync_interval = Duration::from_millis(20);
+    let (wal, _) = Wal::open(cfg).unwrap();
+    let tickets: Vec<Ticket> =
+        (0..200u64).map(|i| append(&wal, &[item(i as usize, i as i64)], i + 1)).collect();
+    let max = *tickets.iter().max().unwrap();
+    for t in tickets {
+        wal.synced(t).await.unwrap();
+    }
+    // 200 appends in a burst: a handful of groups, not 200 fsyncs.
+    assert!(max.0 <= 5, "{} groups for 200 appends", max.0);
+}
+
+#[tokio::test]
+async fn settled_segments_are_deleted_and_free_their_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    // Segments of ~1 KiB: each record below is a few hundred bytes.
+    let (wal, _) = Wal::open(config(dir.path(), 1 << 30, 1024)).unwrap();
+    let mut seq = 1;
+    let mut last = None;
+    for _ in 0..20 {
+        let items: Vec<_> = (0..10).map(|i| item(i, seq as i64)).collect();
+        last = Some(append(&wal, &items, seq));
+        seq += 10;
+    }
+    wal.synced(last.unwrap()).await.unwrap();
+    let before = segment_files(dir.path());
+    assert!(before.len() >= 3, "{before:?}");
+    let all: Vec<Seq> = (1..seq).collect();
+    // Settling all but the newest segment's readings deletes the sealed ones.
+    let newest = *before.last().unwrap();
+    wal.settle(&all[..(newest - 1) as usize]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while segment_files(dir.path()).len() > 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(segment_files(dir.path()), vec![newest]);
+    assert_eq!(wal.segment_count(), 1);
+    let newest_bytes = std::fs::metadata(segment::path_in(dir.path(), newest)).unwrap().len();
+    assert_eq!(wal.used_bytes(), newest_bytes);
+    // The newest is deleted at close once settled.
+    wal.settle(&all[(newest - 1) as usize..]);
+    assert_eq!(wal.unsettled(), 0);
+    wal.close();
+    assert!(segment_files(dir.path()).is_empty());
+}
+
+#[tokio::test]
+async fn a_full_log_refuses_until_settling_makes_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let record_len = Record::encode(&[item(1, 1)]).unwrap().encoded_len() as u64;
+    let segment_len = HEADER_BYTES as u64 + 2 * record_len;
+    let (wal, _) = Wal::open(config(dir.path(), 2 * segment_len, segment_len)).unwrap();
+    let mut tickets = Vec::new();
+    for seq in 1..=4 {
+        tickets.push(append(&wal, &[item(1, seq as i64)], seq));
+    }
+    let refused = wal.append(&Record::encode(&[item(1, 5)]).unwrap(), 5).unwrap_err();
+    assert!(matches!(refused, WalError::Full { .. }), "{refused:?}");
+    for t in tickets {
+        wal.synced(t).await.unwrap();
+    }
+    // Readings 1 and 2 fill the first segment; once stored it goes and makes room.
+    wal.settle(&[1, 2]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match wal.append(&Record::encode(&[item(1, 5)]).unwrap(), 5) {
+            Ok(t) => {
+                wal.synced(t).await.unwrap();
+                break;
+            }
+            Err(WalError::Full { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("still refused: {e}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_second_log_on_the_same_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_wal, _) = Wal::open(config(dir.path(), 1 << 20, 1 << 20)).unwrap();
+    let Err(e) = Wal::open(config(dir.path(), 1 << 20, 1 << 20)) else { panic!("opened twice") };
+    assert!(e.to_string().contains("already in use"), "{e}");
+}
+
+/// What a crashed process left is replayed with its sequence numbers, minus what the store
+/// already holds; the recovered segment goes once all of it is stored.
+#[tokio::test]
+async fn replay_requeues_what_the_store_lacks_and_then_deletes_the_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let items: Vec<_> = (0..10).map(|i| item(i % 2, i as i64)).collect();
+    {
+        let (wal, _) = Wal::open(config(dir.path(), 1 << 20, 1 << 20)).unwrap();
+        let t = append(&wal, &items, 1000);
+        wal.synced(t).await.unwrap();
+        // Dropped without settling: as if the process died.
+    }
+    // The store already holds sensor s0's first two readings (seqs 1000 and 1002).
+    let store = MemoryStore::new(BucketLimits::default());
+    let s0 = Arc::new(items[0].0.clone());
+    let stored = Batch {
+        series: s0,
+        hour: 0,
+        readings: vec![items[0].1.clone(), items[2].1.clone()],
+        seqs: vec![1000, 1002],
+    };
+    assert!(store.write(&[stored]).await[0].is_ok());
+
+    let (wal, recovered) = Wal::open(config(dir.path(), 1 << 20, 1 << 20)).unwrap();
+    assert_eq!(recovered, vec![1000]);
+    let buffers = Buffers::new(BufferConfig {
+        max_buffered_readings: 100,
+        max_batch_readings: 100,
+        flush_interval: Duration::from_secs(3600),
+    });
+    let report = replay(&wal, &recovered, &store, &buffers).await.unwrap();
+    assert_eq!((report.requeued, report.skipped), (8, 2));
+    assert_eq!(buffers.buffered(), 8);
+    let s0: Vec<i64> = buffers.unflushed("s0", 0, 100).iter().map(|r| r.ts).collect();
+    assert_eq!(s0, vec![4, 6, 8]);
+    assert_eq!(wal.unsettled(), 8);
+
+    // Flushing them settles the recovered segment, which is then deleted.
+    let taken = buffers.take(crate::buffer::TakeMode::All, 100).unwrap();
+    let mut seqs: Vec<Seq> = taken.batches().iter().flat_map(|b| b.seqs.clone()).collect();
+    seqs.sort();
+    assert_eq!(seqs, vec![1001, 1003, 1004, 1005, 1006, 1007, 1008, 1009]);
+    for b in taken.batches() {
+        wal.settle(&b.seqs);
+    }
+    let outcomes = vec![crate::buffer::Outcome::Written; taken.batches().len()];
+    buffers.complete(taken, &outcomes);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !segment_files(dir.path()).is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(segment_files(dir.path()).is_empty());
+    assert_eq!(wal.used_bytes(), 0);
+}
