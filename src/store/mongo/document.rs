@@ -9,6 +9,7 @@
 //!   n: <readings, int>, bytes: <approximate BSON bytes of r, int>,
 //!   first: Date, last: Date,
 //!   stats: { <field>: {min: double, max: double, sum: double, n: int} },
+//!   w: <highest write sequence number of its readings, int64>,
 //!   r: [ {t: Date, f: { <field>: value }}, ... ] }
 //! ```
 //!
