@@ -143,6 +143,56 @@ pub fn parse_step(s: &str) -> Result<i64, QueryError> {
 
 /// RFC 3339, UTC, millisecond precision, `Z` suffix: the one time format of every response.
 pub fn format_ts(ts: TimestampMs) -> String {
+    let mut out = Vec::with_capacity(24);
+    write_ts(&mut out, ts);
+    String::from_utf8(out).expect("timestamps are ASCII")
+}
+
+/// Appends [`format_ts`]`(ts)` to `buf`. A range query formats one timestamp per reading, and
+/// going through chrono's formatter and a `String` each time was a quarter of its CPU time;
+/// for the accepted years 0000 to 9999 the shape is fixed, so it is filled in directly.
+pub fn write_ts(buf: &mut Vec<u8>, ts: TimestampMs) {
+    if !(MIN_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&ts) {
+        // Only a range bound can get here (`to` may be one past the last representable
+        // reading): chrono's own rendering, `+10000-...` and the like, is kept for those.
+        buf.extend_from_slice(format_ts_chrono(ts).as_bytes());
+        return;
+    }
+    const MS_PER_DAY: i64 = 86_400_000;
+    const DAYS_PER_ERA: u32 = 146_097;
+    let ms = ts.rem_euclid(MS_PER_DAY) as u32;
+    // Howard Hinnant's `civil_from_days`, counting from 0000-03-01 so that the leap day ends
+    // its year. One extra 400-year era keeps every accepted day non-negative, so all of it
+    // runs on u32 (year 0000 is day -719,528; year 9999 ends before day 2,932,897).
+    let z = (ts.div_euclid(MS_PER_DAY) + 719_468 + i64::from(DAYS_PER_ERA)) as u32;
+    let era = z / DAYS_PER_ERA;
+    let doe = z - era * DAYS_PER_ERA;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = era * 400 + yoe + u32::from(month <= 2) - 400;
+    let secs = ms / 1000;
+
+    let mut out = *b"0000-00-00T00:00:00.000Z";
+    let mut two = |at: usize, v: u32| {
+        out[at] = b'0' + (v / 10) as u8;
+        out[at + 1] = b'0' + (v % 10) as u8;
+    };
+    two(0, year / 100);
+    two(2, year % 100);
+    two(5, month);
+    two(8, day);
+    two(11, secs / 3600);
+    two(14, secs / 60 % 60);
+    two(17, secs % 60);
+    two(21, ms % 100);
+    out[20] = b'0' + (ms % 1000 / 100) as u8;
+    buf.extend_from_slice(&out);
+}
+
+fn format_ts_chrono(ts: TimestampMs) -> String {
     match DateTime::from_timestamp_millis(ts) {
         Some(t) => t.to_rfc3339_opts(SecondsFormat::Millis, true),
         // Unreachable for validated readings; a number is still better than a panic.
@@ -235,5 +285,80 @@ mod tests {
         assert_eq!(format_ts(-1), "1969-12-31T23:59:59.999Z");
         assert_eq!(format_ts(MIN_TIMESTAMP_MS), "0000-01-01T00:00:00.000Z");
         assert_eq!(format_ts(MAX_TIMESTAMP_MS), "9999-12-31T23:59:59.999Z");
+        assert_eq!(format_ts(MAX_TIMESTAMP_MS + 1), "+10000-01-01T00:00:00.000Z");
+    }
+
+    /// `write_ts` must render exactly what chrono does, the formatter it replaced.
+    fn assert_same_as_chrono(ts: TimestampMs) {
+        let mut fast = Vec::new();
+        write_ts(&mut fast, ts);
+        assert_eq!(String::from_utf8(fast).unwrap(), format_ts_chrono(ts), "ts = {ts}");
+    }
+
+    #[test]
+    fn timestamps_format_as_chrono_does_at_the_edges() {
+        const DAY: i64 = 86_400_000;
+        let edges = [
+            MIN_TIMESTAMP_MS,
+            MAX_TIMESTAMP_MS,
+            0,
+            -1,
+            1,
+            999,
+            1000,
+            -999,
+            -1000,
+            -1001,
+            DAY - 1,
+            DAY,
+            -DAY,
+            -DAY - 1,
+            -DAY + 1,
+            951_782_400_000,     // 2000-02-29
+            -2_203_891_200_000,  // 1900-03-01, after a century without a leap day
+            4_107_542_400_000,   // 2100-03-01
+            -62_162_035_200_000, // 0000-03-01
+            -62_162_121_600_000, // 0000-02-29: year 0 is a leap year
+            -62_135_596_800_000, // 0001-01-01
+            253_402_214_400_000, // 9999-12-31
+        ];
+        for ts in edges {
+            for d in [-DAY, -1001, -1, 0, 1, 999, DAY] {
+                let ts = ts + d;
+                if (MIN_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&ts) {
+                    assert_same_as_chrono(ts);
+                }
+            }
+        }
+        // Outside the accepted years chrono renders them, or a bare number where it cannot.
+        for ts in [MIN_TIMESTAMP_MS - 1, MAX_TIMESTAMP_MS + 1, i64::MIN, i64::MAX] {
+            assert_same_as_chrono(ts);
+        }
+    }
+
+    #[test]
+    fn timestamps_format_as_chrono_does_on_every_day() {
+        // Every day from 0000-01-01 to 9999-12-31, each at a pseudo-random time of day.
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut day_start = MIN_TIMESTAMP_MS;
+        while day_start <= MAX_TIMESTAMP_MS {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            assert_same_as_chrono(day_start + (seed >> 33) as i64 % 86_400_000);
+            day_start += 86_400_000;
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn timestamps_format_as_chrono_does(ts in MIN_TIMESTAMP_MS..=MAX_TIMESTAMP_MS) {
+            assert_same_as_chrono(ts);
+        }
+
+        #[test]
+        fn timestamps_near_the_epoch_format_as_chrono_does(ts in -10_000_000_000_000i64..10_000_000_000_000) {
+            assert_same_as_chrono(ts);
+        }
     }
 }
