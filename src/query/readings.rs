@@ -23,7 +23,7 @@ use futures::stream::{self, BoxStream, Stream, StreamExt};
 use super::cursor::{ReadingsCursor, sensor_hash};
 use super::error::QueryError;
 use super::merge::merge;
-use super::params::{Params, parse_limit, parse_time, resolve_range, write_ts};
+use super::params::{Params, TsWriter, parse_limit, parse_time, resolve_range};
 use super::{QueryState, now_ms, sensor_known};
 use crate::model::{FieldValue, Reading, TimestampMs};
 use crate::store::{Order, RangeQuery, StoreError};
@@ -246,14 +246,15 @@ pub async fn get_readings(
     if first.is_none() && page.resume.is_none() && !sensor_known(&state, &sensor).await? {
         return Err(QueryError::UnknownSensor(sensor));
     }
-    let rows = stream::iter(first.map(Ok)).chain(rows).boxed();
 
     let mut tracker = Tracker::new(page);
     let mut builder = Response::builder().header(header::CONTENT_TYPE, format.content_type());
     let body = match format {
-        Format::Json | Format::Ndjson => PageBody::new(rows, format, &sensor, tracker, Vec::new()),
+        Format::Json | Format::Ndjson => {
+            PageBody::new(first, rows, format, &sensor, tracker, Vec::new())
+        }
         Format::Csv => {
-            let collected = collect_page(rows, &mut tracker).await?;
+            let collected = collect_page(first, rows, &mut tracker).await?;
             if let Some(cursor) = tracker.next_cursor() {
                 builder = builder.header(
                     NEXT_CURSOR_HEADER,
@@ -263,7 +264,7 @@ pub async fn get_readings(
             let columns = column_set(&collected);
             let tracker = Tracker::new(Page { limit: collected.len(), ..page });
             let rows = stream::iter(collected.into_iter().map(Ok)).boxed();
-            PageBody::new(rows, format, &sensor, tracker, columns)
+            PageBody::new(None, rows, format, &sensor, tracker, columns)
         }
     };
     Ok(builder.body(Body::from_stream(body)).expect("static headers are valid"))
@@ -286,15 +287,19 @@ fn skip_resumed(
 }
 
 async fn collect_page(
+    first: Option<Reading>,
     mut rows: BoxStream<'static, Result<Reading, StoreError>>,
     tracker: &mut Tracker,
 ) -> Result<Vec<Reading>, QueryError> {
     let mut out = Vec::new();
-    while let Some(r) = rows.next().await.transpose()? {
+    // No first reading: the stream has ended already.
+    let mut next = first;
+    while let Some(r) = next {
         if !tracker.accept(&r) {
             break;
         }
         out.push(r);
+        next = rows.next().await.transpose()?;
     }
     Ok(out)
 }
@@ -316,8 +321,11 @@ fn column_set(rows: &[Reading]) -> Vec<String> {
 
 /// The response body: serializes readings as they come, in chunks.
 struct PageBody {
+    /// The reading read ahead to tell an unknown sensor from an empty range; it goes first.
+    first: Option<Reading>,
     rows: Option<BoxStream<'static, Result<Reading, StoreError>>>,
     format: Format,
+    ts: TsWriter,
     tracker: Tracker,
     buf: Vec<u8>,
     prefix: Option<Vec<u8>>,
@@ -333,6 +341,7 @@ struct CsvRows {
 
 impl PageBody {
     fn new(
+        first: Option<Reading>,
         rows: BoxStream<'static, Result<Reading, StoreError>>,
         format: Format,
         sensor: &str,
@@ -359,7 +368,16 @@ impl PageBody {
                 csv = Some(CsvRows { index, cells: vec![None; columns.len()], cell: Vec::new() });
             }
         }
-        PageBody { rows: Some(rows), format, tracker, buf: Vec::new(), prefix: Some(prefix), csv }
+        PageBody {
+            first,
+            rows: Some(rows),
+            format,
+            ts: TsWriter::new(),
+            tracker,
+            buf: Vec::new(),
+            prefix: Some(prefix),
+            csv,
+        }
     }
 
     fn write_row(&mut self, r: &Reading) {
@@ -368,15 +386,15 @@ impl PageBody {
                 if self.tracker.emitted > 1 {
                     self.buf.push(b',');
                 }
-                write_json_row(&mut self.buf, r);
+                write_json_row(&mut self.buf, &mut self.ts, r);
             }
             Format::Ndjson => {
-                write_json_row(&mut self.buf, r);
+                write_json_row(&mut self.buf, &mut self.ts, r);
                 self.buf.push(b'\n');
             }
             Format::Csv => {
                 let csv = self.csv.as_mut().expect("csv state exists in csv format");
-                csv.write_row(&mut self.buf, r);
+                csv.write_row(&mut self.buf, &mut self.ts, r);
             }
         }
     }
@@ -410,14 +428,14 @@ impl PageBody {
 }
 
 impl CsvRows {
-    fn write_row(&mut self, buf: &mut Vec<u8>, r: &Reading) {
+    fn write_row(&mut self, buf: &mut Vec<u8>, ts: &mut TsWriter, r: &Reading) {
         self.cells.iter_mut().for_each(|c| *c = None);
         for (at, (name, _)) in r.fields.iter().enumerate() {
             if let Some(&i) = self.index.get(name) {
                 self.cells[i] = Some(at);
             }
         }
-        write_ts(buf, r.ts);
+        ts.write(buf, r.ts);
         for cell in &self.cells {
             buf.push(b',');
             self.cell.clear();
@@ -460,7 +478,11 @@ impl Stream for PageBody {
             let Some(rows) = this.rows.as_mut() else {
                 return Poll::Ready(None);
             };
-            match rows.as_mut().poll_next(cx) {
+            let next = match this.first.take() {
+                Some(r) => Poll::Ready(Some(Ok(r))),
+                None => rows.as_mut().poll_next(cx),
+            };
+            match next {
                 Poll::Ready(Some(Ok(r))) => {
                     if this.tracker.accept(&r) {
                         this.write_row(&r);
@@ -494,9 +516,9 @@ impl Stream for PageBody {
 }
 
 /// `{"t": "...", "fields": {...}}`, the shape of one reading in JSON and NDJSON.
-fn write_json_row(buf: &mut Vec<u8>, r: &Reading) {
+fn write_json_row(buf: &mut Vec<u8>, ts: &mut TsWriter, r: &Reading) {
     buf.extend_from_slice(b"{\"t\":\"");
-    write_ts(buf, r.ts);
+    ts.write(buf, r.ts);
     buf.extend_from_slice(b"\",\"fields\":{");
     for (i, (name, value)) in r.fields.iter().enumerate() {
         if i > 0 {
@@ -642,6 +664,7 @@ mod tests {
         let mut buf = Vec::new();
         write_json_row(
             &mut buf,
+            &mut TsWriter::new(),
             &Reading {
                 ts: 1500,
                 fields: vec![
