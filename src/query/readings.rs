@@ -10,7 +10,6 @@
 //! and NDJSON in a final `{"next_cursor": ...}` line.
 
 use std::collections::HashMap;
-use std::io::Write as _;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -24,7 +23,7 @@ use futures::stream::{self, BoxStream, Stream, StreamExt};
 use super::cursor::{ReadingsCursor, sensor_hash};
 use super::error::QueryError;
 use super::merge::merge;
-use super::params::{Params, format_ts, parse_limit, parse_time, resolve_range};
+use super::params::{Params, TsWriter, parse_limit, parse_time, resolve_range};
 use super::{QueryState, now_ms, sensor_known};
 use crate::model::{FieldValue, Reading, TimestampMs};
 use crate::store::{Order, RangeQuery, StoreError};
@@ -247,14 +246,15 @@ pub async fn get_readings(
     if first.is_none() && page.resume.is_none() && !sensor_known(&state, &sensor).await? {
         return Err(QueryError::UnknownSensor(sensor));
     }
-    let rows = stream::iter(first.map(Ok)).chain(rows).boxed();
 
     let mut tracker = Tracker::new(page);
     let mut builder = Response::builder().header(header::CONTENT_TYPE, format.content_type());
     let body = match format {
-        Format::Json | Format::Ndjson => PageBody::new(rows, format, &sensor, tracker, Vec::new()),
+        Format::Json | Format::Ndjson => {
+            PageBody::new(first, rows, format, &sensor, tracker, Vec::new())
+        }
         Format::Csv => {
-            let collected = collect_page(rows, &mut tracker).await?;
+            let collected = collect_page(first, rows, &mut tracker).await?;
             if let Some(cursor) = tracker.next_cursor() {
                 builder = builder.header(
                     NEXT_CURSOR_HEADER,
@@ -264,7 +264,7 @@ pub async fn get_readings(
             let columns = column_set(&collected);
             let tracker = Tracker::new(Page { limit: collected.len(), ..page });
             let rows = stream::iter(collected.into_iter().map(Ok)).boxed();
-            PageBody::new(rows, format, &sensor, tracker, columns)
+            PageBody::new(None, rows, format, &sensor, tracker, columns)
         }
     };
     Ok(builder.body(Body::from_stream(body)).expect("static headers are valid"))
@@ -287,15 +287,19 @@ fn skip_resumed(
 }
 
 async fn collect_page(
+    first: Option<Reading>,
     mut rows: BoxStream<'static, Result<Reading, StoreError>>,
     tracker: &mut Tracker,
 ) -> Result<Vec<Reading>, QueryError> {
     let mut out = Vec::new();
-    while let Some(r) = rows.next().await.transpose()? {
+    // No first reading: the stream has ended already.
+    let mut next = first;
+    while let Some(r) = next {
         if !tracker.accept(&r) {
             break;
         }
         out.push(r);
+        next = rows.next().await.transpose()?;
     }
     Ok(out)
 }
@@ -317,8 +321,11 @@ fn column_set(rows: &[Reading]) -> Vec<String> {
 
 /// The response body: serializes readings as they come, in chunks.
 struct PageBody {
+    /// The reading read ahead to tell an unknown sensor from an empty range; it goes first.
+    first: Option<Reading>,
     rows: Option<BoxStream<'static, Result<Reading, StoreError>>>,
     format: Format,
+    ts: TsWriter,
     tracker: Tracker,
     buf: Vec<u8>,
     prefix: Option<Vec<u8>>,
@@ -327,12 +334,14 @@ struct PageBody {
 
 struct CsvRows {
     index: HashMap<String, usize>,
-    cells: Vec<Option<FieldValue>>,
+    /// Per column, the position of its value in the current reading's fields.
+    cells: Vec<Option<usize>>,
     cell: Vec<u8>,
 }
 
 impl PageBody {
     fn new(
+        first: Option<Reading>,
         rows: BoxStream<'static, Result<Reading, StoreError>>,
         format: Format,
         sensor: &str,
@@ -359,7 +368,16 @@ impl PageBody {
                 csv = Some(CsvRows { index, cells: vec![None; columns.len()], cell: Vec::new() });
             }
         }
-        PageBody { rows: Some(rows), format, tracker, buf: Vec::new(), prefix: Some(prefix), csv }
+        PageBody {
+            first,
+            rows: Some(rows),
+            format,
+            ts: TsWriter::new(),
+            tracker,
+            buf: Vec::new(),
+            prefix: Some(prefix),
+            csv,
+        }
     }
 
     fn write_row(&mut self, r: &Reading) {
@@ -368,15 +386,15 @@ impl PageBody {
                 if self.tracker.emitted > 1 {
                     self.buf.push(b',');
                 }
-                write_json_row(&mut self.buf, r);
+                write_json_row(&mut self.buf, &mut self.ts, r);
             }
             Format::Ndjson => {
-                write_json_row(&mut self.buf, r);
+                write_json_row(&mut self.buf, &mut self.ts, r);
                 self.buf.push(b'\n');
             }
             Format::Csv => {
                 let csv = self.csv.as_mut().expect("csv state exists in csv format");
-                csv.write_row(&mut self.buf, r);
+                csv.write_row(&mut self.buf, &mut self.ts, r);
             }
         }
     }
@@ -410,18 +428,18 @@ impl PageBody {
 }
 
 impl CsvRows {
-    fn write_row(&mut self, buf: &mut Vec<u8>, r: &Reading) {
+    fn write_row(&mut self, buf: &mut Vec<u8>, ts: &mut TsWriter, r: &Reading) {
         self.cells.iter_mut().for_each(|c| *c = None);
-        for (name, value) in &r.fields {
+        for (at, (name, _)) in r.fields.iter().enumerate() {
             if let Some(&i) = self.index.get(name) {
-                self.cells[i] = Some(value.clone());
+                self.cells[i] = Some(at);
             }
         }
-        buf.extend(format_ts(r.ts).as_bytes());
+        ts.write(buf, r.ts);
         for cell in &self.cells {
             buf.push(b',');
             self.cell.clear();
-            match cell {
+            match cell.map(|at| &r.fields[at].1) {
                 None => {}
                 Some(FieldValue::Str(s)) => self.cell.extend(s.as_bytes()),
                 Some(v) => write_json_value(&mut self.cell, v),
@@ -460,7 +478,11 @@ impl Stream for PageBody {
             let Some(rows) = this.rows.as_mut() else {
                 return Poll::Ready(None);
             };
-            match rows.as_mut().poll_next(cx) {
+            let next = match this.first.take() {
+                Some(r) => Poll::Ready(Some(Ok(r))),
+                None => rows.as_mut().poll_next(cx),
+            };
+            match next {
                 Poll::Ready(Some(Ok(r))) => {
                     if this.tracker.accept(&r) {
                         this.write_row(&r);
@@ -494,31 +516,143 @@ impl Stream for PageBody {
 }
 
 /// `{"t": "...", "fields": {...}}`, the shape of one reading in JSON and NDJSON.
-fn write_json_row(buf: &mut Vec<u8>, r: &Reading) {
-    buf.extend(b"{\"t\":\"");
-    buf.extend(format_ts(r.ts).as_bytes());
-    buf.extend(b"\",\"fields\":{");
+fn write_json_row(buf: &mut Vec<u8>, ts: &mut TsWriter, r: &Reading) {
+    buf.extend_from_slice(b"{\"t\":\"");
+    ts.write(buf, r.ts);
+    buf.extend_from_slice(b"\",\"fields\":{");
     for (i, (name, value)) in r.fields.iter().enumerate() {
         if i > 0 {
             buf.push(b',');
         }
-        serde_json::to_writer(&mut *buf, name).expect("writing to a Vec");
+        write_json_str(buf, name);
         buf.push(b':');
         write_json_value(buf, value);
     }
-    buf.extend(b"}}");
+    buf.extend_from_slice(b"}}");
 }
 
 /// Integers stay integers (u64 and i64 exactly, never through f64); floats use the shortest
-/// representation that round-trips.
+/// representation that round-trips. Every number is written as serde_json writes it.
 fn write_json_value(buf: &mut Vec<u8>, v: &FieldValue) {
     match v {
-        FieldValue::Float(f) => serde_json::to_writer(&mut *buf, f).expect("writing to a Vec"),
-        FieldValue::Int(i) => write!(buf, "{i}").expect("writing to a Vec"),
-        FieldValue::UInt(u) => write!(buf, "{u}").expect("writing to a Vec"),
-        FieldValue::Bool(b) => buf.extend(if *b { &b"true"[..] } else { &b"false"[..] }),
-        FieldValue::Str(s) => serde_json::to_writer(&mut *buf, s).expect("writing to a Vec"),
+        FieldValue::Float(f) => write_json_f64(buf, *f),
+        FieldValue::Int(i) => serde_json::to_writer(&mut *buf, i).expect("writing to a Vec"),
+        FieldValue::UInt(u) => serde_json::to_writer(&mut *buf, u).expect("writing to a Vec"),
+        FieldValue::Bool(b) => buf.extend_from_slice(if *b { b"true" } else { b"false" }),
+        FieldValue::Str(s) => write_json_str(buf, s),
     }
+}
+
+/// A JSON string, as serde_json writes it. Field names are written once per reading and almost
+/// never need escaping, so they skip serde_json's byte-by-byte escaping loop and writer calls.
+fn write_json_str(buf: &mut Vec<u8>, s: &str) {
+    if needs_json_escape(s.as_bytes()) {
+        serde_json::to_writer(&mut *buf, s).expect("writing to a Vec");
+    } else {
+        buf.reserve(s.len() + 2);
+        buf.push(b'"');
+        buf.extend_from_slice(s.as_bytes());
+        buf.push(b'"');
+    }
+}
+
+/// Whether `s` holds a byte serde_json escapes: a control character, `"` or `\`. Eight bytes
+/// at a time (SWAR); each test below is exact, so there are no false positives.
+fn needs_json_escape(s: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // Nonzero iff some byte of `w` is below `n` (for n <= 0x80).
+    let any_below = |w: u64, n: u8| w.wrapping_sub(ONES * u64::from(n)) & !w & HIGH;
+    let any_equal = |w: u64, b: u8| any_below(w ^ (ONES * u64::from(b)), 1);
+    let bad = |w: u64| (any_below(w, 0x20) | any_equal(w, b'"') | any_equal(w, b'\\')) != 0;
+    let word = |at: usize| u64::from_le_bytes(s[at..at + 8].try_into().expect("8 bytes"));
+    if s.len() < 8 {
+        // Padded with a byte that never needs escaping.
+        let mut padded = [b'a'; 8];
+        padded[..s.len()].copy_from_slice(s);
+        return bad(u64::from_le_bytes(padded));
+    }
+    // Whole words, then the last eight bytes (overlapping the previous word if need be).
+    (0..s.len() / 8).any(|i| bad(word(i * 8))) || bad(word(s.len() - 8))
+}
+
+/// A float, byte for byte as serde_json writes it (its shortest round-trip form), with a fast
+/// path for the fixed-resolution values sensors send (21.37, 1013.25, 40.0), where the general
+/// shortest-digits search was a tenth of a range query's CPU time.
+fn write_json_f64(buf: &mut Vec<u8>, v: f64) {
+    match short_decimal(v) {
+        Some((s, k)) => write_fixed_point(buf, s, k),
+        None => serde_json::to_writer(&mut *buf, &v).expect("writing to a Vec"),
+    }
+}
+
+/// `10^k` for the decimals [`short_decimal`] tries.
+const POW10: [f64; 7] = [1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6];
+
+/// `(s, k)` such that `s / 10^k`, written with exactly `k` decimals, is the shortest decimal
+/// that reads back as `v`; `None` when that is not easily known (the caller falls back to the
+/// general algorithm).
+///
+/// Why it is the shortest: let `k` be the smallest number of decimals for which some integer
+/// `s` has `s / 10^k` (correctly rounded) equal to `v`. With `|s| < 2^51`, `ulp(v) < 10^-k`,
+/// so no other `k`-decimal number lies within `v`'s rounding interval: the candidate is unique,
+/// and any representation with fewer digits would have fewer decimals, contradicting the
+/// minimality of `k`. The candidate, if it exists, is `round(v * 10^k)`: the product is off
+/// by far less than 0.5 at this magnitude. `1e-5 <= |v| < 2^51` is the range serde_json writes
+/// without an exponent (it uses one from 1e16 on). `-0.0` never matches (`0 / 1` is `+0.0`).
+fn short_decimal(v: f64) -> Option<(i64, usize)> {
+    const LIMIT: f64 = (1u64 << 51) as f64;
+    // NaN fails this too.
+    let plain_notation = v.abs() >= 1e-5 || v.to_bits() == 0;
+    if !plain_notation {
+        return None;
+    }
+    for (k, scale) in POW10.iter().enumerate() {
+        let x = v * scale;
+        if x.abs() >= LIMIT {
+            return None;
+        }
+        // `round` without the libm call: `x - trunc(x)` is exact below 2^51.
+        let t = x as i64;
+        let frac = x - t as f64;
+        let s = t + i64::from(frac >= 0.5) - i64::from(frac <= -0.5);
+        if (s as f64 / scale).to_bits() == v.to_bits() {
+            return Some((s, k));
+        }
+    }
+    None
+}
+
+/// `s / 10^k` with exactly `k` decimals, or with `.0` when `k` is 0.
+fn write_fixed_point(buf: &mut Vec<u8>, s: i64, k: usize) {
+    // Up to 16 integer digits (|s| < 2^51), a point, up to 6 decimals, a sign.
+    let mut out = [b'0'; 24];
+    let mut at = out.len();
+    let mut u = s.unsigned_abs();
+    if k == 0 {
+        // The `0` of `.0` is already there.
+        at -= 1;
+    }
+    for _ in 0..k {
+        at -= 1;
+        out[at] = b'0' + (u % 10) as u8;
+        u /= 10;
+    }
+    at -= 1;
+    out[at] = b'.';
+    loop {
+        at -= 1;
+        out[at] = b'0' + (u % 10) as u8;
+        u /= 10;
+        if u == 0 {
+            break;
+        }
+    }
+    if s < 0 {
+        at -= 1;
+        out[at] = b'-';
+    }
+    buf.extend_from_slice(&out[at..]);
 }
 
 #[cfg(test)]
@@ -530,6 +664,7 @@ mod tests {
         let mut buf = Vec::new();
         write_json_row(
             &mut buf,
+            &mut TsWriter::new(),
             &Reading {
                 ts: 1500,
                 fields: vec![
@@ -545,6 +680,146 @@ mod tests {
             String::from_utf8(buf).unwrap(),
             r#"{"t":"1970-01-01T00:00:01.500Z","fields":{"f":1.0,"i":-9223372036854775808,"u":18446744073709551615,"b":true,"s":"a\"b\n"}}"#
         );
+    }
+
+    /// The float writer must produce what serde_json, the writer it replaced, produces.
+    fn assert_float_as_serde(v: f64) {
+        let mut fast = Vec::new();
+        write_json_f64(&mut fast, v);
+        assert_eq!(
+            String::from_utf8(fast).unwrap(),
+            serde_json::to_string(&v).unwrap(),
+            "{v:e} ({:#x})",
+            v.to_bits()
+        );
+    }
+
+    #[test]
+    fn floats_are_written_as_serde_json_writes_them() {
+        let mut specials = vec![
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            0.1,
+            0.1 + 0.2,
+            21.37,
+            -21.37,
+            1013.25,
+            0.000123,
+            1e-5,
+            -1e-5,
+            9.99999e-6,
+            1.5e-5,
+            1e-6,
+            0.000001,
+            1e15,
+            1e16,
+            1e17,
+            1e22,
+            123456789012345.6,
+            f64::MIN_POSITIVE,
+            5e-324,
+            f64::MAX,
+            f64::MIN,
+            f64::EPSILON,
+            (1u64 << 51) as f64,
+            (1u64 << 51) as f64 - 1.0,
+            (1u64 << 51) as f64 / 1e6,
+            (1u64 << 53) as f64,
+            2251799813685247.5,
+            0.3,
+            2.675,
+            1.005,
+            4.35,
+            100.0,
+            100000.0,
+        ];
+        for e in -30..=30 {
+            let p = 10f64.powi(e);
+            specials.extend([
+                p,
+                -p,
+                f64::from_bits(p.to_bits() + 1),
+                f64::from_bits(p.to_bits() - 1),
+            ]);
+        }
+        for v in specials {
+            assert_float_as_serde(v);
+        }
+        // Fixed-resolution values of every magnitude, and their neighbours.
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..300_000 {
+            let r = next();
+            let digits = 1 + r % 17;
+            let s = (next() % 10u64.pow(digits as u32)) as f64;
+            let k = (r >> 8) % 9;
+            let v = s / 10f64.powi(k as i32) * if r & (1 << 20) == 0 { 1.0 } else { -1.0 };
+            assert_float_as_serde(v);
+            assert_float_as_serde(f64::from_bits(v.to_bits().wrapping_add(1)));
+            assert_float_as_serde(f64::from_bits(v.to_bits().wrapping_sub(1)));
+            let any = f64::from_bits(next());
+            if any.is_finite() {
+                assert_float_as_serde(any);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_float_is_written_as_serde_json_writes_it(v in proptest::num::f64::NORMAL | proptest::num::f64::SUBNORMAL | proptest::num::f64::ZERO) {
+            assert_float_as_serde(v);
+        }
+
+        #[test]
+        fn decimals_are_written_as_serde_json_writes_them(s in -10_000_000_000i64..10_000_000_000, k in 0..8i32) {
+            assert_float_as_serde(s as f64 / 10f64.powi(k));
+        }
+
+        #[test]
+        fn strings_are_written_as_serde_json_writes_them(s in "\\PC*|[\\x00-\\x7f]*") {
+            let mut fast = Vec::new();
+            write_json_str(&mut fast, &s);
+            proptest::prop_assert_eq!(String::from_utf8(fast).unwrap(), serde_json::to_string(&s).unwrap());
+        }
+    }
+
+    #[test]
+    fn every_escaped_byte_is_found_at_every_position() {
+        for len in 0..20 {
+            let plain = vec![b'x'; len];
+            assert!(!needs_json_escape(&plain));
+            for at in 0..len {
+                for b in 0..=255u8 {
+                    let mut s = plain.clone();
+                    s[at] = b;
+                    let want = b < 0x20 || b == b'"' || b == b'\\';
+                    assert_eq!(needs_json_escape(&s), want, "byte {b:#x} at {at} of {len}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn integers_are_written_as_before() {
+        for (v, want) in [
+            (FieldValue::Int(i64::MIN), "-9223372036854775808"),
+            (FieldValue::Int(-1), "-1"),
+            (FieldValue::Int(0), "0"),
+            (FieldValue::UInt(u64::MAX), "18446744073709551615"),
+            (FieldValue::Str("a\u{7f}\u{1f}\"\\é".into()), "\"a\u{7f}\\u001f\\\"\\\\é\""),
+        ] {
+            let mut buf = Vec::new();
+            write_json_value(&mut buf, &v);
+            assert_eq!(String::from_utf8(buf).unwrap(), want);
+        }
     }
 
     #[test]

@@ -95,7 +95,20 @@ impl<'a> Cursor<'a> {
         Ok(b)
     }
 
+    #[inline]
     fn varint(&mut self) -> Result<u64, EmbeddedError> {
+        // Most varints of a chunk (timestamp deltas, shape codes, small value changes) are one
+        // byte: that case stays inline in the decoding loop.
+        if let Some(&b) = self.buf.get(self.pos)
+            && b < 0x80
+        {
+            self.pos += 1;
+            return Ok(u64::from(b));
+        }
+        self.long_varint()
+    }
+
+    fn long_varint(&mut self) -> Result<u64, EmbeddedError> {
         let mut v = 0u64;
         let mut shift = 0;
         loop {
@@ -297,15 +310,32 @@ fn put_float(out: &mut Vec<u8>, v: f64, prev_bits: u64) {
     put_xor(out, x);
 }
 
-fn get_float(c: &mut Cursor<'_>, prev_bits: u64) -> Result<u64, EmbeddedError> {
+/// The decoder's memory of a field's last decimal float: `(k, s)` when it was `s / 10^k` with
+/// `|s| <= SCALED_MEMO_LIMIT`. For such values `scaled_prev(bits, k) == s` (the two roundings
+/// between `s` and `s / 10^k * 10^k` are off by at most `|s| * 2^-52 <= 1/4`), so the next
+/// value with `k` decimals skips that multiplication and its `round`, a tenth of decoding.
+type ScaledMemo = Option<(usize, i64)>;
+const SCALED_MEMO_LIMIT: u64 = 1 << 50;
+
+fn get_float(
+    c: &mut Cursor<'_>,
+    prev_bits: u64,
+    memo: &mut ScaledMemo,
+) -> Result<u64, EmbeddedError> {
     let h = *c.buf.get(c.pos).ok_or_else(|| corrupt("truncated value"))?;
     if h & 0xf0 != DECIMAL_HEADER {
+        *memo = None;
         return Ok(prev_bits ^ get_xor(c)?);
     }
     c.pos += 1;
     let k = usize::from(h & 0x0f);
     let scale = *POW10.get(k).ok_or_else(|| corrupt("bad decimal float header"))?;
-    let s = scaled_prev(prev_bits, k).wrapping_add(unzigzag(c.varint()?));
+    let prev = match *memo {
+        Some((memo_k, s)) if memo_k == k => s,
+        _ => scaled_prev(prev_bits, k),
+    };
+    let s = prev.wrapping_add(unzigzag(c.varint()?));
+    *memo = (s.unsigned_abs() <= SCALED_MEMO_LIMIT).then_some((k, s));
     Ok((s as f64 / scale).to_bits())
 }
 
@@ -365,6 +395,7 @@ pub fn decode_chunk(
         names.push(c.string()?);
     }
     let mut prev_bits = vec![0u64; n_names];
+    let mut memos: Vec<ScaledMemo> = vec![None; n_names];
     let mut shape: Vec<(usize, u8)> = Vec::new();
     let mut have_shape = false;
     let mut ts = summary.first;
@@ -402,15 +433,17 @@ pub fn decode_chunk(
             let prev = &mut prev_bits[i];
             let value = match t {
                 T_FLOAT => {
-                    *prev = get_float(&mut c, *prev)?;
+                    *prev = get_float(&mut c, *prev, &mut memos[i])?;
                     FieldValue::Float(f64::from_bits(*prev))
                 }
                 T_INT => {
                     *prev = prev.wrapping_add(unzigzag(c.varint()?) as u64);
+                    memos[i] = None;
                     FieldValue::Int(*prev as i64)
                 }
                 T_UINT => {
                     *prev = prev.wrapping_add(unzigzag(c.varint()?) as u64);
+                    memos[i] = None;
                     FieldValue::UInt(*prev)
                 }
                 T_BOOL => FieldValue::Bool(c.u8()? != 0),
@@ -646,6 +679,52 @@ mod tests {
         let refs: Vec<&Reading> = steady.iter().collect();
         // ts delta (2) + shape (1) + decimal header and one-byte delta (2) per reading.
         assert!(encode_chunk(0, &refs).len() <= 100 * 5 + 20);
+    }
+
+    /// What the decoder's memo of the last decimal float relies on.
+    #[test]
+    fn scaled_prev_of_a_decoded_decimal_is_its_integer() {
+        let limit = SCALED_MEMO_LIMIT as i64;
+        let mut seed = 0x853c_49e6_748f_ea9b_u64;
+        let mut samples: Vec<i64> = vec![0, 1, -1, limit, -limit, limit - 1, 1 << 49, 999_999];
+        for _ in 0..200_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            // Every magnitude up to the limit, not only the large ones.
+            samples.push(
+                (seed >> (seed % 60 + 4)) as i64 % (limit + 1) * if seed & 1 == 0 { 1 } else { -1 },
+            );
+        }
+        for s in samples {
+            for (k, scale) in POW10.iter().enumerate() {
+                let bits = (s as f64 / scale).to_bits();
+                assert_eq!(scaled_prev(bits, k), s, "s = {s}, k = {k}");
+            }
+        }
+    }
+
+    #[test]
+    fn floats_switching_between_decimals_xor_and_integers_roundtrip() {
+        let values = [
+            FieldValue::Float(21.37),
+            FieldValue::Float(21.4),
+            FieldValue::Float(21.4),
+            FieldValue::Float(0.1 + 0.2),
+            FieldValue::Float(21.41),
+            FieldValue::Int(7),
+            FieldValue::Float(21.42),
+            FieldValue::Float(1e300),
+            FieldValue::Float(1013.25),
+            FieldValue::Str("x".into()),
+            FieldValue::Float(1013.5),
+            FieldValue::Float(1013.125),
+            FieldValue::Float(-0.0),
+            FieldValue::Float(1013.0),
+        ];
+        let readings: Vec<Reading> =
+            values.iter().enumerate().map(|(i, v)| r(i as i64, vec![("v", v.clone())])).collect();
+        assert_eq!(roundtrip(0, &readings), readings);
     }
 
     #[test]

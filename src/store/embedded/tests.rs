@@ -575,6 +575,42 @@ async fn dropping_a_stream_stops_its_reader() {
     }
 }
 
+/// A chunk that fails to decode (in the stream, not in the reader) ends the range with an
+/// error, after every reading that comes before it in the query's order.
+#[tokio::test]
+async fn a_corrupt_chunk_ends_the_range_after_the_readings_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), BIG);
+    let s = meta("s", "m", &[]);
+    let written: Vec<Reading> = (0..180).map(|i| reading(i * 60_000, i as f64)).collect();
+    write_ok(&store, &batches(&s, &written)).await;
+    let id = read::series_id_for_tests(&store.db.begin_read().unwrap(), "s");
+    let txn = store.db.begin_write().unwrap();
+    {
+        let mut chunks = txn.open_table(CHUNKS).unwrap();
+        let (key, mut bytes) = {
+            let mut hour_1 = chunks.range((id, HOUR_MS, 0, 0)..(id, 2 * HOUR_MS, 0, 0)).unwrap();
+            let (k, v) = hour_1.next().expect("hour 1 has a chunk").unwrap();
+            (k.value(), v.value().to_vec())
+        };
+        // Its summary still reads; its last reading does not.
+        bytes.pop();
+        chunks.insert(key, bytes.as_slice()).unwrap();
+    }
+    txn.commit().unwrap();
+
+    let mut desc_before = written[120..].to_vec();
+    desc_before.reverse();
+    for (order, before) in [(Order::Asc, written[..60].to_vec()), (Order::Desc, desc_before)] {
+        let got: Vec<_> =
+            store.readings(RangeQuery { order, ..range("s", 0, i64::MAX) }).collect().await;
+        let (last, ok) = got.split_last().expect("an error at least");
+        assert!(matches!(last, Err(StoreError::Corrupt(_))), "{order:?}: {last:?}");
+        let ok: Vec<Reading> = ok.iter().map(|r| r.as_ref().expect("reading").clone()).collect();
+        assert_eq!(ok, before, "{order:?}");
+    }
+}
+
 fn field_value() -> impl Strategy<Value = FieldValue> {
     prop_oneof![
         (-1000i64..1000).prop_map(|v| FieldValue::Float(v as f64 / 8.0)),
