@@ -4,13 +4,16 @@
 //! Shutdown order: stop accepting (HTTP graceful shutdown; the TCP accept loop ends and open
 //! connections stop after their current read), wait up to `shutdown_timeout` for requests and
 //! connections in progress, then drain the buffers into the store with another
-//! `shutdown_timeout`, and close the write-ahead log. So a stop takes at most twice
+//! `shutdown_timeout` (the refill bringing in readings spilled to the log shares that
+//! deadline), and close the write-ahead log. So a stop takes at most twice
 //! `shutdown_timeout`. Readings the store did not take by the deadline stay in the log and are
 //! replayed at the next start; with `--ack=buffered` they are lost and [`run`] fails, naming
 //! how many.
 //!
-//! Start-up order: bind, open the log, start the flusher, replay the log (the listeners are
-//! bound but not served until the replay has put everything back into the buffers).
+//! Start-up order: bind, open the log, start the flusher, start the refill (with segments an
+//! earlier process left, every push goes to the log only until the refill has replayed them),
+//! serve. Start-up never waits for the store: replayed readings reach the buffers as the
+//! store answers what it already holds.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -33,7 +36,7 @@ use crate::model::Seq;
 use crate::store::Store;
 use crate::store::embedded::EmbeddedStore;
 use crate::store::mongo::MongoStore;
-use crate::wal::Wal;
+use crate::wal::{Wal, refill};
 
 /// Longest raw TCP line: far beyond any sensor line, small enough that a client that never
 /// sends a newline costs little.
@@ -220,17 +223,23 @@ impl Server {
         let settle = wal.clone().map(|w| w as Arc<dyn Settle>);
         let flusher =
             Flusher::spawn_settling(buffers.clone(), store.clone(), config.flush_config(), settle);
-        if let Some(wal) = &wal
-            && !recovered.is_empty()
-        {
-            crate::wal::replay(wal, &recovered, &*store, &buffers)
-                .await
-                .context("cannot replay the write-ahead log")?;
+        let stop = CancellationToken::new();
+        // Before anything is served: with segments to replay, pushes go to the log only until
+        // the refill has caught up (ARCHITECTURE.md, "The write-ahead log").
+        let refill_stop = CancellationToken::new();
+        let refill = wal.clone().map(|wal| {
+            refill::spawn(wal, store.clone(), buffers.clone(), &recovered, refill_stop.clone())
+        });
+        if config.ack == AckMode::Buffered && !recovered.is_empty() {
+            // Without a log to spill into, pushes must wait until the replay is in.
+            tracing::info!("--ack=buffered: waiting for the earlier run's log to be replayed");
+            while buffers.spilled_from().is_some() {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
         }
         let acked_wal = if config.ack == AckMode::Wal { wal.clone() } else { None };
         let intake = Arc::new(Intake::new(buffers.clone(), acked_wal));
         let limits = Arc::new(config.input_limits());
-        let stop = CancellationToken::new();
 
         let state = AppState {
             buffers: buffers.clone(),
@@ -296,7 +305,21 @@ impl Server {
             http_task.abort();
         }
 
-        let mut report = flusher.shutdown(config.shutdown_timeout).await;
+        // The final flush shares one deadline with the refill: spilled readings are brought in
+        // and written while the deadline allows; what is left stays in the log.
+        let deadline = tokio::time::Instant::now() + config.shutdown_timeout;
+        let caught_up = async {
+            while buffers.spilled_from().is_some() {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        };
+        let _ = tokio::time::timeout_at(deadline, caught_up).await;
+        refill_stop.cancel();
+        if let Some(task) = refill {
+            let _ = task.await;
+        }
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let mut report = flusher.shutdown(remaining).await;
         if let Some(wal) = wal {
             // Joins the writer thread after its last sync.
             let closed = tokio::task::spawn_blocking(move || wal.close()).await;

@@ -1,5 +1,7 @@
 //! The memory bound, store outages and shutdown, through real sockets: 503 + Retry-After at the
-//! bound, the bound never exceeded, nothing lost across an outage or a shutdown.
+//! bound (the buffers' with `--ack=buffered`, the log's with the WAL, where full buffers spill
+//! into the log), the memory bound never exceeded, nothing lost across an outage or a
+//! shutdown.
 
 #[path = "support/server.rs"]
 mod support;
@@ -28,7 +30,7 @@ async fn full_buffers_answer_503_with_retry_after_and_recover() {
     flaky.set_down(true);
     let server = TestServer::start(
         flaky.clone(),
-        &["--max-buffered-readings", "100", "--flush-interval", "20ms"],
+        &["--ack", "buffered", "--max-buffered-readings", "100", "--flush-interval", "20ms"],
     )
     .await;
 
@@ -75,7 +77,9 @@ async fn full_buffers_answer_503_with_retry_after_and_recover() {
 async fn streamed_ndjson_reports_what_was_accepted_before_the_bound() {
     let flaky = FlakyStore::new(memory_store());
     flaky.set_down(true);
-    let server = TestServer::start(flaky.clone(), &["--max-buffered-readings", "250"]).await;
+    let server =
+        TestServer::start(flaky.clone(), &["--ack", "buffered", "--max-buffered-readings", "250"])
+            .await;
     // 1,000 lines pushed in pieces of 250 (the bound): the first piece fits, the second not.
     let body: String =
         (0..1000).map(|i| format!("{}\n", json_reading("nd", T0 + i, json!({"v": i})))).collect();
@@ -90,16 +94,24 @@ async fn streamed_ndjson_reports_what_was_accepted_before_the_bound() {
 
 #[tokio::test]
 async fn the_bound_holds_under_concurrent_writers_and_nothing_accepted_is_lost() {
+    bound_under_concurrent_writers(&["--ack", "buffered"]).await;
+}
+
+/// With the log, full buffers spill into it: the memory bound still holds, the 503s come from
+/// the log's bound, and everything acknowledged lands once.
+#[tokio::test]
+async fn with_the_wal_full_buffers_spill_and_the_logs_bound_answers_503() {
+    bound_under_concurrent_writers(&["--wal-max-bytes", "96KiB"]).await;
+}
+
+async fn bound_under_concurrent_writers(mode: &[&str]) {
     const BOUND: usize = 500;
     let flaky = FlakyStore::new(memory_store());
     flaky.set_down(true);
-    let server = Arc::new(
-        TestServer::start(
-            flaky.clone(),
-            &["--max-buffered-readings", &BOUND.to_string(), "--flush-interval", "10ms"],
-        )
-        .await,
-    );
+    let bound = BOUND.to_string();
+    let mut args = vec!["--max-buffered-readings", bound.as_str(), "--flush-interval", "10ms"];
+    args.extend_from_slice(mode);
+    let server = Arc::new(TestServer::start(flaky.clone(), &args).await);
 
     let done = Arc::new(AtomicBool::new(false));
     let max_seen = Arc::new(AtomicUsize::new(0));

@@ -97,8 +97,25 @@ pub struct Buffers {
     room: Notify,
     /// Woken (one permit) when a push makes a buffer reach `max_batch_readings`.
     due: Notify,
-    /// The next sequence number; held while a push is logged and inserted (module doc).
-    order: Mutex<Seq>,
+    /// The next sequence number and the spill state; held while a push is logged and
+    /// inserted (module doc).
+    order: Mutex<Order>,
+}
+
+struct Order {
+    next: Seq,
+    /// While set, readings from this sequence number on are in the write-ahead log but not in
+    /// the buffers, and every push is logged only, so that the refill can bring them in in
+    /// sequence order (see [`Buffers::push_or_spill`]).
+    spilled_from: Option<Seq>,
+}
+
+/// Where [`Buffers::push_or_spill`] put a push.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    Buffered,
+    /// In the log only; the refill inserts it when there is room.
+    Spilled,
 }
 
 struct SensorBuffers {
@@ -193,7 +210,7 @@ impl Buffers {
             held: AtomicUsize::new(0),
             room: Notify::new(),
             due: Notify::new(),
-            order: Mutex::new(0),
+            order: Mutex::new(Order { next: 0, spilled_from: None }),
         })
     }
 
@@ -237,6 +254,67 @@ impl Buffers {
         self.log_and_insert(items, log)
     }
 
+    /// For a caller with a durable log (`--ack=wal`): like [`Buffers::push_with`] while the
+    /// buffers have room, but when they are full (or readings are already spilled) `log` runs
+    /// alone and the readings stay in the log only, to be brought in later by
+    /// [`Buffers::push_recovered`] (the refill), in order. Fails only when `log` fails.
+    ///
+    /// Full-policy: spill to the log; the log's own bound then refuses.
+    pub fn push_or_spill<T, E>(
+        &self,
+        items: Vec<(SeriesMeta, Reading)>,
+        log: impl FnOnce(Seq) -> Result<T, E>,
+    ) -> Result<(T, Placement), E> {
+        let n = items.len();
+        let groups = group::group(items);
+        // One hold of the mutex from the decision to the insert: a push deciding to buffer must
+        // not overtake one that spills.
+        let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        let first = order.next.max(wall_clock_nanos());
+        if order.spilled_from.is_none() && self.reserve(n, false).is_ok() {
+            let logged = match log(first) {
+                Ok(logged) => logged,
+                Err(e) => {
+                    drop(order);
+                    self.release(n);
+                    return Err(e);
+                }
+            };
+            order.next = first + n as Seq;
+            self.insert(groups, |position| first + Seq::from(position));
+            return Ok((logged, Placement::Buffered));
+        }
+        let logged = log(first)?;
+        order.next = first + n as Seq;
+        order.spilled_from.get_or_insert(first);
+        Ok((logged, Placement::Spilled))
+    }
+
+    /// From now on pushes go to the log only, as after a spill: at start-up, so that the
+    /// refill replays what an earlier process left before anything newer enters the buffers.
+    pub fn start_spill(&self, from: Seq) {
+        let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        order.next = order.next.max(from);
+        order.spilled_from.get_or_insert(from);
+    }
+
+    /// Where the spilled readings start, if any are.
+    pub fn spilled_from(&self) -> Option<Seq> {
+        self.order.lock().unwrap_or_else(|e| e.into_inner()).spilled_from
+    }
+
+    /// Ends the spill when `caught_up(next sequence number)` says the refill has brought in
+    /// everything logged before it; checked under the order mutex, so no push is logged
+    /// in between. Returns whether pushes now go to the buffers again.
+    pub fn end_spill_if(&self, caught_up: impl FnOnce(Seq) -> bool) -> bool {
+        let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        if order.spilled_from.is_none() || caught_up(order.next) {
+            order.spilled_from = None;
+            return true;
+        }
+        false
+    }
+
     /// `push_when_room_with` without a log step.
     pub async fn push_when_room(&self, items: Vec<(SeriesMeta, Reading)>) -> usize {
         let n = items.len();
@@ -253,9 +331,9 @@ impl Buffers {
         assert_eq!(items.len(), seqs.len(), "one sequence number per recovered reading");
         self.wait_and_reserve(items.len()).await;
         let groups = group::group(items);
-        let mut next = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(&max) = seqs.iter().max() {
-            *next = (*next).max(max + 1);
+            order.next = order.next.max(max + 1);
         }
         self.insert(groups, |position| seqs[position as usize]);
     }
@@ -286,17 +364,19 @@ impl Buffers {
     ) -> Result<T, E> {
         let n = items.len();
         let groups = group::group(items);
-        let mut next = self.order.lock().unwrap_or_else(|e| e.into_inner());
-        let first = (*next).max(wall_clock_nanos());
+        let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        // Spills happen only through `push_or_spill`, whose callers never mix in this path.
+        debug_assert!(order.spilled_from.is_none(), "a logged push while readings are spilled");
+        let first = order.next.max(wall_clock_nanos());
         let logged = match log(first) {
             Ok(logged) => logged,
             Err(e) => {
-                drop(next);
+                drop(order);
                 self.release(n);
                 return Err(e);
             }
         };
-        *next = first + n as Seq;
+        order.next = first + n as Seq;
         self.insert(groups, |position| first + Seq::from(position));
         Ok(logged)
     }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::buffer::{BufferFull, Buffers, PushError};
+use crate::buffer::{BufferFull, Buffers};
 use crate::model::{Reading, SeriesMeta};
 use crate::wal::{Record, Wal, WalError};
 
@@ -46,7 +46,9 @@ impl Intake {
     }
 
     /// Accepts all of `items` or none, and returns once they are as durable as the ack mode
-    /// promises. Full buffers or a full log refuse at once (the caller answers 503).
+    /// promises. Refuses at once (the caller answers 503) when the log is full, or, with
+    /// `--ack=buffered`, when the buffers are: with the log, full buffers spill into it and the
+    /// refill brings the readings in as the store drains them.
     pub async fn accept(&self, items: Vec<(SeriesMeta, Reading)>) -> Result<usize, IntakeError> {
         let n = items.len();
         if n == 0 {
@@ -57,19 +59,16 @@ impl Intake {
             return Ok(n);
         };
         let record = Record::encode(&items).map_err(|e| WalError::Encode(e.to_string()))?;
-        let ticket = self.buffers.push_with(items, |first| wal.append(&record, first)).map_err(
-            |e| match e {
-                PushError::Full(full) => IntakeError::BuffersFull(full),
-                PushError::Log(e) => IntakeError::Wal(e),
-            },
-        )?;
+        // Full buffers spill into the log: only the log's bound refuses.
+        let (ticket, _) = self.buffers.push_or_spill(items, |first| wal.append(&record, first))?;
         wal.synced(ticket).await?;
         Ok(n)
     }
 
-    /// For raw TCP, which has no acknowledgement: waits for room in the buffers and in the
-    /// log instead of refusing (flow control: the connection is not read meanwhile), and does
-    /// not wait for the fsync. Fails only when the log has failed or closed.
+    /// For raw TCP, which has no acknowledgement: waits for room (in the log, or with
+    /// `--ack=buffered` in the buffers) instead of refusing (flow control: the connection is not
+    /// read meanwhile), and does not wait for the fsync. Fails only when the log has failed or
+    /// closed.
     pub async fn accept_when_room(
         &self,
         items: Vec<(SeriesMeta, Reading)>,
@@ -86,12 +85,19 @@ impl Intake {
         if record.encoded_len() as u64 > limit {
             return Err(WalError::Full { used: wal.used_bytes(), limit });
         }
-        // Room in the log is awaited first: a push that reserved buffer room must not sit on
-        // it while the log drains, since draining needs the flusher to have work.
-        while wal.used_bytes() + record.encoded_len() as u64 > limit {
-            tokio::time::sleep(WAL_ROOM_POLL).await;
+        let mut items = items;
+        loop {
+            while wal.used_bytes() + record.encoded_len() as u64 > limit {
+                tokio::time::sleep(WAL_ROOM_POLL).await;
+            }
+            match self.buffers.push_or_spill(items, |first| wal.append(&record, first)) {
+                Ok(_) => return Ok(n),
+                // Another writer took the room first: the record still holds the readings.
+                Err(WalError::Full { .. }) => {
+                    items = record.decode().map_err(|e| WalError::Encode(e.to_string()))?;
+                }
+                Err(e) => return Err(e),
+            }
         }
-        self.buffers.push_when_room_with(items, |first| wal.append(&record, first)).await?;
-        Ok(n)
     }
 }

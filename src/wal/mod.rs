@@ -3,9 +3,10 @@
 //!
 //! # Flow
 //! Ingest encodes the accepted readings into a [`Record`] (outside any lock), then, under the
-//! buffers' order mutex ([`crate::buffer::Buffers::push_with`]), [`Wal::append`] gives the
+//! buffers' order mutex ([`crate::buffer::Buffers::push_or_spill`]), [`Wal::append`] gives the
 //! record its first sequence number and copies it into the pending group, and the readings go
-//! into the buffers. The request then awaits [`Wal::synced`]: one writer thread writes the
+//! into the buffers, or, when those are full, stay in the log only until [`refill`] brings
+//! them in. The request then awaits [`Wal::synced`]: one writer thread writes the
 //! pending group and fsyncs it (`fdatasync`), at most once per `sync_interval`, so every
 //! request that arrived meanwhile shares that fsync (group commit). A reading may reach the
 //! store before its record is synced; that is harmless (see "Exactly once" in
@@ -20,9 +21,9 @@
 //! [`WalError::Full`] (HTTP 503) until deletions make room.
 //!
 //! # Start-up
-//! [`Wal::open`] finds the segments a previous process left; [`replay`] reads them back into
-//! the buffers, skipping what the store already holds (its high-water marks), and they are
-//! deleted like any other segment once settled.
+//! [`Wal::open`] finds the segments a previous process left; [`refill`] reads them back into
+//! the buffers, skipping what the store already holds (its high-water marks), while new
+//! writes wait in the log behind them; they are deleted like any other segment once settled.
 //!
 //! # Failure
 //! A failed write or fsync poisons the log: the data may not be on disk, and after a failed
@@ -30,12 +31,11 @@
 //! and later append fails ([`WalError::Failed`], HTTP 500); the process keeps flushing what it
 //! holds, and a restart replays what is on disk.
 
-mod replay;
+pub mod refill;
 mod segment;
 #[cfg(test)]
 mod tests;
 
-pub use replay::{ReplayReport, replay};
 pub use segment::Record;
 
 use std::collections::BTreeMap;
@@ -133,6 +133,8 @@ struct State {
 
 struct Segment {
     bytes: u64,
+    /// Bytes on disk and fsync'd: what the refill may read.
+    synced: u64,
     /// One past the last sequence number it holds.
     end: Seq,
     /// Readings in it not yet stored or dropped.
@@ -152,7 +154,7 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 impl Wal {
     /// Opens (creating) the log directory and starts the writer thread. Returns the first
     /// sequence numbers of the segments an earlier process left, oldest first: pass them to
-    /// [`replay`] before accepting writes.
+    /// [`refill::spawn`] before accepting writes.
     pub fn open(config: WalConfig) -> Result<(Arc<Wal>, Vec<Seq>), WalError> {
         let dir = config.dir.clone();
         let open_err = |why: String| WalError::Open { dir: dir.clone(), why };
@@ -180,7 +182,14 @@ impl Wal {
             used += bytes;
             segments.insert(
                 first,
-                Segment { bytes, end: first, unsettled: 0, sealed: false, recovered: true },
+                Segment {
+                    bytes,
+                    synced: bytes,
+                    end: first,
+                    unsettled: 0,
+                    sealed: false,
+                    recovered: true,
+                },
             );
         }
         let recovered: Vec<Seq> = segments.keys().copied().collect();
@@ -244,8 +253,14 @@ impl Wal {
             if let Some(active) = st.active {
                 st.segments.get_mut(&active).expect("active segment is listed").sealed = true;
             }
-            let segment =
-                Segment { bytes: 0, end: first_seq, unsettled: 0, sealed: false, recovered: false };
+            let segment = Segment {
+                bytes: 0,
+                synced: 0,
+                end: first_seq,
+                unsettled: 0,
+                sealed: false,
+                recovered: false,
+            };
             st.segments.insert(first_seq, segment);
             st.active = Some(first_seq);
             let at = st.pending.len();
@@ -306,7 +321,7 @@ impl Wal {
 
     /// Replay bookkeeping: `n` readings of recovered segment `first` go back into the
     /// buffers, and its sequence numbers end before `end`.
-    pub(crate) fn recovered_requeued(&self, first: Seq, end: Seq, n: u64) {
+    pub(in crate::wal) fn recovered_requeued(&self, first: Seq, end: Seq, n: u64) {
         let mut st = lock(&self.shared.state);
         if let Some(segment) = st.segments.get_mut(&first) {
             segment.end = segment.end.max(end);
@@ -316,13 +331,55 @@ impl Wal {
     }
 
     /// Replay of recovered segment `first` has finished: it can go once settled.
-    pub(crate) fn recovered_done(&self, first: Seq) {
+    pub(in crate::wal) fn recovered_done(&self, first: Seq) {
         let mut st = lock(&self.shared.state);
         if let Some(segment) = st.segments.get_mut(&first) {
             segment.sealed = true;
         }
         drop(st);
         self.shared.work.notify_one();
+    }
+
+    /// Refill: the segment holding `seq` (or the first one after it).
+    pub(in crate::wal) fn segment_for(&self, seq: Seq) -> Option<Seq> {
+        let st = lock(&self.shared.state);
+        let at_or_before = st.segments.range(..=seq).next_back().map(|(&first, _)| first);
+        at_or_before.or_else(|| st.segments.range(seq..).next().map(|(&first, _)| first))
+    }
+
+    /// Refill: the segment after `first`.
+    pub(in crate::wal) fn segment_after(&self, first: Seq) -> Option<Seq> {
+        let st = lock(&self.shared.state);
+        st.segments.range(first + 1..).next().map(|(&first, _)| first)
+    }
+
+    /// Refill: the intact records of segment `first` that start at byte `offset` (at most
+    /// about `max_readings` readings, at least one record), within its synced length.
+    pub(in crate::wal) fn read_at(
+        &self,
+        first: Seq,
+        offset: u64,
+        max_readings: usize,
+    ) -> Result<segment::Chunk, WalError> {
+        let (synced, bytes, final_size) = {
+            let st = lock(&self.shared.state);
+            match st.segments.get(&first) {
+                Some(s) => (s.synced, s.bytes, s.sealed || s.recovered),
+                // Deleted: everything in it was settled.
+                None => return Ok(segment::Chunk { done: true, ..segment::Chunk::default() }),
+            }
+        };
+        let path = segment::path_in(self.dir(), first);
+        let mut chunk = segment::read_chunk(&path, offset, synced, max_readings)
+            .map_err(|why| WalError::Open { dir: self.dir().to_owned(), why })?;
+        // Done once nothing more can be appended and all of it has been read.
+        chunk.done = final_size && (chunk.damage.is_some() || chunk.next_offset >= bytes);
+        Ok(chunk)
+    }
+
+    /// Whether segment `first` was left by an earlier process.
+    pub(in crate::wal) fn is_recovered(&self, first: Seq) -> bool {
+        lock(&self.shared.state).segments.get(&first).is_some_and(|s| s.recovered)
     }
 
     /// Readings in the log not yet stored or dropped.
@@ -384,14 +441,17 @@ impl Shared {
 /// The writer thread: group commits and segment deletion.
 struct Writer {
     shared: Arc<Shared>,
-    /// The segment file being appended to.
+    /// The segment file being appended to, and its length.
     file: Option<(Seq, File)>,
+    file_len: u64,
+    /// Segment lengths made durable by the group being written.
+    synced: Vec<(Seq, u64)>,
     last_sync: Option<Instant>,
 }
 
 impl Writer {
     fn new(shared: Arc<Shared>) -> Writer {
-        Writer { shared, file: None, last_sync: None }
+        Writer { shared, file: None, file_len: 0, synced: Vec::new(), last_sync: None }
     }
 
     fn run(mut self) {
@@ -441,6 +501,11 @@ impl Writer {
             ::metrics::histogram!(WAL_SYNC_DURATION).record(started.elapsed().as_secs_f64());
             let mut st = lock(&shared.state);
             st.writing = self.file.as_ref().map(|(seq, _)| *seq);
+            for (first, len) in self.synced.drain(..) {
+                if let Some(segment) = st.segments.get_mut(&first) {
+                    segment.synced = segment.synced.max(len);
+                }
+            }
             let doomed = deletable(&mut st);
             drop(st);
             shared.synced.send_modify(|s| s.group = group);
@@ -457,6 +522,7 @@ impl Writer {
             if let Some((seq, file)) = &self.file {
                 let path = segment::path_in(&dir, *seq);
                 file.sync_data().map_err(|e| format!("fsync {}: {e}", path.display()))?;
+                self.synced.push((*seq, self.file_len));
             }
             let path = segment::path_in(&dir, first);
             let mut file = OpenOptions::new()
@@ -468,12 +534,14 @@ impl Writer {
                 .map_err(|e| format!("write {}: {e}", path.display()))?;
             sync_dir(&dir)?;
             self.file = Some((first, file));
+            self.file_len = HEADER_BYTES as u64;
             at = offset;
         }
         self.append(&bytes[at..])?;
         if let Some((seq, file)) = &self.file {
             let path = segment::path_in(&dir, *seq);
             file.sync_data().map_err(|e| format!("fsync {}: {e}", path.display()))?;
+            self.synced.push((*seq, self.file_len));
         }
         Ok(())
     }
@@ -487,7 +555,9 @@ impl Writer {
         };
         file.write_all(bytes).map_err(|e| {
             format!("write {}: {e}", segment::path_in(&self.shared.config.dir, *seq).display())
-        })
+        })?;
+        self.file_len += bytes.len() as u64;
+        Ok(())
     }
 
     fn delete(&mut self, doomed: Vec<Seq>) {

@@ -66,6 +66,11 @@ impl Record {
         Ok(Record { bytes, crc, count })
     }
 
+    /// The readings again, for a caller whose push failed after it gave them up.
+    pub fn decode(&self) -> Result<Vec<(SeriesMeta, Reading)>, postcard::Error> {
+        postcard::from_bytes(&self.bytes[RECORD_HEADER_BYTES..])
+    }
+
     pub fn encoded_len(&self) -> usize {
         self.bytes.len()
     }
@@ -94,7 +99,8 @@ pub(super) struct Logged {
     pub items: Vec<(SeriesMeta, Reading)>,
 }
 
-/// What reading a segment found.
+/// What reading a whole segment found.
+#[cfg(test)]
 #[derive(Debug)]
 pub(super) struct SegmentRead {
     pub records: Vec<Logged>,
@@ -105,13 +111,20 @@ pub(super) struct SegmentRead {
 }
 
 /// Reads every intact record of a segment file's contents.
+#[cfg(test)]
 pub(super) fn read(path: &Path, data: &[u8]) -> Result<SegmentRead, String> {
+    // An empty file is a segment created just before a crash, before its header was written:
+    // nothing was acknowledged from it.
+    if data.is_empty() {
+        return Ok(SegmentRead { records: Vec::new(), valid_bytes: 0, damage: None });
+    }
+    check_header(path, data)?;
+    let (records, valid_bytes, damage) = parse_records(data, HEADER_BYTES, usize::MAX);
+    Ok(SegmentRead { records, valid_bytes, damage })
+}
+
+fn check_header(path: &Path, data: &[u8]) -> Result<(), String> {
     if data.len() < HEADER_BYTES || &data[..8] != MAGIC {
-        // An empty file is a segment created just before a crash, before its header was
-        // written: nothing was acknowledged from it.
-        if data.is_empty() {
-            return Ok(SegmentRead { records: Vec::new(), valid_bytes: 0, damage: None });
-        }
         return Err(format!("{} is not a bucketd WAL segment", path.display()));
     }
     let version = u32::from_le_bytes(data[8..12].try_into().expect("4 bytes"));
@@ -121,10 +134,22 @@ pub(super) fn read(path: &Path, data: &[u8]) -> Result<SegmentRead, String> {
             path.display()
         ));
     }
+    Ok(())
+}
+
+/// Parses records from `data[at..]` until the end, damage, or `max_readings` readings (at
+/// least one record). Returns them, where parsing stopped, and the damage if any. A record
+/// cut short at the very end of `data` is not damage when `data` is a prefix of the file:
+/// callers that read a prefix treat it as "not yet".
+fn parse_records(
+    data: &[u8],
+    mut at: usize,
+    max_readings: usize,
+) -> (Vec<Logged>, usize, Option<String>) {
     let mut records = Vec::new();
-    let mut at = HEADER_BYTES;
+    let mut readings = 0usize;
     let damage = loop {
-        if at == data.len() {
+        if at == data.len() || (readings >= max_readings && !records.is_empty()) {
             break None;
         }
         let Some(head) = data.get(at..at + RECORD_HEADER_BYTES) else {
@@ -152,10 +177,67 @@ pub(super) fn read(path: &Path, data: &[u8]) -> Result<SegmentRead, String> {
         if items.len() != count as usize {
             break Some(format!("record at byte {at} holds {} items, not {count}", items.len()));
         }
+        readings += items.len();
         records.push(Logged { first_seq, items });
         at = body_at + len;
     };
-    Ok(SegmentRead { records, valid_bytes: at, damage })
+    (records, at, damage)
+}
+
+/// Records read from a segment at an offset, for the refill.
+#[derive(Debug, Default)]
+pub(super) struct Chunk {
+    pub records: Vec<Logged>,
+    /// Where the next read starts.
+    pub next_offset: u64,
+    /// Nothing more will ever be read from this segment.
+    pub done: bool,
+    /// Why reading stopped early in a segment that will not grow.
+    pub damage: Option<String>,
+}
+
+/// Bytes read per refill step at least; a larger record is read whole.
+const CHUNK_READ_BYTES: u64 = 8 << 20;
+
+/// Reads the intact records in `[offset, limit)` of the segment file at `path`, up to about
+/// `max_readings` readings. `limit` is what is known to be on disk (synced).
+pub(super) fn read_chunk(
+    path: &Path,
+    offset: u64,
+    limit: u64,
+    max_readings: usize,
+) -> Result<Chunk, String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let offset = offset.max(HEADER_BYTES as u64);
+    if offset >= limit {
+        return Ok(Chunk { next_offset: offset, ..Chunk::default() });
+    }
+    let mut file =
+        std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    if offset == HEADER_BYTES as u64 {
+        let mut header = [0u8; HEADER_BYTES];
+        file.read_exact(&mut header).map_err(|e| format!("read {}: {e}", path.display()))?;
+        check_header(path, &header)?;
+    }
+    file.seek(SeekFrom::Start(offset)).map_err(|e| format!("seek {}: {e}", path.display()))?;
+    let mut want = (limit - offset).min(CHUNK_READ_BYTES);
+    loop {
+        let mut data = vec![0u8; want as usize];
+        file.read_exact(&mut data).map_err(|e| format!("read {}: {e}", path.display()))?;
+        let (records, end, damage) = parse_records(&data, 0, max_readings);
+        let whole = want == limit - offset;
+        if records.is_empty() && damage.is_some() && !whole {
+            // A record larger than what was read: read up to the limit.
+            want = limit - offset;
+            file.seek(SeekFrom::Start(offset))
+                .map_err(|e| format!("seek {}: {e}", path.display()))?;
+            continue;
+        }
+        // Damage inside what is known to be durable is real; a record cut by our own read
+        // size is not.
+        let damage = if whole { damage } else { None };
+        return Ok(Chunk { records, next_offset: offset + end as u64, done: false, damage });
+    }
 }
 
 pub(super) fn path_in(dir: &Path, first_seq: Seq) -> PathBuf {

@@ -6,6 +6,7 @@ use crate::buffer::{BufferConfig, Buffers};
 use crate::model::{Batch, FieldValue, Reading, SeriesMeta};
 use crate::store::memory::MemoryStore;
 use crate::store::{BucketLimits, Store};
+use crate::wal::refill;
 
 fn item(sensor: usize, ts: i64) -> (SeriesMeta, Reading) {
     (
@@ -147,9 +148,10 @@ async fn a_second_log_on_the_same_directory_is_refused() {
 }
 
 /// What a crashed process left is replayed with its sequence numbers, minus what the store
-/// already holds; the recovered segment goes once all of it is stored.
+/// already holds, while new pushes wait in the log behind it; the recovered segment goes once
+/// all of it is stored.
 #[tokio::test]
-async fn replay_requeues_what_the_store_lacks_and_then_deletes_the_segment() {
+async fn the_refill_replays_what_the_store_lacks_before_newer_pushes() {
     let dir = tempfile::tempdir().unwrap();
     let items: Vec<_> = (0..10).map(|i| item(i % 2, i as i64)).collect();
     {
@@ -159,7 +161,7 @@ async fn replay_requeues_what_the_store_lacks_and_then_deletes_the_segment() {
         // Dropped without settling: as if the process died.
     }
     // The store already holds sensor s0's first two readings (seqs 1000 and 1002).
-    let store = MemoryStore::new(BucketLimits::default());
+    let store = Arc::new(MemoryStore::new(BucketLimits::default()));
     let s0 = Arc::new(items[0].0.clone());
     let stored = Batch {
         series: s0,
@@ -176,27 +178,96 @@ async fn replay_requeues_what_the_store_lacks_and_then_deletes_the_segment() {
         max_batch_readings: 100,
         flush_interval: Duration::from_secs(3600),
     });
-    let report = replay(&wal, &recovered, &store, &buffers).await.unwrap();
-    assert_eq!((report.requeued, report.skipped), (8, 2));
-    assert_eq!(buffers.buffered(), 8);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = refill::spawn(wal.clone(), store, buffers.clone(), &recovered, stop.clone());
+    // A push right away is logged but waits behind the replay.
+    let record = Record::encode(&[item(0, 50)]).unwrap();
+    let (ticket, placement) =
+        buffers.push_or_spill(vec![item(0, 50)], |first| wal.append(&record, first)).unwrap();
+    assert_eq!(placement, crate::buffer::Placement::Spilled);
+    wal.synced(ticket).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while (buffers.spilled_from().is_some() || buffers.buffered() < 9) && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(buffers.spilled_from().is_none(), "the refill caught up");
+    assert_eq!(buffers.buffered(), 9, "8 replayed (2 were stored) and the new one");
     let s0: Vec<i64> = buffers.unflushed("s0", 0, 100).iter().map(|r| r.ts).collect();
-    assert_eq!(s0, vec![4, 6, 8]);
-    assert_eq!(wal.unsettled(), 8);
+    assert_eq!(s0, vec![4, 6, 8, 50], "replayed first, then the newer push");
+    assert_eq!(wal.unsettled(), 9);
 
     // Flushing them settles the recovered segment, which is then deleted.
     let taken = buffers.take(crate::buffer::TakeMode::All, 100).unwrap();
     let mut seqs: Vec<Seq> = taken.batches().iter().flat_map(|b| b.seqs.clone()).collect();
     seqs.sort();
-    assert_eq!(seqs, vec![1001, 1003, 1004, 1005, 1006, 1007, 1008, 1009]);
+    assert_eq!(seqs[..8], [1001, 1003, 1004, 1005, 1006, 1007, 1008, 1009]);
+    assert!(seqs[8] > 1009);
     for b in taken.batches() {
         wal.settle(&b.seqs);
     }
     let outcomes = vec![crate::buffer::Outcome::Written; taken.batches().len()];
     buffers.complete(taken, &outcomes);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !segment_files(dir.path()).is_empty() && Instant::now() < deadline {
+    while segment_files(dir.path()).contains(&1000) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(segment_files(dir.path()).is_empty());
-    assert_eq!(wal.used_bytes(), 0);
+    assert!(!segment_files(dir.path()).contains(&1000));
+    stop.cancel();
+    task.await.unwrap();
+}
+
+/// Full buffers spill into the log instead of refusing; the refill brings the readings in as
+/// room frees up, in order, and then pushes go straight to the buffers again.
+#[tokio::test]
+async fn full_buffers_spill_into_the_log_and_come_back_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = Wal::open(config(dir.path(), 1 << 30, 4096)).unwrap();
+    let store = Arc::new(MemoryStore::new(BucketLimits::default()));
+    let buffers = Buffers::new(BufferConfig {
+        max_buffered_readings: 10,
+        max_batch_readings: 1000,
+        flush_interval: Duration::from_secs(3600),
+    });
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = refill::spawn(wal.clone(), store, buffers.clone(), &[], stop.clone());
+    let mut placements = Vec::new();
+    for ts in 0..40 {
+        let push = vec![item(0, ts)];
+        let record = Record::encode(&push).unwrap();
+        let (ticket, placement) =
+            buffers.push_or_spill(push, |first| wal.append(&record, first)).unwrap();
+        wal.synced(ticket).await.unwrap();
+        placements.push(placement);
+    }
+    use crate::buffer::Placement::{Buffered, Spilled};
+    assert_eq!(placements[..10], [Buffered; 10]);
+    assert_eq!(placements[10..], [Spilled; 30], "once spilled, everything waits in the log");
+    assert_eq!(buffers.buffered(), 10);
+    // Drain in rounds: each flush makes room, the refill fills it, oldest first.
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen.len() < 40 && Instant::now() < deadline {
+        if let Some(taken) = buffers.take(crate::buffer::TakeMode::All, 1000) {
+            for b in taken.batches() {
+                seen.extend(b.readings.iter().map(|r| r.ts));
+                wal.settle(&b.seqs);
+            }
+            let outcomes = vec![crate::buffer::Outcome::Written; taken.batches().len()];
+            buffers.complete(taken, &outcomes);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(seen, (0..40).collect::<Vec<_>>());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while buffers.spilled_from().is_some() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(buffers.spilled_from().is_none(), "caught up: pushes go to the buffers again");
+    let push = vec![item(0, 99)];
+    let record = Record::encode(&push).unwrap();
+    let (_, placement) = buffers.push_or_spill(push, |first| wal.append(&record, first)).unwrap();
+    assert_eq!(placement, Buffered);
+    stop.cancel();
+    task.await.unwrap();
 }

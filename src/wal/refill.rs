@@ -1,0 +1,239 @@
+//! The refill: brings readings that are in the log but not in the buffers into the buffers, in
+//! log order. Two things leave readings there: an earlier process (its segments, found at
+//! start-up) and a spill (the buffers were full, so `Buffers::push_or_spill` logged a push
+//! without inserting it). In both cases every push goes to the log only until the refill has
+//! caught up, which keeps each (series, hour) buffer in sequence order.
+//!
+//! Per chunk of records, the store is asked for the high-water mark of every (series, hour)
+//! the chunk touches; a reading at or below its mark is stored already (the store holds a
+//! prefix of each series-hour in sequence order, see `Store::write`) and is skipped, the rest
+//! is inserted with its original sequence number, waiting for room as the flusher drains. So
+//! start-up never waits for the store: writes are acknowledged into the log meanwhile.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::{Wal, segment};
+use crate::buffer::Buffers;
+use crate::metrics::WAL_REPLAYED;
+use crate::model::{Reading, Seq, SeriesMeta, TimestampMs, hour_start};
+use crate::store::Store;
+
+/// Readings inserted per high-water question at most.
+const CHUNK_READINGS: usize = 50_000;
+
+/// How often an idle refill looks for a spill, and a busy one for newly synced records.
+const POLL: Duration = Duration::from_millis(10);
+
+const MIN_RETRY: Duration = Duration::from_millis(100);
+const MAX_RETRY: Duration = Duration::from_secs(5);
+
+/// Starts the refill. With `recovered` segments (from [`Wal::open`]) it first makes every push
+/// log-only and replays them; call it before any push.
+pub fn spawn(
+    wal: Arc<Wal>,
+    store: Arc<dyn Store>,
+    buffers: Arc<Buffers>,
+    recovered: &[Seq],
+    stop: CancellationToken,
+) -> JoinHandle<()> {
+    if let Some(&first) = recovered.first() {
+        buffers.start_spill(first);
+        tracing::info!(
+            segments = recovered.len(),
+            "replaying the write-ahead log an earlier run left; writes are accepted meanwhile"
+        );
+    }
+    let refill = Refill { wal, store, buffers, log_at: None };
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = refill.run() => {}
+        }
+    })
+}
+
+struct Refill {
+    wal: Arc<Wal>,
+    store: Arc<dyn Store>,
+    buffers: Arc<Buffers>,
+    log_at: Option<Instant>,
+}
+
+/// Where the refill reads next.
+struct Cursor {
+    segment: Seq,
+    offset: u64,
+    /// Everything logged before this sequence number is in the buffers (or stored).
+    through: Seq,
+}
+
+impl Refill {
+    async fn run(mut self) {
+        let mut cursor: Option<Cursor> = None;
+        let mut requeued = 0u64;
+        let mut skipped = 0u64;
+        loop {
+            let Some(from) = self.buffers.spilled_from() else {
+                if requeued + skipped > 0 {
+                    tracing::info!(
+                        requeued,
+                        skipped_as_stored = skipped,
+                        "caught up with the write-ahead log"
+                    );
+                    (requeued, skipped) = (0, 0);
+                }
+                cursor = None;
+                tokio::time::sleep(POLL).await;
+                continue;
+            };
+            let c = match &mut cursor {
+                Some(c) => c,
+                None => match self.wal.segment_for(from) {
+                    Some(segment) => cursor.insert(Cursor { segment, offset: 0, through: from }),
+                    None => {
+                        // Nothing logged at all: nothing to catch up with.
+                        self.buffers.end_spill_if(|_| true);
+                        continue;
+                    }
+                },
+            };
+            let (wal, segment, offset) = (self.wal.clone(), c.segment, c.offset);
+            let chunk =
+                tokio::task::spawn_blocking(move || wal.read_at(segment, offset, CHUNK_READINGS))
+                    .await;
+            let chunk = match chunk {
+                Ok(Ok(chunk)) => chunk,
+                Ok(Err(e)) => {
+                    // Unreadable (a foreign or newer file): log loudly, move on, keep serving.
+                    tracing::error!(error = %e, "cannot read a write-ahead log segment; skipping it");
+                    segment::Chunk { done: true, ..segment::Chunk::default() }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "write-ahead log read task failed");
+                    tokio::time::sleep(MAX_RETRY).await;
+                    continue;
+                }
+            };
+            if let Some(damage) = &chunk.damage {
+                tracing::warn!(segment = c.segment, %damage, "write-ahead log segment ends early (a torn record from a crash is the unacknowledged last group)");
+            }
+            c.offset = chunk.next_offset;
+            let recovered = self.wal.is_recovered(c.segment);
+            let mut items = Vec::new();
+            for record in chunk.records {
+                let end = record.first_seq + record.items.len() as u64;
+                // Records before the spill began are in the buffers already.
+                if record.first_seq < c.through && !recovered {
+                    continue;
+                }
+                c.through = c.through.max(end);
+                items.extend(
+                    record
+                        .items
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, item)| (record.first_seq + i as u64, item)),
+                );
+            }
+            let progressed = !items.is_empty();
+            if progressed {
+                let (r, s) = self.requeue(c.segment, recovered, c.through, items).await;
+                requeued += r;
+                skipped += s;
+            }
+            if chunk.done {
+                if recovered {
+                    self.wal.recovered_done(c.segment);
+                }
+                if let Some(next) = self.wal.segment_after(c.segment) {
+                    c.segment = next;
+                    c.offset = 0;
+                    continue;
+                }
+            }
+            if !progressed {
+                let through = c.through;
+                if self.buffers.end_spill_if(|next| next <= through) {
+                    cursor = None;
+                } else {
+                    tokio::time::sleep(POLL).await;
+                }
+            }
+        }
+    }
+
+    /// Inserts what the store does not hold yet. Returns (inserted, skipped).
+    async fn requeue(
+        &mut self,
+        segment: Seq,
+        recovered: bool,
+        end: Seq,
+        chunk: Vec<(Seq, (SeriesMeta, Reading))>,
+    ) -> (u64, u64) {
+        let mut index: HashMap<(&str, TimestampMs), usize> = HashMap::new();
+        let mut keys: Vec<(String, TimestampMs)> = Vec::new();
+        let slots: Vec<usize> = chunk
+            .iter()
+            .map(|(_, (meta, reading))| {
+                let key = (meta.key.as_str(), hour_start(reading.ts));
+                *index.entry(key).or_insert_with(|| {
+                    keys.push((key.0.to_owned(), key.1));
+                    keys.len() - 1
+                })
+            })
+            .collect();
+        drop(index);
+        let marks = self.high_water_until_answered(&keys).await;
+
+        let mut items = Vec::with_capacity(chunk.len());
+        let mut seqs = Vec::with_capacity(chunk.len());
+        let mut stored = Vec::new();
+        for ((seq, item), slot) in chunk.into_iter().zip(slots) {
+            if seq <= marks[slot] {
+                stored.push(seq);
+            } else {
+                seqs.push(seq);
+                items.push(item);
+            }
+        }
+        let (inserted, skipped) = (items.len() as u64, stored.len() as u64);
+        if recovered {
+            // Counted now, before the insert: the flusher may settle them at once.
+            self.wal.recovered_requeued(segment, end, inserted);
+        } else if !stored.is_empty() {
+            // Logged (and counted) by this process, yet stored: nothing left to wait for.
+            self.wal.settle(&stored);
+        }
+        self.buffers.push_recovered(items, seqs).await;
+        ::metrics::counter!(WAL_REPLAYED, "result" => "requeued").increment(inserted);
+        ::metrics::counter!(WAL_REPLAYED, "result" => "skipped").increment(skipped);
+        (inserted, skipped)
+    }
+
+    async fn high_water_until_answered(&mut self, keys: &[(String, TimestampMs)]) -> Vec<Seq> {
+        let mut delay = MIN_RETRY;
+        loop {
+            match self.store.high_water(keys).await {
+                Ok(marks) if marks.len() == keys.len() => return marks,
+                Ok(marks) => tracing::error!(
+                    marks = marks.len(),
+                    keys = keys.len(),
+                    "store returned the wrong number of high-water marks"
+                ),
+                Err(e) => {
+                    if self.log_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                        self.log_at = Some(Instant::now());
+                        tracing::warn!(store = self.store.name(), error = %e, "the write-ahead log refill waits for the store to say what it already holds");
+                    }
+                }
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(MAX_RETRY);
+        }
+    }
+}
