@@ -20,6 +20,8 @@ SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 # Comma-separated subset of: bucketd,victoria-metrics,influxdb
 SERVERS=${SERVERS:-bucketd,victoria-metrics,influxdb}
+# Extra flags for bucketd, e.g. BUCKETD_ARGS="--ack buffered".
+BUCKETD_ARGS=${BUCKETD_ARGS:-}
 
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -106,8 +108,9 @@ record() { # name pid
 # ------------------------------------------------------------------------------------------
 if [[ $SERVERS == *bucketd* ]]; then
   echo "== bucketd" >&2
+  # shellcheck disable=SC2086 # BUCKETD_ARGS is a list of flags
   taskset -c "$SERVER_CPU" "$BUCKETD" --http-addr 127.0.0.1:18080 --data-dir "$WORK/bucketd" \
-    >"$WORK/bucketd.log" 2>&1 &
+    ${BUCKETD_ARGS:-} >"$WORK/bucketd.log" 2>&1 &
   pid=$!; PIDS+=("$pid")
   wait_http http://127.0.0.1:18080/health 30
   verify_rc=0

@@ -198,3 +198,18 @@ async fn acknowledged_readings_survive_kill_9_exactly_once_mongodb() {
     .await
     .expect("crash loop finished within 240 s");
 }
+
+/// The same with buffers far smaller than the load: most acknowledged readings are spilled to
+/// the log when the kill comes, so the refill and its hand-over back to the buffers are under
+/// test too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_readings_survive_kill_9_exactly_once_while_spilling() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--max-buffered-readings", "300"];
+    tokio::time::timeout(
+        Duration::from_secs(240),
+        crash_loop(dir.path(), &args, 5, Duration::ZERO),
+    )
+    .await
+    .expect("crash loop finished within 240 s");
+}

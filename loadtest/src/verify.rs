@@ -141,8 +141,9 @@ pub async fn run(
     Ok(Report { ok, text, json })
 }
 
-/// Polls bucketd's `/metrics` until `bucketd_readings_buffered` is 0. `None` when the server
-/// has no such gauge (not bucketd).
+/// Polls bucketd's `/metrics` until `bucketd_readings_buffered` and
+/// `bucketd_wal_unsettled_readings` are 0. `None` when the server has no such gauge (not
+/// bucketd).
 async fn wait_drained(
     client: &reqwest::Client,
     base: &str,
@@ -155,18 +156,22 @@ async fn wait_drained(
             return Ok(None);
         }
         let text = resp.text().await?;
-        let Some(value) = text
-            .lines()
-            .find_map(|l| l.strip_prefix("bucketd_readings_buffered "))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-        else {
+        let gauge = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        };
+        let Some(buffered) = gauge("bucketd_readings_buffered") else {
             return Ok(None);
         };
+        // With the write-ahead log, readings spilled there are not in the buffers yet: the
+        // store has everything once the log has nothing unsettled either.
+        let value = buffered + gauge("bucketd_wal_unsettled_readings").unwrap_or(0.0);
         if value == 0.0 {
             return Ok(Some(Instant::now()));
         }
         if Instant::now() >= deadline {
-            bail!("{value} readings still buffered {timeout:?} after the load ended");
+            bail!("{value} readings still not stored {timeout:?} after the load ended");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

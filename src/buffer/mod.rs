@@ -281,7 +281,7 @@ impl Buffers {
                 }
             };
             order.next = first + n as Seq;
-            self.insert(groups, |position| first + Seq::from(position));
+            self.insert(groups, |position| first + Seq::from(position), false);
             return Ok((logged, Placement::Buffered));
         }
         let logged = log(first)?;
@@ -335,7 +335,7 @@ impl Buffers {
         if let Some(&max) = seqs.iter().max() {
             order.next = order.next.max(max + 1);
         }
-        self.insert(groups, |position| seqs[position as usize]);
+        self.insert(groups, |position| seqs[position as usize], true);
     }
 
     async fn wait_and_reserve(&self, n: usize) {
@@ -377,7 +377,7 @@ impl Buffers {
             }
         };
         order.next = first + n as Seq;
-        self.insert(groups, |position| first + Seq::from(position));
+        self.insert(groups, |position| first + Seq::from(position), false);
         Ok(logged)
     }
 
@@ -499,11 +499,14 @@ impl Buffers {
     }
 
     /// Appends reserved groups to their buffers: one map operation per (sensor, hour) group.
-    /// `seq_of` gives the sequence number of the reading at a position of the push.
-    fn insert(&self, groups: Vec<Group>, seq_of: impl Fn(u32) -> Seq) {
+    /// `seq_of` gives the sequence number of the reading at a position of the push. `overdue`:
+    /// the readings waited elsewhere already (the log), so their buffers are due at once.
+    fn insert(&self, groups: Vec<Group>, seq_of: impl Fn(u32) -> Seq, overdue: bool) {
         let now = Instant::now();
+        let arrived =
+            if overdue { now.checked_sub(self.config.flush_interval).unwrap_or(now) } else { now };
         let batch = self.config.max_batch_readings;
-        let mut wake = false;
+        let mut wake = overdue;
         for Group { meta, hour, mut readings, positions, span } in groups {
             let mut seqs: Vec<Seq> = positions.into_iter().map(&seq_of).collect();
             let mut entry = match self.map.get_mut(meta.key.as_str()) {
@@ -524,7 +527,7 @@ impl Buffers {
                             readings: Vec::new(),
                             seqs: Vec::new(),
                             span: Span::EMPTY,
-                            since: now,
+                            since: arrived,
                             in_flight: None,
                         },
                     );
@@ -537,7 +540,7 @@ impl Buffers {
                 // Adopt the group's vectors rather than copying into empty ones.
                 hb.readings = readings;
                 hb.seqs = seqs;
-                hb.since = now;
+                hb.since = arrived;
             } else {
                 hb.readings.append(&mut readings);
                 hb.seqs.append(&mut seqs);
