@@ -28,13 +28,29 @@ use support::{TestServer, within};
 
 const T0_MS: i64 = 1_700_002_800_000; // an hour boundary: 2023-11-14T23:00:00Z
 
-async fn connect(backend: &MongoBackend, proxy: &FaultProxy) -> Arc<MongoStore> {
+/// MongoDB behind a fault proxy, bucketd on it through the proxy, and a store that reads
+/// around the proxy.
+struct Setup {
+    proxy: FaultProxy,
+    server: TestServer,
+    direct: Arc<MongoStore>,
+    _backend: MongoBackend,
+}
+
+async fn setup(flush_interval: &str) -> Setup {
+    let backend = MongoBackend::start();
+    let proxy = FaultProxy::in_front_of(&backend.uri);
     let mut config = MongoConfig::new(
         proxy.uri_with(&[("serverSelectionTimeoutMS", "2000"), ("connectTimeoutMS", "2000")]),
         backend.database.clone(),
     );
     config.op_timeout = Duration::from_secs(5);
-    Arc::new(within("connect", 60, MongoStore::connect_with(config)).await.expect("connect"))
+    let through_proxy =
+        Arc::new(within("connect", 60, MongoStore::connect_with(config)).await.expect("connect"));
+    let direct = MongoConfig::new(backend.uri.clone(), backend.database.clone());
+    let direct = Arc::new(MongoStore::connect_with(direct).await.unwrap());
+    let server = TestServer::start(through_proxy, &["--flush-interval", flush_interval]).await;
+    Setup { proxy, server, direct, _backend: backend }
 }
 
 /// Every stored reading of `sensor` in the test's hours, read around the proxy.
@@ -75,15 +91,7 @@ async fn wait_for(what: &str, secs: u64, mut cond: impl AsyncFnMut() -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_update_reply_is_not_written_twice() {
-    let backend = MongoBackend::start();
-    let proxy = FaultProxy::in_front_of(&backend.uri);
-    let through_proxy = connect(&backend, &proxy).await;
-    let direct = Arc::new(
-        MongoStore::connect_with(MongoConfig::new(backend.uri.clone(), backend.database.clone()))
-            .await
-            .unwrap(),
-    );
-    let server = TestServer::start(through_proxy, &["--flush-interval", "50ms"]).await;
+    let Setup { proxy, server, direct, _backend } = setup("50ms").await;
 
     proxy.drop_reply_after_apply(1);
     let body: String = (0..10)
@@ -127,15 +135,8 @@ async fn a_lost_update_reply_is_not_written_twice() {
 async fn a_30_second_outage_loses_nothing_and_everything_lands_once() {
     const SENSORS: i64 = 10;
     const OUTAGE: Duration = Duration::from_secs(30);
-    let backend = MongoBackend::start();
-    let proxy = FaultProxy::in_front_of(&backend.uri);
-    let through_proxy = connect(&backend, &proxy).await;
-    let direct = Arc::new(
-        MongoStore::connect_with(MongoConfig::new(backend.uri.clone(), backend.database.clone()))
-            .await
-            .unwrap(),
-    );
-    let server = Arc::new(TestServer::start(through_proxy, &["--flush-interval", "200ms"]).await);
+    let Setup { proxy, server, direct, _backend } = setup("200ms").await;
+    let server = Arc::new(server);
 
     // Steady load: every 100 ms one reading per sensor, acknowledged or counted as refused.
     let acked: Arc<Mutex<Vec<i64>>> = Arc::default();

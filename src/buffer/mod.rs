@@ -270,20 +270,12 @@ impl Buffers {
         // One hold of the mutex from the decision to the insert: a push deciding to buffer must
         // not overtake one that spills.
         let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
-        let first = order.next.max(wall_clock_nanos());
         if order.spilled_from.is_none() && self.reserve(n, false).is_ok() {
-            let logged = match log(first) {
-                Ok(logged) => logged,
-                Err(e) => {
-                    drop(order);
-                    self.release(n);
-                    return Err(e);
-                }
-            };
-            order.next = first + n as Seq;
-            self.insert(groups, |position| first + Seq::from(position), false);
-            return Ok((logged, Placement::Buffered));
+            return self
+                .log_and_insert_locked(order, groups, n, log)
+                .map(|logged| (logged, Placement::Buffered));
         }
+        let first = order.next.max(wall_clock_nanos());
         let logged = log(first)?;
         order.next = first + n as Seq;
         order.spilled_from.get_or_insert(first);
@@ -364,9 +356,21 @@ impl Buffers {
     ) -> Result<T, E> {
         let n = items.len();
         let groups = group::group(items);
-        let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        let order = self.order.lock().unwrap_or_else(|e| e.into_inner());
         // Spills happen only through `push_or_spill`, whose callers never mix in this path.
         debug_assert!(order.spilled_from.is_none(), "a logged push while readings are spilled");
+        self.log_and_insert_locked(order, groups, n, log)
+    }
+
+    /// With the order mutex held and room for `n` reserved: numbers the push, runs `log` and
+    /// inserts it; when `log` fails, returns the reservation instead.
+    fn log_and_insert_locked<T, E>(
+        &self,
+        mut order: std::sync::MutexGuard<'_, Order>,
+        groups: Vec<Group>,
+        n: usize,
+        log: impl FnOnce(Seq) -> Result<T, E>,
+    ) -> Result<T, E> {
         let first = order.next.max(wall_clock_nanos());
         let logged = match log(first) {
             Ok(logged) => logged,

@@ -17,8 +17,9 @@
 //! written around it). The rest goes back at the head of its buffer (so order is kept) and the
 //! next cycle waits `min_backoff`, doubling per consecutive failing cycle up to `max_backoff`;
 //! a cycle without retriable failures resets it. Readings are never dropped for a retriable
-//! error: while the store is down the buffers fill to their bound and pushes are refused, which
-//! is the intended backpressure. A permanent error drops that batch only.
+//! error: while the store is down the buffers fill to their bound, and then pushes spill into
+//! the write-ahead log until its bound (or, with `--ack=buffered`, are refused), which is the
+//! intended backpressure. A permanent error drops that batch only.
 
 #[cfg(test)]
 mod fake_store;
