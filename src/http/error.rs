@@ -273,6 +273,11 @@ mod tests {
         assert_eq!(body["rejected"][0]["index"], 1);
         assert_eq!(body["rejected"][0]["error"], "bad");
         assert_eq!(body["rejected_count"], 1);
+
+        let (s, retry, body) = parts(ApiError::WalFull { accepted: 3 }.into_response()).await;
+        assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(retry.as_deref(), Some("1"));
+        assert_eq!(body["accepted"], 3);
     }
 
     #[tokio::test]
@@ -281,6 +286,14 @@ mod tests {
             parts(ApiError::Internal("disk on fire at /var/x".into()).into_response()).await;
         assert_eq!(s, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(body, json!({ "error": "internal error" }));
+        let (s, retry, body) =
+            parts(ApiError::WalFailed("fsync /var/x/wal/1.wal: EIO".into()).into_response()).await;
+        assert_eq!(s, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(retry, None);
+        assert_eq!(
+            body,
+            json!({ "error": "the write-ahead log cannot be written; readings were not accepted" })
+        );
     }
 
     #[tokio::test]

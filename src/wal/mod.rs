@@ -104,6 +104,9 @@ struct Shared {
     /// Wakes the writer thread: pending bytes, deletable segments, closing.
     work: Condvar,
     synced: watch::Sender<Synced>,
+    /// Makes the next group commit fail as a failed fsync would.
+    #[cfg(test)]
+    fail_next_write: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -209,6 +212,8 @@ impl Wal {
             }),
             work: Condvar::new(),
             synced,
+            #[cfg(test)]
+            fail_next_write: std::sync::atomic::AtomicBool::new(false),
         });
         shared.publish_gauges(&lock(&shared.state));
         let thread_shared = shared.clone();
@@ -515,6 +520,10 @@ impl Writer {
 
     /// Writes one group, starting new segment files where `starts` says, and syncs it.
     fn write(&mut self, bytes: &[u8], starts: &[(usize, Seq)]) -> Result<(), String> {
+        #[cfg(test)]
+        if self.shared.fail_next_write.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return Err("injected: fsync failed (EIO)".into());
+        }
         let dir = self.shared.config.dir.clone();
         let mut at = 0;
         for &(offset, first) in starts {

@@ -271,3 +271,21 @@ async fn full_buffers_spill_into_the_log_and_come_back_in_order() {
     stop.cancel();
     task.await.unwrap();
 }
+
+/// A failed fsync poisons the log: the requests of that group and every later append fail
+/// (they cannot be acknowledged), while what was synced before stays acknowledged.
+#[tokio::test]
+async fn a_failed_sync_fails_its_group_and_every_later_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = Wal::open(config(dir.path(), 1 << 20, 1 << 20)).unwrap();
+    let before = append(&wal, &[item(1, 1)], 1);
+    wal.synced(before).await.unwrap();
+    wal.shared.fail_next_write.store(true, std::sync::atomic::Ordering::SeqCst);
+    let doomed = append(&wal, &[item(1, 2)], 2);
+    let err = wal.synced(doomed).await.unwrap_err();
+    assert!(matches!(err, WalError::Failed(ref why) if why.contains("EIO")), "{err:?}");
+    let refused = wal.append(&Record::encode(&[item(1, 3)]).unwrap(), 3).unwrap_err();
+    assert!(matches!(refused, WalError::Failed(_)), "{refused:?}");
+    // Synced before the failure: still reported as such.
+    wal.synced(before).await.unwrap();
+}
