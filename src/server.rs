@@ -74,10 +74,7 @@ async fn open_wal(config: &Config) -> anyhow::Result<(Option<Arc<Wal>>, Vec<Seq>
     let wal_config = config.wal_config();
     let dir = wal_config.dir.clone();
     if config.ack == AckMode::Buffered {
-        let leftovers = std::fs::read_dir(&dir).map(|mut d| {
-            d.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "wal")))
-        });
-        if !leftovers.unwrap_or(false) {
+        if !crate::wal::has_segments(&dir) {
             return Ok((None, Vec::new()));
         }
         tracing::info!(dir = %dir.display(), "--ack=buffered: replaying the write-ahead log an earlier run left");
@@ -233,9 +230,7 @@ impl Server {
         if config.ack == AckMode::Buffered && !recovered.is_empty() {
             // Without a log to spill into, pushes must wait until the replay is in.
             tracing::info!("--ack=buffered: waiting for the earlier run's log to be replayed");
-            while buffers.spilled_from().is_some() {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
+            refill::caught_up(&buffers).await;
         }
         let acked_wal = if config.ack == AckMode::Wal { wal.clone() } else { None };
         let intake = Arc::new(Intake::new(buffers.clone(), acked_wal));
@@ -308,12 +303,7 @@ impl Server {
         // The final flush shares one deadline with the refill: spilled readings are brought in
         // and written while the deadline allows; what is left stays in the log.
         let deadline = tokio::time::Instant::now() + config.shutdown_timeout;
-        let caught_up = async {
-            while buffers.spilled_from().is_some() {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-        };
-        let _ = tokio::time::timeout_at(deadline, caught_up).await;
+        let _ = tokio::time::timeout_at(deadline, refill::caught_up(&buffers)).await;
         refill_stop.cancel();
         if let Some(task) = refill {
             let _ = task.await;

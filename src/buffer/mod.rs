@@ -41,7 +41,6 @@
 
 mod group;
 
-use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -74,20 +73,11 @@ pub struct BufferFull {
     pub limit: usize,
 }
 
-/// Why [`Buffers::push_with`] accepted nothing.
-#[derive(Debug, thiserror::Error)]
-pub enum PushError<E> {
-    #[error(transparent)]
-    Full(BufferFull),
-    /// The log step failed; nothing was inserted and the reservation was returned.
-    #[error(transparent)]
-    Log(E),
-}
-
 /// The per-(sensor, hour) buffers and their memory bound.
 ///
 /// Full-policy: [`Buffers::push`] refuses the whole push with [`BufferFull`] (nothing is
-/// dropped silently); [`Buffers::push_when_room`] waits for the flusher to release room.
+/// dropped silently); [`Buffers::push_when_room`] waits for the flusher to release room;
+/// [`Buffers::push_or_spill`] leaves the push in the caller's log.
 pub struct Buffers {
     config: BufferConfig,
     map: DashMap<String, SensorBuffers, group::BuildHasher>,
@@ -223,41 +213,25 @@ impl Buffers {
     /// get the first ones until the sensor's buffers empty).
     pub fn push(&self, items: Vec<(SeriesMeta, Reading)>) -> Result<usize, BufferFull> {
         let n = items.len();
-        self.push_with(items, |_| Ok::<_, Infallible>(())).map_err(|e| match e {
-            PushError::Full(full) => full,
-            PushError::Log(never) => match never {},
-        })?;
+        self.reserve(n, false)?;
+        self.number_and_insert(items);
         Ok(n)
     }
 
-    /// Like [`Buffers::push`], but `log` runs after the room is reserved and before anything
-    /// is inserted, under the order mutex, with the first sequence number of the push (item
-    /// `i` gets `first + i`). When `log` fails nothing is inserted. Keep `log` short: every
-    /// push waits for it.
-    pub fn push_with<T, E>(
-        &self,
-        items: Vec<(SeriesMeta, Reading)>,
-        log: impl FnOnce(Seq) -> Result<T, E>,
-    ) -> Result<T, PushError<E>> {
-        self.reserve(items.len(), false).map_err(PushError::Full)?;
-        self.log_and_insert(items, log).map_err(PushError::Log)
+    /// Like `push`, but waits until there is room instead of failing. A batch larger than the
+    /// whole bound is accepted once the buffers are empty, so this cannot wait forever.
+    pub async fn push_when_room(&self, items: Vec<(SeriesMeta, Reading)>) -> usize {
+        let n = items.len();
+        self.wait_and_reserve(n).await;
+        self.number_and_insert(items);
+        n
     }
 
-    /// Like `push_with`, but waits until there is room instead of failing. A batch larger than
-    /// the whole bound is accepted once the buffers are empty, so this cannot wait forever.
-    pub async fn push_when_room_with<T, E>(
-        &self,
-        items: Vec<(SeriesMeta, Reading)>,
-        log: impl FnOnce(Seq) -> Result<T, E>,
-    ) -> Result<T, E> {
-        self.wait_and_reserve(items.len()).await;
-        self.log_and_insert(items, log)
-    }
-
-    /// For a caller with a durable log (`--ack=wal`): like [`Buffers::push_with`] while the
-    /// buffers have room, but when they are full (or readings are already spilled) `log` runs
-    /// alone and the readings stay in the log only, to be brought in later by
-    /// [`Buffers::push_recovered`] (the refill), in order. Fails only when `log` fails.
+    /// For a caller with a durable log (`--ack=wal`): `log` runs under the order mutex with the
+    /// first sequence number of the push (item `i` gets `first + i`); then the readings go into
+    /// the buffers if they have room and nothing is spilled, else they stay in the log only, to
+    /// be brought in later by [`Buffers::push_recovered`] (the refill), in order. When `log`
+    /// fails nothing is kept. Keep `log` short: every push waits for it.
     ///
     /// Full-policy: spill to the log; the log's own bound then refuses.
     pub fn push_or_spill<T, E>(
@@ -270,14 +244,23 @@ impl Buffers {
         // One hold of the mutex from the decision to the insert: a push deciding to buffer must
         // not overtake one that spills.
         let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
-        if order.spilled_from.is_none() && self.reserve(n, false).is_ok() {
-            return self
-                .log_and_insert_locked(order, groups, n, log)
-                .map(|logged| (logged, Placement::Buffered));
-        }
+        let buffered = order.spilled_from.is_none() && self.reserve(n, false).is_ok();
         let first = order.next.max(wall_clock_nanos());
-        let logged = log(first)?;
+        let logged = match log(first) {
+            Ok(logged) => logged,
+            Err(e) => {
+                drop(order);
+                if buffered {
+                    self.release(n);
+                }
+                return Err(e);
+            }
+        };
         order.next = first + n as Seq;
+        if buffered {
+            self.insert(groups, |position| first + Seq::from(position), false);
+            return Ok((logged, Placement::Buffered));
+        }
         order.spilled_from.get_or_insert(first);
         Ok((logged, Placement::Spilled))
     }
@@ -305,15 +288,6 @@ impl Buffers {
             return true;
         }
         false
-    }
-
-    /// `push_when_room_with` without a log step.
-    pub async fn push_when_room(&self, items: Vec<(SeriesMeta, Reading)>) -> usize {
-        let n = items.len();
-        match self.push_when_room_with(items, |_| Ok::<_, Infallible>(())).await {
-            Ok(()) => n,
-            Err(never) => match never {},
-        }
     }
 
     /// Re-inserts readings recovered from the write-ahead log with the sequence numbers they
@@ -347,42 +321,16 @@ impl Buffers {
         }
     }
 
-    /// Runs `log` and inserts `items`, both under the order mutex; returns the reservation of
-    /// `items` when `log` fails.
-    fn log_and_insert<T, E>(
-        &self,
-        items: Vec<(SeriesMeta, Reading)>,
-        log: impl FnOnce(Seq) -> Result<T, E>,
-    ) -> Result<T, E> {
+    /// Numbers reserved `items` and inserts them, under the order mutex.
+    fn number_and_insert(&self, items: Vec<(SeriesMeta, Reading)>) {
         let n = items.len();
         let groups = group::group(items);
-        let order = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
         // Spills happen only through `push_or_spill`, whose callers never mix in this path.
-        debug_assert!(order.spilled_from.is_none(), "a logged push while readings are spilled");
-        self.log_and_insert_locked(order, groups, n, log)
-    }
-
-    /// With the order mutex held and room for `n` reserved: numbers the push, runs `log` and
-    /// inserts it; when `log` fails, returns the reservation instead.
-    fn log_and_insert_locked<T, E>(
-        &self,
-        mut order: std::sync::MutexGuard<'_, Order>,
-        groups: Vec<Group>,
-        n: usize,
-        log: impl FnOnce(Seq) -> Result<T, E>,
-    ) -> Result<T, E> {
+        debug_assert!(order.spilled_from.is_none(), "an unlogged push while readings are spilled");
         let first = order.next.max(wall_clock_nanos());
-        let logged = match log(first) {
-            Ok(logged) => logged,
-            Err(e) => {
-                drop(order);
-                self.release(n);
-                return Err(e);
-            }
-        };
         order.next = first + n as Seq;
         self.insert(groups, |position| first + Seq::from(position), false);
-        Ok(logged)
     }
 
     fn release(&self, n: usize) {

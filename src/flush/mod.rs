@@ -41,12 +41,13 @@ use crate::metrics::{
     BUCKETS_CREATED, FLUSH_DURATION, FLUSH_READINGS, FLUSHES, READINGS_DROPPED, STORE_ERRORS,
 };
 use crate::model::Seq;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, high_water_until_answered};
 
 /// Told which readings have left the buffers for good: stored, or dropped as rejected. The
-/// write-ahead log deletes a segment once every reading in it has been settled.
+/// write-ahead log deletes a segment once every reading in it has been settled. Called once per
+/// flush cycle, with each batch's run of sequence numbers (ascending).
 pub trait Settle: Send + Sync {
-    fn settle(&self, seqs: &[Seq]);
+    fn settle(&self, runs: &[&[Seq]]);
 }
 
 /// Readings per `Store::write` call at most: bounds the memory a write holds twice (the batch
@@ -254,15 +255,16 @@ impl Worker {
             self.count_landed(batches, &mut outcomes).await;
         }
         if let Some(settle) = &self.settle {
-            for (batch, outcome) in batches.iter().zip(&outcomes) {
-                let settled = match *outcome {
-                    Outcome::Written | Outcome::Drop => batch.seqs.len(),
-                    Outcome::Retry { landed } => landed,
-                };
-                if settled > 0 {
-                    settle.settle(&batch.seqs[..settled]);
-                }
-            }
+            let runs: Vec<&[Seq]> = batches
+                .iter()
+                .zip(&outcomes)
+                .map(|(batch, outcome)| match *outcome {
+                    Outcome::Written | Outcome::Drop => &batch.seqs[..],
+                    Outcome::Retry { landed } => &batch.seqs[..landed],
+                })
+                .filter(|run| !run.is_empty())
+                .collect();
+            settle.settle(&runs);
         }
         let released = self.buffers.complete(taken, &outcomes);
         self.written.fetch_add(released.written, Ordering::AcqRel);
@@ -317,32 +319,23 @@ impl Worker {
         }
         let keys: Vec<(String, i64)> =
             unclear.iter().map(|&i| (batches[i].series.key.clone(), batches[i].hour)).collect();
-        let marks = loop {
-            match self.store.high_water(&keys).await {
-                Ok(marks) if marks.len() == keys.len() => break marks,
-                Ok(marks) => {
-                    tracing::error!(
-                        store = self.store.name(),
-                        marks = marks.len(),
-                        keys = keys.len(),
-                        "store returned the wrong number of high-water marks; asking again"
+        let (store, backoff, check_log) = (&self.store, &mut self.backoff, &mut self.check_log);
+        let marks = high_water_until_answered(
+            &**store,
+            &keys,
+            || backoff.next(),
+            |e| {
+                if let Some(suppressed) = check_log.allow(Instant::now(), unclear.len() as u64, 0) {
+                    tracing::warn!(
+                        batches = unclear.len(),
+                        error = %e,
+                        suppressed_checks = suppressed.0,
+                        "cannot tell yet whether a failed write landed; asking the store again"
                     );
                 }
-                Err(e) => {
-                    if let Some(suppressed) =
-                        self.check_log.allow(Instant::now(), unclear.len() as u64, 0)
-                    {
-                        tracing::warn!(
-                            batches = unclear.len(),
-                            error = %e,
-                            suppressed_checks = suppressed.0,
-                            "cannot tell yet whether a failed write landed; asking the store again"
-                        );
-                    }
-                }
-            }
-            tokio::time::sleep(self.backoff.next()).await;
-        };
+            },
+        )
+        .await;
         let mut landed_total = 0u64;
         for (&i, mark) in unclear.iter().zip(marks) {
             let landed = batches[i].seqs.partition_point(|&s| s <= mark);
@@ -361,21 +354,21 @@ impl Worker {
 }
 
 /// Exponential backoff: `min`, doubling per call up to `max`, back to `min` on reset.
-struct Backoff {
+pub(crate) struct Backoff {
     min: Duration,
     max: Duration,
     next: Duration,
 }
 
 impl Backoff {
-    fn new(min: Duration, max: Duration) -> Backoff {
+    pub(crate) fn new(min: Duration, max: Duration) -> Backoff {
         // A zero minimum would retry a dead store in a busy loop.
         let min = min.max(Duration::from_millis(1));
         let max = max.max(min);
         Backoff { min, max, next: min }
     }
 
-    fn next(&mut self) -> Duration {
+    pub(crate) fn next(&mut self) -> Duration {
         let delay = self.next;
         self.next = self.next.saturating_mul(2).min(self.max);
         delay

@@ -87,6 +87,29 @@ impl StoreError {
     }
 }
 
+/// Asks `store` for the high-water marks of `keys` until it answers with one per key: the
+/// flusher and the write-ahead log's refill cannot go on without them. Sleeps `delay()`
+/// between attempts and hands every failure to `failed` (for rate-limited logging).
+pub async fn high_water_until_answered(
+    store: &dyn Store,
+    keys: &[(String, TimestampMs)],
+    mut delay: impl FnMut() -> std::time::Duration,
+    mut failed: impl FnMut(&StoreError),
+) -> Vec<Seq> {
+    loop {
+        match store.high_water(keys).await {
+            Ok(marks) if marks.len() == keys.len() => return marks,
+            Ok(marks) => failed(&StoreError::Internal(format!(
+                "store returned {} high-water marks for {} keys",
+                marks.len(),
+                keys.len()
+            ))),
+            Err(e) => failed(&e),
+        }
+        tokio::time::sleep(delay()).await;
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Order {
     #[default]

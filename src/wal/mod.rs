@@ -154,6 +154,14 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Whether `dir` holds segment files (an earlier `--ack=wal` run's log); false when it does
+/// not exist.
+pub fn has_segments(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|mut entries| {
+        entries.any(|e| e.is_ok_and(|e| segment::parse_file_name(&e.path()).is_some()))
+    })
+}
+
 impl Wal {
     /// Opens (creating) the log directory and starts the writer thread. Returns the first
     /// sequence numbers of the segments an earlier process left, oldest first: pass them to
@@ -234,7 +242,7 @@ impl Wal {
     }
 
     /// Queues `record` with first sequence number `first_seq` for the next group commit.
-    /// Call under the buffers' order mutex (`Buffers::push_with`), so that log order is
+    /// Call under the buffers' order mutex (`Buffers::push_or_spill`), so that log order is
     /// sequence order.
     pub fn append(&self, record: &Record, first_seq: Seq) -> Result<Ticket, WalError> {
         let shared = &self.shared;
@@ -301,21 +309,28 @@ impl Wal {
 
     /// Marks readings as stored or dropped for good (`seqs` ascending).
     pub fn settle(&self, seqs: &[Seq]) {
+        self.settle_all(&[seqs]);
+    }
+
+    /// `settle` for many runs (each ascending) under one lock: a flush cycle's batches.
+    pub fn settle_all(&self, runs: &[&[Seq]]) {
         let mut st = lock(&self.shared.state);
         let mut deletable = false;
-        let mut rest = seqs;
-        while let Some(&seq) = rest.first() {
-            let found = st.segments.range_mut(..=seq).next_back().filter(|(_, s)| seq < s.end);
-            let Some((_, segment)) = found else {
-                // Not logged: written while the log only replayed (--ack=buffered).
-                let skip = rest.partition_point(|&s| s <= seq);
-                rest = &rest[skip..];
-                continue;
-            };
-            let n = rest.partition_point(|&s| s < segment.end);
-            segment.unsettled = segment.unsettled.saturating_sub(n as u64);
-            deletable |= segment.sealed && segment.unsettled == 0;
-            rest = &rest[n..];
+        for &run in runs {
+            let mut rest = run;
+            while let Some(&seq) = rest.first() {
+                let found = st.segments.range_mut(..=seq).next_back().filter(|(_, s)| seq < s.end);
+                let Some((_, segment)) = found else {
+                    // Not logged: written while the log only replayed (--ack=buffered).
+                    let skip = rest.partition_point(|&s| s <= seq);
+                    rest = &rest[skip..];
+                    continue;
+                };
+                let n = rest.partition_point(|&s| s < segment.end);
+                segment.unsettled = segment.unsettled.saturating_sub(n as u64);
+                deletable |= segment.sealed && segment.unsettled == 0;
+                rest = &rest[n..];
+            }
         }
         self.shared.publish_gauges(&st);
         drop(st);
@@ -417,8 +432,8 @@ impl Wal {
 }
 
 impl crate::flush::Settle for Wal {
-    fn settle(&self, seqs: &[Seq]) {
-        Wal::settle(self, seqs);
+    fn settle(&self, runs: &[&[Seq]]) {
+        self.settle_all(runs);
     }
 }
 

@@ -19,9 +19,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Wal, segment};
 use crate::buffer::Buffers;
+use crate::flush::Backoff;
 use crate::metrics::WAL_REPLAYED;
 use crate::model::{Reading, Seq, SeriesMeta, TimestampMs, hour_start};
-use crate::store::Store;
+use crate::store::{Store, high_water_until_answered};
 
 /// Readings inserted per high-water question at most.
 const CHUNK_READINGS: usize = 50_000;
@@ -55,6 +56,13 @@ pub fn spawn(
             _ = refill.run() => {}
         }
     })
+}
+
+/// Resolves once nothing is spilled: every logged reading is in the buffers (or stored).
+pub async fn caught_up(buffers: &Buffers) {
+    while buffers.spilled_from().is_some() {
+        tokio::time::sleep(POLL).await;
+    }
 }
 
 struct Refill {
@@ -188,7 +196,20 @@ impl Refill {
             })
             .collect();
         drop(index);
-        let marks = self.high_water_until_answered(&keys).await;
+        let mut backoff = Backoff::new(MIN_RETRY, MAX_RETRY);
+        let (store, log_at) = (&*self.store, &mut self.log_at);
+        let marks = high_water_until_answered(
+            store,
+            &keys,
+            || backoff.next(),
+            |e| {
+                if log_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                    *log_at = Some(Instant::now());
+                    tracing::warn!(store = store.name(), error = %e, "the write-ahead log refill waits for the store to say what it already holds");
+                }
+            },
+        )
+        .await;
 
         let mut items = Vec::with_capacity(chunk.len());
         let mut seqs = Vec::with_capacity(chunk.len());
@@ -213,27 +234,5 @@ impl Refill {
         ::metrics::counter!(WAL_REPLAYED, "result" => "requeued").increment(inserted);
         ::metrics::counter!(WAL_REPLAYED, "result" => "skipped").increment(skipped);
         (inserted, skipped)
-    }
-
-    async fn high_water_until_answered(&mut self, keys: &[(String, TimestampMs)]) -> Vec<Seq> {
-        let mut delay = MIN_RETRY;
-        loop {
-            match self.store.high_water(keys).await {
-                Ok(marks) if marks.len() == keys.len() => return marks,
-                Ok(marks) => tracing::error!(
-                    marks = marks.len(),
-                    keys = keys.len(),
-                    "store returned the wrong number of high-water marks"
-                ),
-                Err(e) => {
-                    if self.log_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
-                        self.log_at = Some(Instant::now());
-                        tracing::warn!(store = self.store.name(), error = %e, "the write-ahead log refill waits for the store to say what it already holds");
-                    }
-                }
-            }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(MAX_RETRY);
-        }
     }
 }

@@ -48,27 +48,21 @@ pub(super) async fn high_water(
                 doc! {"$match": {d::SENSOR: {"$in": &sensors}, d::START: d::date(hour)}},
                 doc! {"$group": {d::ID: format!("${}", d::SENSOR), "w": {"$max": format!("${}", d::HIGH_WATER)}}},
             ];
-            let cursor = timed(
-                inner.op_timeout,
-                "aggregate",
-                inner.buckets.aggregate(pipeline).batch_size(CURSOR_BATCH),
-            )
-            .await?
-            .map_err(error_from_driver)?;
+            let action = inner.buckets.aggregate(pipeline).batch_size(CURSOR_BATCH);
             let found: Vec<Document> =
-                timed(inner.op_timeout, "aggregate", cursor.try_collect::<Vec<_>>())
-                    .await?
-                    .map_err(error_from_driver)?;
+                documents(open(inner.op_timeout, "aggregate", action).await?, inner.op_timeout)
+                    .try_collect()
+                    .await?;
             let found: BTreeMap<&str, Seq> = found
                 .iter()
                 .filter_map(|doc| {
                     let sensor = doc.get_str(d::ID).ok()?;
-                    // Buckets written without sequence numbers have no `w`: null here.
-                    let w = doc.get("w").and_then(d::number).unwrap_or(0.0);
+                    // Sequence numbers are int64 (not f64: they pass 2^53). Buckets written
+                    // without them have no `w`, so the group's is null: 0.
                     let w = match doc.get("w") {
                         Some(Bson::Int64(v)) => u64::try_from(*v).unwrap_or(0),
                         Some(Bson::Int32(v)) => u64::try_from(*v).unwrap_or(0),
-                        _ => w.max(0.0) as u64,
+                        _ => 0,
                     };
                     Some((sensor, w))
                 })
@@ -127,24 +121,30 @@ pub(super) fn readings(
     }});
 
     let timeout = inner.op_timeout;
-    let open = async move {
+    let readings = async move {
         // allowDiskUse: a long range without a limit sorts more than mongod keeps in memory.
-        let cursor = timed(
-            timeout,
-            "aggregate",
-            inner
-                .buckets
-                .aggregate(pipeline)
-                .batch_size(READINGS_CURSOR_BATCH)
-                .allow_disk_use(true),
-        )
-        .await?
-        .map_err(error_from_driver)?;
-        Ok::<_, StoreError>(
-            documents(cursor, timeout).map(|doc| doc.and_then(|doc| d::decode_reading(&doc))),
-        )
+        let action = inner
+            .buckets
+            .aggregate(pipeline)
+            .batch_size(READINGS_CURSOR_BATCH)
+            .allow_disk_use(true);
+        let docs = documents(open(timeout, "aggregate", action).await?, timeout);
+        Ok::<_, StoreError>(docs.map(|doc| doc.and_then(|doc| d::decode_reading(&doc))))
     };
-    stream::once(open).try_flatten().boxed()
+    stream::once(readings).try_flatten().boxed()
+}
+
+/// Runs `action` (a find or an aggregate) within `timeout`; stream the cursor with
+/// [`documents`].
+async fn open<A>(
+    timeout: std::time::Duration,
+    what: &str,
+    action: A,
+) -> Result<Cursor<Document>, StoreError>
+where
+    A: std::future::IntoFuture<Output = mongodb::error::Result<Cursor<Document>>>,
+{
+    timed(timeout, what, action).await?.map_err(error_from_driver)
 }
 
 /// A cursor as a stream whose every fetch is bounded by `timeout`; it ends after an error.
@@ -219,13 +219,8 @@ async fn from_bucket_stats(
             }
         }
     }
-    let cursor = timed(
-        inner.op_timeout,
-        "find",
-        inner.buckets.find(filter).projection(projection).batch_size(CURSOR_BATCH),
-    )
-    .await?
-    .map_err(error_from_driver)?;
+    let action = inner.buckets.find(filter).projection(projection).batch_size(CURSOR_BATCH);
+    let cursor = open(inner.op_timeout, "find", action).await?;
     let mut docs = std::pin::pin!(documents(cursor, inner.op_timeout));
     let mut steps = Steps::new();
     while let Some(doc) = docs.next().await {
@@ -290,13 +285,8 @@ async fn from_readings(
             d::STAT_COUNT: {"$sum": 1},
         }},
     ];
-    let cursor = timed(
-        inner.op_timeout,
-        "aggregate",
-        inner.buckets.aggregate(pipeline).batch_size(CURSOR_BATCH).allow_disk_use(true),
-    )
-    .await?
-    .map_err(error_from_driver)?;
+    let action = inner.buckets.aggregate(pipeline).batch_size(CURSOR_BATCH).allow_disk_use(true);
+    let cursor = open(inner.op_timeout, "aggregate", action).await?;
     let mut docs = std::pin::pin!(documents(cursor, inner.op_timeout));
     let mut steps = Steps::new();
     while let Some(doc) = docs.next().await {
@@ -351,13 +341,8 @@ pub(super) async fn sensors(
         doc! {"$sort": {d::ID: 1}},
         doc! {"$limit": i64::try_from(query.limit).unwrap_or(i64::MAX)},
     ];
-    let cursor = timed(
-        inner.op_timeout,
-        "aggregate",
-        inner.buckets.aggregate(pipeline).batch_size(CURSOR_BATCH).allow_disk_use(true),
-    )
-    .await?
-    .map_err(error_from_driver)?;
+    let action = inner.buckets.aggregate(pipeline).batch_size(CURSOR_BATCH).allow_disk_use(true);
+    let cursor = open(inner.op_timeout, "aggregate", action).await?;
     let docs: Vec<Document> = documents(cursor, inner.op_timeout).try_collect().await?;
     docs.iter().map(sensor_info).collect()
 }
