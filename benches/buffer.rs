@@ -6,14 +6,14 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use bucketd::buffer::{BufferConfig, Buffers};
-use bucketd::model::{FieldValue, Reading, SeriesMeta};
+use bucketd::model::{FieldValue, Item, Reading, SeriesMeta};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 const PER_PUSH: usize = 5_000;
 /// Pushes per thread into one `Buffers` before it is dropped (untimed) and replaced.
 const PUSHES_PER_ROUND: u64 = 20;
 
-fn body(sensors: usize, thread: usize, round: u64) -> Vec<(SeriesMeta, Reading)> {
+fn body(sensors: usize, thread: usize, round: u64) -> Vec<Item> {
     (0..PER_PUSH)
         .map(|i| {
             let host = format!("h{}", i % sensors);
@@ -30,7 +30,7 @@ fn body(sensors: usize, thread: usize, round: u64) -> Vec<(SeriesMeta, Reading)>
                     ("idle".into(), FieldValue::Float(thread as f64)),
                 ],
             };
-            (meta, reading)
+            (meta.into(), reading)
         })
         .collect()
 }

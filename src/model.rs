@@ -44,12 +44,112 @@ impl FieldValue {
     }
 }
 
+/// A field's name. Shared because a series sends the same few names in every reading: a parser
+/// or decoder allocates each name once per body or chunk and every reading holds a reference
+/// (16 bytes) instead of its own copy. Serialized as a plain string.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct FieldName(Arc<str>);
+
+impl FieldName {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for FieldName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for FieldName {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for FieldName {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for FieldName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl std::fmt::Display for FieldName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for FieldName {
+    fn from(s: &str) -> Self {
+        FieldName(s.into())
+    }
+}
+
+impl From<String> for FieldName {
+    fn from(s: String) -> Self {
+        FieldName(s.into())
+    }
+}
+
+impl PartialEq<str> for FieldName {
+    fn eq(&self, other: &str) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<&str> for FieldName {
+    fn eq(&self, other: &&str) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<String> for FieldName {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+/// Hands out one shared [`FieldName`] per distinct name among the last few seen, so that a
+/// parser or decoder allocates a name once per body or chunk rather than once per reading.
+/// Bounded: it remembers at most `NAMES` names and forgets the oldest (a forgotten name is only
+/// allocated again).
+#[derive(Default)]
+pub struct FieldNames {
+    recent: std::collections::VecDeque<FieldName>,
+}
+
+impl FieldNames {
+    /// Sensors rarely send more fields than this; beyond it a linear scan stops paying off.
+    const NAMES: usize = 32;
+
+    pub fn get(&mut self, name: &str) -> FieldName {
+        if let Some(found) = self.recent.iter().find(|n| n.as_str() == name) {
+            return found.clone();
+        }
+        if self.recent.len() == Self::NAMES {
+            self.recent.pop_front();
+        }
+        let new = FieldName::from(name);
+        self.recent.push_back(new.clone());
+        new
+    }
+}
+
 /// One timestamped set of field values of one series. Field names are unique within a reading
 /// and kept in the order they arrived.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Reading {
     pub ts: TimestampMs,
-    pub fields: Vec<(String, FieldValue)>,
+    pub fields: Vec<(FieldName, FieldValue)>,
 }
 
 /// What identifies a series and what is stored beside it. `key` is the sensor key: for line
@@ -61,6 +161,11 @@ pub struct SeriesMeta {
     pub measurement: String,
     pub tags: Vec<(String, String)>,
 }
+
+/// What ingest hands on: a reading and its series. The series is shared (`Arc`) so that the
+/// thousands of readings of one sensor that pass through the buffers cost one `SeriesMeta`, not
+/// one each (see [`KnownSeries`]).
+pub type Item = (Arc<SeriesMeta>, Reading);
 
 /// A reading's write sequence number: assigned at ingest, increasing in the order readings
 /// enter the buffers (and the write-ahead log). The stores record the highest one they hold per
@@ -104,6 +209,9 @@ pub struct InputLimits {
     pub max_string_value_bytes: usize,
     /// The series (cardinality) bound; `None`: unbounded. Shared by every listener.
     pub series: Option<Arc<SeriesLimit>>,
+    /// Series already validated and admitted, by their line-protocol text. Shared by every
+    /// listener, like `series`.
+    pub known: Arc<KnownSeries>,
 }
 
 impl Default for InputLimits {
@@ -118,7 +226,62 @@ impl Default for InputLimits {
             // still holds many readings under the default size cap.
             max_string_value_bytes: 64 * 1024,
             series: None,
+            known: Default::default(),
         }
+    }
+}
+
+/// Series that passed [`validate_series`] and [`admit_series`], interned by the text that
+/// identifies them in a line (measurement and tags exactly as written, escapes included), so
+/// that a line of a known sensor costs one lookup instead of building, checking and later
+/// dropping a `SeriesMeta`: the same text always parses to the same series under the same
+/// limits, and a known key is always admitted again.
+///
+/// Full-policy: bounded to `capacity` entries; inserting into a full cache forgets every entry
+/// (a forgotten series is only built and checked again on its next line). Entries are never
+/// removed otherwise, so a sensor that stopped sending keeps its entry until the next reset.
+pub struct KnownSeries {
+    capacity: usize,
+    map: dashmap::DashMap<Box<[u8]>, Arc<SeriesMeta>, foldhash::fast::RandomState>,
+}
+
+impl std::fmt::Debug for KnownSeries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KnownSeries({} of {})", self.map.len(), self.capacity)
+    }
+}
+
+impl KnownSeries {
+    /// About 200 bytes an entry for a typical sensor: 20 MB at most.
+    pub const DEFAULT_CAPACITY: usize = 100_000;
+
+    pub fn new(capacity: usize) -> KnownSeries {
+        KnownSeries { capacity: capacity.max(1), map: Default::default() }
+    }
+
+    pub fn get(&self, text: &[u8]) -> Option<Arc<SeriesMeta>> {
+        self.map.get(text).map(|e| Arc::clone(e.value()))
+    }
+
+    pub fn insert(&self, text: &[u8], series: &Arc<SeriesMeta>) {
+        if self.map.len() >= self.capacity {
+            self.map.clear();
+        }
+        self.map.insert(text.into(), Arc::clone(series));
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+impl Default for KnownSeries {
+    fn default() -> Self {
+        KnownSeries::new(KnownSeries::DEFAULT_CAPACITY)
     }
 }
 
@@ -270,6 +433,12 @@ pub fn validate(
     reading: &Reading,
     limits: &InputLimits,
 ) -> Result<(), InvalidReading> {
+    validate_series(series, limits)?;
+    validate_reading(reading, limits)
+}
+
+/// The series half of [`validate`].
+pub fn validate_series(series: &SeriesMeta, limits: &InputLimits) -> Result<(), InvalidReading> {
     if series.key.is_empty() {
         return Err(InvalidReading::EmptySensor);
     }
@@ -292,6 +461,11 @@ pub fn validate(
             });
         }
     }
+    Ok(())
+}
+
+/// The reading half of [`validate`].
+pub fn validate_reading(reading: &Reading, limits: &InputLimits) -> Result<(), InvalidReading> {
     if reading.fields.is_empty() {
         return Err(InvalidReading::NoFields);
     }
@@ -307,15 +481,15 @@ pub fn validate(
     for (i, (name, value)) in reading.fields.iter().enumerate() {
         check_name(name, limits)?;
         if reading.fields[..i].iter().any(|(n, _)| n == name) {
-            return Err(InvalidReading::DuplicateField { name: name.clone() });
+            return Err(InvalidReading::DuplicateField { name: name.to_string() });
         }
         match value {
             FieldValue::Float(f) if !f.is_finite() => {
-                return Err(InvalidReading::NotFinite { name: name.clone() });
+                return Err(InvalidReading::NotFinite { name: name.to_string() });
             }
             FieldValue::Str(s) if s.len() > limits.max_string_value_bytes => {
                 return Err(InvalidReading::ValueTooLong {
-                    name: name.clone(),
+                    name: name.to_string(),
                     len: s.len(),
                     max: limits.max_string_value_bytes,
                 });
@@ -383,7 +557,7 @@ mod tests {
     }
 
     fn reading(fields: Vec<(&str, FieldValue)>) -> Reading {
-        Reading { ts: 0, fields: fields.into_iter().map(|(n, v)| (n.to_string(), v)).collect() }
+        Reading { ts: 0, fields: fields.into_iter().map(|(n, v)| (n.into(), v)).collect() }
     }
 
     #[test]
@@ -426,8 +600,8 @@ mod tests {
             validate(&series("s"), &late, &l),
             Err(InvalidReading::TimestampOutOfRange { .. })
         ));
-        let many: Vec<(String, FieldValue)> =
-            (0..300).map(|i| (format!("f{i}"), FieldValue::Int(i))).collect();
+        let many: Vec<(FieldName, FieldValue)> =
+            (0..300).map(|i| (format!("f{i}").into(), FieldValue::Int(i))).collect();
         assert!(matches!(
             validate(&series("s"), &Reading { ts: 0, fields: many }, &l),
             Err(InvalidReading::TooManyFields { .. })

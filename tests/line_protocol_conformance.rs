@@ -25,6 +25,7 @@ fn syntax_only_limits() -> InputLimits {
         max_tag_value_bytes: usize::MAX,
         max_string_value_bytes: usize::MAX,
         series: None,
+        known: Default::default(),
     }
 }
 
@@ -132,10 +133,20 @@ fn compare(
 }
 
 /// Runs one case; returns whether the reference accepted it, or a failure description.
-fn check(case: &Value, input: &[u8]) -> Result<bool, String> {
+/// `shared` has parsed every earlier case: the parser's cache of known series must not change
+/// any verdict or point, so the case is parsed with fresh limits and with `shared` (twice).
+fn check(case: &Value, input: &[u8], shared: &InputLimits) -> Result<bool, String> {
     let want_ok = case["ok"].as_bool().expect("ok is a bool");
     let precision = precision_of(case);
     let results = parse_body(input, precision, NOW_MS, &syntax_only_limits());
+    for pass in ["first", "second"] {
+        let cached = parse_body(input, precision, NOW_MS, shared);
+        if format!("{cached:?}") != format!("{results:?}") {
+            return Err(format!(
+                "{pass} parse with known series differs: {cached:?}, fresh: {results:?}"
+            ));
+        }
+    }
     let errors: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
     if !want_ok {
         return if errors.is_empty() {
@@ -167,12 +178,13 @@ fn parser_agrees_with_the_reference_corpus() {
 
     let mut failures = Vec::new();
     let (mut accepted, mut rejected) = (0, 0);
+    let shared = syntax_only_limits();
     let inputs = cases
         .iter()
         .map(|c| c["input"].as_str().expect("input").as_bytes().to_vec())
         .chain(binary.iter().map(|c| base64_decode(c["input_b64"].as_str().expect("input_b64"))));
     for (i, (case, input)) in cases.iter().chain(&binary).zip(inputs).enumerate() {
-        match check(case, &input) {
+        match check(case, &input, &shared) {
             Ok(true) => accepted += 1,
             Ok(false) => rejected += 1,
             Err(why) => {

@@ -54,7 +54,7 @@ fn expected(
             let e = out
                 .entry(r.ts.div_euclid(step) * step)
                 .or_default()
-                .entry(name.clone())
+                .entry(name.to_string())
                 .or_insert((0, f64::INFINITY, f64::NEG_INFINITY, 0.0));
             e.0 += 1;
             e.1 = e.1.min(v);

@@ -48,10 +48,10 @@ async fn v1_and_v2_writes_are_stored() {
     assert_eq!(
         readings[0].fields,
         vec![
-            ("usage".to_string(), FieldValue::Float(1.5)),
-            ("count".to_string(), FieldValue::Int(3)),
-            ("up".to_string(), FieldValue::Bool(true)),
-            ("msg".to_string(), FieldValue::Str("hi".into())),
+            ("usage".into(), FieldValue::Float(1.5)),
+            ("count".into(), FieldValue::Int(3)),
+            ("up".into(), FieldValue::Bool(true)),
+            ("msg".into(), FieldValue::Str("hi".into())),
         ]
     );
 }

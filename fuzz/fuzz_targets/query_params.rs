@@ -43,7 +43,7 @@ fn app() -> &'static (tokio::runtime::Runtime, Router) {
         let series = SeriesMeta { key: "s1".into(), measurement: "s1".into(), tags: vec![] };
         let reading =
             Reading { ts: 1_700_000_000_000, fields: vec![("v".into(), FieldValue::Float(1.5))] };
-        buffers.push(vec![(series, reading)]).unwrap();
+        buffers.push(vec![(series.into(), reading)]).unwrap();
         (runtime, router(QueryState::new(store, buffers)))
     })
 }

@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
-use crate::model::{Reading, SeriesMeta, TimestampMs, hour_start};
+use std::sync::Arc;
+
+use crate::model::{Item, Reading, SeriesMeta, TimestampMs, hour_start};
 
 /// The hasher of the per-push group index and of the buffer map. Keys are client-chosen sensor
 /// keys, so it is seeded randomly per process (foldhash's `RandomState`) as SipHash's is; it is
@@ -56,7 +58,7 @@ impl Span {
 /// The readings of one push that share a (sensor key, hour), in arrival order.
 pub(super) struct Group {
     /// The first `SeriesMeta` seen for the key in this push; the others are dropped.
-    pub meta: SeriesMeta,
+    pub meta: Arc<SeriesMeta>,
     pub hour: TimestampMs,
     pub readings: Vec<Reading>,
     /// Position in the push of each of `readings`: what its sequence number is derived from
@@ -67,7 +69,7 @@ pub(super) struct Group {
 
 /// Splits `items` into groups by (key, hour), keeping arrival order inside each group and
 /// ordering groups by first appearance. Allocates one `Vec` per group, none per reading.
-pub(super) fn group(items: Vec<(SeriesMeta, Reading)>) -> Vec<Group> {
+pub(super) fn group(items: Vec<Item>) -> Vec<Group> {
     // Pass 1 borrows the keys from `items` to give each item a group id; pass 2 moves the
     // readings. Two passes keep the borrow of the keys apart from the move of the items.
     let mut ids: Vec<u32> = Vec::with_capacity(items.len());
@@ -111,36 +113,20 @@ pub(super) fn group(items: Vec<(SeriesMeta, Reading)>) -> Vec<Group> {
         }
     }
 
-    let mut slots: Vec<(Option<SeriesMeta>, Group)> = sizes
-        .iter()
-        .map(|&n| {
-            let group = Group {
-                meta: SeriesMeta { key: String::new(), measurement: String::new(), tags: vec![] },
-                hour: 0,
-                readings: Vec::with_capacity(n),
-                positions: Vec::with_capacity(n),
-                span: Span::EMPTY,
-            };
-            (None, group)
-        })
-        .collect();
+    let mut slots: Vec<Option<Group>> = std::iter::repeat_with(|| None).take(sizes.len()).collect();
     for (position, ((meta, reading), id)) in items.into_iter().zip(ids).enumerate() {
-        let (first_meta, group) = &mut slots[id as usize];
-        if first_meta.is_none() {
-            group.hour = hour_start(reading.ts);
-            *first_meta = Some(meta);
-        }
+        let group = slots[id as usize].get_or_insert_with(|| Group {
+            meta,
+            hour: hour_start(reading.ts),
+            readings: Vec::with_capacity(sizes[id as usize]),
+            positions: Vec::with_capacity(sizes[id as usize]),
+            span: Span::EMPTY,
+        });
         group.span.include(reading.ts);
         group.readings.push(reading);
         group.positions.push(position as u32);
     }
-    slots
-        .into_iter()
-        .map(|(meta, group)| Group {
-            meta: meta.expect("every group has at least one reading"),
-            ..group
-        })
-        .collect()
+    slots.into_iter().map(|group| group.expect("every group has at least one reading")).collect()
 }
 
 #[cfg(test)]
@@ -148,9 +134,9 @@ mod tests {
     use super::*;
     use crate::model::{FieldValue, HOUR_MS};
 
-    fn item(key: &str, ts: TimestampMs, seq: i64) -> (SeriesMeta, Reading) {
+    fn item(key: &str, ts: TimestampMs, seq: i64) -> Item {
         (
-            SeriesMeta { key: key.into(), measurement: key.into(), tags: vec![] },
+            Arc::new(SeriesMeta { key: key.into(), measurement: key.into(), tags: vec![] }),
             Reading { ts, fields: vec![("seq".into(), FieldValue::Int(seq))] },
         )
     }

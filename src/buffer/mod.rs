@@ -50,7 +50,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::metrics::READINGS_BUFFERED;
-use crate::model::{Batch, HOUR_MS, Reading, Seq, SeriesMeta, TimestampMs};
+use crate::model::{Batch, HOUR_MS, Item, Reading, Seq, SeriesMeta, TimestampMs};
 use crate::store::SensorInfo;
 use group::{Group, Span};
 
@@ -211,7 +211,7 @@ impl Buffers {
     /// kept, and the tags/measurement of later items with the same key are ignored (identical
     /// by construction for line protocol; JSON clients sending other tags under one `sensor`
     /// get the first ones until the sensor's buffers empty).
-    pub fn push(&self, items: Vec<(SeriesMeta, Reading)>) -> Result<usize, BufferFull> {
+    pub fn push(&self, items: Vec<Item>) -> Result<usize, BufferFull> {
         let n = items.len();
         self.reserve(n, false)?;
         self.number_and_insert(items);
@@ -220,7 +220,7 @@ impl Buffers {
 
     /// Like `push`, but waits until there is room instead of failing. A batch larger than the
     /// whole bound is accepted once the buffers are empty, so this cannot wait forever.
-    pub async fn push_when_room(&self, items: Vec<(SeriesMeta, Reading)>) -> usize {
+    pub async fn push_when_room(&self, items: Vec<Item>) -> usize {
         let n = items.len();
         self.wait_and_reserve(n).await;
         self.number_and_insert(items);
@@ -236,7 +236,7 @@ impl Buffers {
     /// Full-policy: spill to the log; the log's own bound then refuses.
     pub fn push_or_spill<T, E>(
         &self,
-        items: Vec<(SeriesMeta, Reading)>,
+        items: Vec<Item>,
         log: impl FnOnce(Seq) -> Result<T, E>,
     ) -> Result<(T, Placement), E> {
         let n = items.len();
@@ -293,7 +293,7 @@ impl Buffers {
     /// Re-inserts readings recovered from the write-ahead log with the sequence numbers they
     /// were logged with (`seqs[i]` for `items[i]`, increasing per series and hour), waiting for
     /// room. Later pushes are numbered above every recovered number.
-    pub async fn push_recovered(&self, items: Vec<(SeriesMeta, Reading)>, seqs: Vec<Seq>) {
+    pub async fn push_recovered(&self, items: Vec<Item>, seqs: Vec<Seq>) {
         assert_eq!(items.len(), seqs.len(), "one sequence number per recovered reading");
         self.wait_and_reserve(items.len()).await;
         let groups = group::group(items);
@@ -322,7 +322,7 @@ impl Buffers {
     }
 
     /// Numbers reserved `items` and inserts them, under the order mutex.
-    fn number_and_insert(&self, items: Vec<(SeriesMeta, Reading)>) {
+    fn number_and_insert(&self, items: Vec<Item>) {
         let n = items.len();
         let groups = group::group(items);
         let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
@@ -466,7 +466,7 @@ impl Buffers {
                 None => self
                     .map
                     .entry(meta.key.clone())
-                    .or_insert_with(|| SensorBuffers { meta: Arc::new(meta), hours: Vec::new() }),
+                    .or_insert_with(|| SensorBuffers { meta, hours: Vec::new() }),
             };
             let hours = &mut entry.hours;
             let i = match hours.binary_search_by_key(&hour, |h| h.hour) {

@@ -4,16 +4,17 @@ use futures::FutureExt;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
 use super::*;
-use crate::model::{FieldValue, hour_start};
+use crate::model::{FieldValue, Item, hour_start};
 
 /// A reading of series `key` at `ts`, tagged with a unique `seq` so tests can follow it.
-pub(crate) fn item(key: &str, ts: TimestampMs, seq: i64) -> (SeriesMeta, Reading) {
+pub(crate) fn item(key: &str, ts: TimestampMs, seq: i64) -> Item {
     (
         SeriesMeta {
             key: key.into(),
             measurement: "m".into(),
             tags: vec![("host".into(), key.into())],
-        },
+        }
+        .into(),
         Reading { ts, fields: vec![("seq".into(), FieldValue::Int(seq))] },
     )
 }

@@ -42,7 +42,7 @@ use crate::ingest::intake::{Intake, IntakeError};
 use crate::ingest::json::{self, ItemError, NdjsonDecoder};
 use crate::ingest::line_protocol::{self, LineError, Precision};
 use crate::metrics::{READINGS_ACCEPTED, READINGS_REJECTED, RECEIVED_BYTES};
-use crate::model::{Reading, SeriesMeta, TimestampMs};
+use crate::model::{Item, TimestampMs};
 use crate::query::ErrorBody;
 use crate::query::openapi::{AcceptedBody, IngestBody};
 
@@ -209,9 +209,7 @@ pub fn gunzip_limited(data: &[u8], limit: usize) -> Result<Vec<u8>, ApiError> {
 }
 
 /// Splits per-item results into the valid readings and the errors, keeping order.
-fn partition<E>(
-    results: Vec<Result<(SeriesMeta, Reading), E>>,
-) -> (Vec<(SeriesMeta, Reading)>, Vec<E>) {
+fn partition<E>(results: Vec<Result<Item, E>>) -> (Vec<Item>, Vec<E>) {
     let mut good = Vec::with_capacity(results.len());
     let mut bad = Vec::new();
     for r in results {
@@ -228,7 +226,7 @@ fn partition<E>(
 /// so that is 413 rather than a 503 the client would retry forever.
 async fn push(
     intake: &Intake,
-    items: Vec<(SeriesMeta, Reading)>,
+    items: Vec<Item>,
     protocol: Protocol,
     limits: &HttpLimits,
 ) -> Result<usize, ApiError> {
@@ -294,7 +292,7 @@ fn json_body_kind(headers: &HeaderMap) -> Result<JsonBody, ApiError> {
 /// Tally of one JSON request: what was accepted, and the first rejected items.
 struct JsonTally {
     protocol: Protocol,
-    pending: Vec<(SeriesMeta, Reading)>,
+    pending: Vec<Item>,
     accepted: usize,
     rejected: Vec<RejectedItem>,
     rejected_count: usize,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::buffer::{BufferFull, Buffers};
-use crate::model::{Reading, SeriesMeta};
+use crate::model::Item;
 use crate::wal::{Record, Wal, WalError};
 
 /// How long a TCP connection waits before asking a full log for room again.
@@ -49,7 +49,7 @@ impl Intake {
     /// promises. Refuses at once (the caller answers 503) when the log is full, or, with
     /// `--ack=buffered`, when the buffers are: with the log, full buffers spill into it and the
     /// refill brings the readings in as the store drains them.
-    pub async fn accept(&self, items: Vec<(SeriesMeta, Reading)>) -> Result<usize, IntakeError> {
+    pub async fn accept(&self, items: Vec<Item>) -> Result<usize, IntakeError> {
         let n = items.len();
         if n == 0 {
             return Ok(0);
@@ -69,10 +69,7 @@ impl Intake {
     /// `--ack=buffered` in the buffers) instead of refusing (flow control: the connection is not
     /// read meanwhile), and does not wait for the fsync. Fails only when the log has failed or
     /// closed.
-    pub async fn accept_when_room(
-        &self,
-        items: Vec<(SeriesMeta, Reading)>,
-    ) -> Result<usize, WalError> {
+    pub async fn accept_when_room(&self, items: Vec<Item>) -> Result<usize, WalError> {
         let n = items.len();
         let Some(wal) = &self.wal else {
             return Ok(self.buffers.push_when_room(items).await);

@@ -38,13 +38,16 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::line_protocol::{self, ParsedSeries};
-use crate::model::{self, FieldValue, InputLimits, Reading, SeriesMeta, TimestampMs};
+use crate::model::{
+    self, FieldName, FieldValue, InputLimits, Item, Reading, SeriesMeta, TimestampMs,
+};
 
 /// One rejected item: its 0-based index in the request (array position or NDJSON line), why,
 /// and the metric reason label ("syntax" or an `InvalidReading::reason()`).
@@ -56,7 +59,7 @@ pub struct ItemError {
     pub reason: &'static str,
 }
 
-pub type Parsed = Vec<Result<(SeriesMeta, Reading), ItemError>>;
+pub type Parsed = Vec<Result<Item, ItemError>>;
 
 /// Parses a body that is one JSON reading or an array of them.
 pub fn parse_document(body: &[u8], now_ms: TimestampMs, limits: &InputLimits) -> Parsed {
@@ -256,7 +259,7 @@ fn parse_item(
     now_ms: TimestampMs,
     limits: &InputLimits,
     positions: Positions,
-) -> Result<(SeriesMeta, Reading), ItemError> {
+) -> Result<Item, ItemError> {
     // serde would also read a struct from an array, positionally; a reading is an object.
     if text.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(bad(index, "expected a JSON object (a reading)", "syntax"));
@@ -275,12 +278,12 @@ fn parse_item(
     };
 
     let fields = match (wire.value, wire.fields) {
-        (Some(raw), None) => vec![("value".to_owned(), number("value", raw, index)?)],
+        (Some(raw), None) => vec![("value".into(), number("value", raw, index)?)],
         (None, Some(Entries(entries))) => entries
             .into_iter()
             .map(|(name, raw)| {
                 let value = field_value(&name, raw, index)?;
-                Ok((name.into_owned(), value))
+                Ok((FieldName::from(&*name), value))
             })
             .collect::<Result<Vec<_>, ItemError>>()?,
         (Some(_), Some(_)) => {
@@ -326,7 +329,7 @@ fn parse_item(
     model::validate(&series, &reading, limits)
         .and_then(|()| model::admit_series(&series, limits))
         .map_err(|invalid| bad(index, invalid.to_string(), invalid.reason()))?;
-    Ok((series, reading))
+    Ok((Arc::new(series), reading))
 }
 
 /// `ts`: an RFC 3339 string or integer epoch milliseconds.
@@ -432,7 +435,7 @@ mod tests {
         parse_document(body.as_bytes(), NOW, &InputLimits::default())
     }
 
-    fn one(body: &str) -> (SeriesMeta, Reading) {
+    fn one(body: &str) -> Item {
         let mut r = doc(body);
         assert_eq!(r.len(), 1, "{r:?}");
         r.remove(0).unwrap_or_else(|e| panic!("{body}: {e}"))
@@ -448,7 +451,7 @@ mod tests {
     fn value_and_fields() {
         let (s, r) = one(r#"{"sensor": "boiler", "value": 71}"#);
         assert_eq!(
-            s,
+            *s,
             SeriesMeta { key: "boiler".into(), measurement: "boiler".into(), tags: vec![] }
         );
         assert_eq!(r, Reading { ts: NOW, fields: vec![("value".into(), FieldValue::Float(71.0))] });

@@ -31,7 +31,11 @@
 
 use std::borrow::Cow;
 
-use crate::model::{self, FieldValue, InputLimits, Reading, SeriesMeta, TimestampMs};
+use std::sync::Arc;
+
+use crate::model::{
+    self, FieldNames, FieldValue, InputLimits, Item, Reading, SeriesMeta, TimestampMs,
+};
 
 /// Timestamp precision of a write (`precision=` query parameter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -106,7 +110,7 @@ pub fn parse_body(
     precision: Precision,
     now_ms: TimestampMs,
     limits: &InputLimits,
-) -> Vec<Result<(SeriesMeta, Reading), LineError>> {
+) -> Vec<Result<Item, LineError>> {
     // Sizing the output once avoids repeated moves of a vector of large elements.
     let mut out = Vec::with_capacity(memchr::memchr_iter(b'\n', body).count() + 1);
     let mut scratch = Scratch::default();
@@ -434,6 +438,8 @@ struct Scratch<'a> {
     tags: Vec<(Cow<'a, str>, Cow<'a, str>)>,
     fields: Vec<(Cow<'a, str>, Value<'a>)>,
     ts: Option<i64>,
+    /// Outlives the lines: the body's readings share their field names.
+    names: FieldNames,
 }
 
 /// Why a line was rejected, before it is tied to a line number.
@@ -819,28 +825,12 @@ fn build(
     precision: Precision,
     now_ms: TimestampMs,
     limits: &InputLimits,
-) -> Result<(SeriesMeta, Reading), Bad> {
-    let presorted = e.tags.windows(2).all(|w| w[0].0 < w[1].0);
-    if !presorted {
-        e.tags.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        if let Some(w) = e.tags.windows(2).find(|w| w[0].0 == w[1].0) {
-            return Err(Bad {
-                at: None,
-                message: format!("tag key {:?} appears more than once", w[0].0),
-                reason: "syntax",
-            });
-        }
-    }
-    let tags: Vec<(String, String)> =
-        e.tags.iter().map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned())).collect();
-    // Text that parsed and re-encodes to itself: with the tags already in order, the written
-    // series text is the series key, and copying it is cheaper than re-encoding.
-    let key = match std::str::from_utf8(&line[e.series.0..e.series.1]) {
-        Ok(raw) if presorted => raw.to_owned(),
-        _ => series_key(&e.measurement, &tags),
+) -> Result<Item, Bad> {
+    let text = &line[e.series.0..e.series.1];
+    let (series, known) = match limits.known.get(text) {
+        Some(series) => (series, true),
+        None => (Arc::new(new_series(line, e)?), false),
     };
-    let series = SeriesMeta { key, measurement: e.measurement.as_ref().to_owned(), tags };
-
     let ts = match e.ts {
         None => now_ms,
         Some(ts) => precision.to_millis(ts).ok_or_else(|| Bad {
@@ -860,18 +850,47 @@ fn build(
                 Value::Bool(b) => FieldValue::Bool(b),
                 Value::Str(s) => FieldValue::Str(s.into_owned()),
             };
-            (k.into_owned(), v)
+            (e.names.get(&k), v)
         })
         .collect();
     let reading = Reading { ts, fields };
-    model::validate(&series, &reading, limits)
-        .and_then(|()| model::admit_series(&series, limits))
-        .map_err(|invalid| Bad {
-            at: None,
-            message: invalid.to_string(),
-            reason: invalid.reason(),
-        })?;
+    let checked = if known {
+        model::validate_reading(&reading, limits)
+    } else {
+        model::validate(&series, &reading, limits)
+            .and_then(|()| model::admit_series(&series, limits))
+            .map(|()| limits.known.insert(text, &series))
+    };
+    checked.map_err(|invalid| Bad {
+        at: None,
+        message: invalid.to_string(),
+        reason: invalid.reason(),
+    })?;
     Ok((series, reading))
+}
+
+/// The series of a parsed entry, with its tags sorted and its key canonical.
+fn new_series(line: &[u8], e: &mut Scratch<'_>) -> Result<SeriesMeta, Bad> {
+    let presorted = e.tags.windows(2).all(|w| w[0].0 < w[1].0);
+    if !presorted {
+        e.tags.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        if let Some(w) = e.tags.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(Bad {
+                at: None,
+                message: format!("tag key {:?} appears more than once", w[0].0),
+                reason: "syntax",
+            });
+        }
+    }
+    let tags: Vec<(String, String)> =
+        e.tags.iter().map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned())).collect();
+    // Text that parsed and re-encodes to itself: with the tags already in order, the written
+    // series text is the series key, and copying it is cheaper than re-encoding.
+    let key = match std::str::from_utf8(&line[e.series.0..e.series.1]) {
+        Ok(raw) if presorted => raw.to_owned(),
+        _ => series_key(&e.measurement, &tags),
+    };
+    Ok(SeriesMeta { key, measurement: e.measurement.as_ref().to_owned(), tags })
 }
 
 fn escape_into(out: &mut String, text: &str, escapes: u8) {
@@ -890,11 +909,11 @@ mod tests {
 
     const NOW: i64 = 1_700_000_000_000;
 
-    fn parse(body: &str) -> Vec<Result<(SeriesMeta, Reading), LineError>> {
+    fn parse(body: &str) -> Vec<Result<Item, LineError>> {
         parse_body(body.as_bytes(), Precision::Nanoseconds, NOW, &InputLimits::default())
     }
 
-    fn one(body: &str) -> (SeriesMeta, Reading) {
+    fn one(body: &str) -> Item {
         let mut r = parse(body);
         assert_eq!(r.len(), 1, "{r:?}");
         r.remove(0).unwrap_or_else(|e| panic!("{body:?}: {e}"))
@@ -1120,6 +1139,47 @@ mod tests {
     }
 
     #[test]
+    fn known_series_are_shared_and_still_checked() {
+        let limits = InputLimits {
+            max_fields: 2,
+            series: Some(Arc::new(model::SeriesLimit::new(1))),
+            ..InputLimits::default()
+        };
+        let body = b"m,b=2,a=1 v=1 1\nm,a=1,b=2 v=2 2\nm,b=2,a=1 v=3 3";
+        let first = parse_body(body, Precision::Nanoseconds, NOW, &limits);
+        let again = parse_body(body, Precision::Nanoseconds, NOW, &limits);
+        let series: Vec<&Arc<SeriesMeta>> =
+            first.iter().chain(&again).map(|r| &r.as_ref().unwrap().0).collect();
+        assert_eq!(series[0].key, "m,a=1,b=2");
+        assert_eq!(series[0].tags, strings(&[("a", "1"), ("b", "2")]));
+        // Lines 1 and 3 are written alike and share one `SeriesMeta`, across bodies too;
+        // line 2 is the same series written otherwise.
+        assert!(Arc::ptr_eq(series[0], series[2]) && Arc::ptr_eq(series[0], series[5]));
+        assert_eq!(series[1], series[0]);
+        assert_eq!(limits.known.len(), 2);
+
+        // A known series does not excuse its reading, and an unknown one still needs a slot.
+        let bad = parse_body(b"m,b=2,a=1 v=1,w=2,x=3 4", Precision::Nanoseconds, NOW, &limits);
+        assert_eq!(bad[0].as_ref().unwrap_err().reason, "fields");
+        let new = parse_body(b"m,a=9 v=1 4", Precision::Nanoseconds, NOW, &limits);
+        assert_eq!(new[0].as_ref().unwrap_err().reason, "cardinality");
+        assert_eq!(limits.known.len(), 2, "refused series are not remembered");
+    }
+
+    #[test]
+    fn known_series_forget_everything_when_full() {
+        let known = model::KnownSeries::new(2);
+        let series =
+            Arc::new(SeriesMeta { key: "m".into(), measurement: "m".into(), tags: vec![] });
+        known.insert(b"a", &series);
+        known.insert(b"b", &series);
+        assert_eq!(known.len(), 2);
+        known.insert(b"c", &series);
+        assert_eq!(known.len(), 1);
+        assert!(known.get(b"a").is_none() && known.get(b"c").is_some());
+    }
+
+    #[test]
     fn a_bad_comment_is_an_error() {
         let e = err("# tab\there");
         assert_eq!(e.reason, "syntax");
@@ -1245,7 +1305,7 @@ mod tests {
 
     /// Parses `body` by framing it with `complete_line_len` and parsing each frame alone, with
     /// line numbers shifted back to the body's.
-    fn parse_framed(body: &[u8]) -> Vec<Result<(SeriesMeta, Reading), LineError>> {
+    fn parse_framed(body: &[u8]) -> Vec<Result<Item, LineError>> {
         let mut out = Vec::new();
         let mut rest = body;
         let mut line = 1;

@@ -27,7 +27,7 @@ use crate::ingest::intake::Intake;
 use crate::ingest::line_protocol::{self, Precision};
 use crate::listener::{Accepted, accept_within_limit};
 use crate::metrics::{TCP_CONNECTIONS, TCP_CONNECTIONS_OPEN};
-use crate::model::{InputLimits, Reading, SeriesMeta};
+use crate::model::{InputLimits, Item};
 
 /// Bytes asked of the socket per read; also roughly the most lines parsed in one chunk.
 const READ_CHUNK: usize = 64 * 1024;
@@ -166,9 +166,9 @@ pub(crate) trait LineSink {
     fn complete_line_len(&self, buf: &[u8]) -> Option<usize>;
     /// Parses a run of complete lines (the last may lack its newline at end of stream),
     /// counting and logging bad ones; returns the valid readings.
-    fn parse(&mut self, lines: &[u8]) -> Vec<(SeriesMeta, Reading)>;
+    fn parse(&mut self, lines: &[u8]) -> Vec<Item>;
     /// Hands readings on, waiting for room as long as it takes.
-    fn push(&self, items: Vec<(SeriesMeta, Reading)>) -> impl Future<Output = usize> + Send;
+    fn push(&self, items: Vec<Item>) -> impl Future<Output = usize> + Send;
     /// A line longer than the limit was skipped.
     fn line_too_long(&mut self);
     /// Readings parsed but not pushed because shutdown came while waiting for room.
@@ -276,7 +276,7 @@ where
 /// Pushes in pieces of at most `max_push_readings`, each raced against shutdown.
 async fn push_all<S: LineSink>(
     sink: &mut S,
-    mut items: Vec<(SeriesMeta, Reading)>,
+    mut items: Vec<Item>,
     config: &TcpConfig,
     shutdown: &CancellationToken,
 ) -> Result<(), ConnectionEnd> {
@@ -335,7 +335,7 @@ impl LineSink for LineProtocolSink {
         line_protocol::complete_line_len(buf)
     }
 
-    fn parse(&mut self, lines: &[u8]) -> Vec<(SeriesMeta, Reading)> {
+    fn parse(&mut self, lines: &[u8]) -> Vec<Item> {
         let now = chrono::Utc::now().timestamp_millis();
         let results = line_protocol::parse_body(lines, Precision::Nanoseconds, now, &self.limits);
         let first_line = self.lines_seen;
@@ -354,7 +354,7 @@ impl LineSink for LineProtocolSink {
         good
     }
 
-    async fn push(&self, items: Vec<(SeriesMeta, Reading)>) -> usize {
+    async fn push(&self, items: Vec<Item>) -> usize {
         let count = items.len();
         match self.intake.accept_when_room(items).await {
             Ok(n) => {
@@ -388,7 +388,7 @@ mod tests {
     use tokio::sync::Notify;
 
     use super::*;
-    use crate::model::FieldValue;
+    use crate::model::{FieldValue, Reading, SeriesMeta};
 
     /// Frames on plain newlines and records every line it is handed; `push` waits for `gate`
     /// when one is set, standing in for full buffers.
@@ -407,7 +407,7 @@ mod tests {
             memchr::memchr(b'\n', buf).map(|i| i + 1)
         }
 
-        fn parse(&mut self, lines: &[u8]) -> Vec<(SeriesMeta, Reading)> {
+        fn parse(&mut self, lines: &[u8]) -> Vec<Item> {
             self.chunks += 1;
             let text = std::str::from_utf8(lines).unwrap();
             let mut items = Vec::new();
@@ -416,14 +416,14 @@ mod tests {
                 let series =
                     SeriesMeta { key: line.into(), measurement: line.into(), tags: vec![] };
                 items.push((
-                    series,
+                    series.into(),
                     Reading { ts: 0, fields: vec![("v".into(), FieldValue::Int(1))] },
                 ));
             }
             items
         }
 
-        async fn push(&self, items: Vec<(SeriesMeta, Reading)>) -> usize {
+        async fn push(&self, items: Vec<Item>) -> usize {
             if let Some(gate) = &self.gate {
                 gate.notified().await;
             }

@@ -68,7 +68,7 @@ mod tests {
     }
 
     fn label(r: &Reading) -> (i64, String) {
-        (r.ts, r.fields[0].0.clone())
+        (r.ts, r.fields[0].0.to_string())
     }
 
     async fn run(store: Vec<Reading>, unflushed: Vec<Reading>, order: Order) -> Vec<(i64, String)> {

@@ -312,7 +312,7 @@ fn column_set(rows: &[Reading]) -> Vec<String> {
         for (name, _) in &r.fields {
             if !seen.contains(name.as_str()) {
                 seen.insert(name.as_str());
-                columns.push(name.clone());
+                columns.push(name.to_string());
             }
         }
     }
@@ -431,7 +431,7 @@ impl CsvRows {
     fn write_row(&mut self, buf: &mut Vec<u8>, ts: &mut TsWriter, r: &Reading) {
         self.cells.iter_mut().for_each(|c| *c = None);
         for (at, (name, _)) in r.fields.iter().enumerate() {
-            if let Some(&i) = self.index.get(name) {
+            if let Some(&i) = self.index.get(name.as_str()) {
                 self.cells[i] = Some(at);
             }
         }

@@ -105,13 +105,13 @@ pub async fn get_rollups(
         let start = reading.ts.div_euclid(step_ms) * step_ms;
         for (name, value) in &reading.fields {
             let Some(v) = value.as_f64() else { continue };
-            if fields.as_ref().is_some_and(|f| !f.contains(name)) {
+            if fields.as_ref().is_some_and(|f| !f.iter().any(|w| name == w)) {
                 continue;
             }
             merged
                 .entry(start)
                 .or_default()
-                .entry(name.clone())
+                .entry(name.to_string())
                 .and_modify(|s| s.merge(&FieldStats::of(v)))
                 .or_insert_with(|| FieldStats::of(v));
         }

@@ -30,7 +30,7 @@ impl Bucket {
         for (name, value) in &reading.fields {
             if let Some(v) = value.as_f64() {
                 self.stats
-                    .entry(name.clone())
+                    .entry(name.to_string())
                     .and_modify(|s| s.merge(&FieldStats::of(v)))
                     .or_insert_with(|| FieldStats::of(v));
             }

@@ -21,7 +21,7 @@ use super::{Wal, segment};
 use crate::buffer::Buffers;
 use crate::flush::Backoff;
 use crate::metrics::WAL_REPLAYED;
-use crate::model::{Reading, Seq, SeriesMeta, TimestampMs, hour_start};
+use crate::model::{Item, Seq, TimestampMs, hour_start};
 use crate::store::{Store, high_water_until_answered};
 
 /// Readings inserted per high-water question at most.
@@ -181,7 +181,7 @@ impl Refill {
         segment: Seq,
         recovered: bool,
         end: Seq,
-        chunk: Vec<(Seq, (SeriesMeta, Reading))>,
+        chunk: Vec<(Seq, Item)>,
     ) -> (u64, u64) {
         let mut index: HashMap<(&str, TimestampMs), usize> = HashMap::new();
         let mut keys: Vec<(String, TimestampMs)> = Vec::new();

@@ -6,7 +6,7 @@
 //! record  = len:u32le crc:u32le first_seq:u64le count:u32le payload[len]
 //! ```
 //!
-//! `payload` is the postcard encoding of the logged `Vec<(SeriesMeta, Reading)>`; item `i`
+//! `payload` is the postcard encoding of the logged `Vec<Item>`; item `i`
 //! has sequence number `first_seq + i`. `crc` is the CRC-32 (IEEE, `crc32fast`) of
 //! `payload ‖ first_seq ‖ count`, in that order, so the payload's part can be computed before
 //! the sequence number is known (outside the order mutex). A record that is cut short or fails
@@ -18,7 +18,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::model::{Reading, Seq, SeriesMeta};
+use crate::model::{Item, Seq};
 
 const MAGIC: &[u8; 8] = b"BKTDWAL\0";
 const VERSION: u32 = 1;
@@ -54,7 +54,7 @@ pub struct Record {
 }
 
 impl Record {
-    pub fn encode(items: &[(SeriesMeta, Reading)]) -> Result<Record, postcard::Error> {
+    pub fn encode(items: &[Item]) -> Result<Record, postcard::Error> {
         let mut bytes = vec![0u8; RECORD_HEADER_BYTES];
         bytes = postcard::to_extend(items, bytes)?;
         let payload = &bytes[RECORD_HEADER_BYTES..];
@@ -67,7 +67,7 @@ impl Record {
     }
 
     /// The readings again, for a caller whose push failed after it gave them up.
-    pub fn decode(&self) -> Result<Vec<(SeriesMeta, Reading)>, postcard::Error> {
+    pub fn decode(&self) -> Result<Vec<Item>, postcard::Error> {
         postcard::from_bytes(&self.bytes[RECORD_HEADER_BYTES..])
     }
 
@@ -96,7 +96,7 @@ impl Record {
 #[derive(Debug)]
 pub(super) struct Logged {
     pub first_seq: Seq,
-    pub items: Vec<(SeriesMeta, Reading)>,
+    pub items: Vec<Item>,
 }
 
 /// What reading a whole segment found.
@@ -170,7 +170,7 @@ fn parse_records(
         if hasher.finalize() != crc {
             break Some(format!("record at byte {at} fails its checksum"));
         }
-        let items: Vec<(SeriesMeta, Reading)> = match postcard::from_bytes(payload) {
+        let items: Vec<Item> = match postcard::from_bytes(payload) {
             Ok(items) => items,
             Err(e) => break Some(format!("record at byte {at} does not decode: {e}")),
         };
@@ -247,9 +247,9 @@ pub(super) fn path_in(dir: &Path, first_seq: Seq) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::FieldValue;
+    use crate::model::{FieldValue, Reading, SeriesMeta};
 
-    fn items(n: usize) -> Vec<(SeriesMeta, Reading)> {
+    fn items(n: usize) -> Vec<Item> {
         (0..n)
             .map(|i| {
                 (
@@ -257,7 +257,8 @@ mod tests {
                         key: format!("m,s={i}"),
                         measurement: "m".into(),
                         tags: vec![("s".into(), i.to_string())],
-                    },
+                    }
+                    .into(),
                     Reading {
                         ts: i as i64,
                         fields: vec![
@@ -273,7 +274,7 @@ mod tests {
             .collect()
     }
 
-    fn segment(records: &[(Seq, Vec<(SeriesMeta, Reading)>)]) -> Vec<u8> {
+    fn segment(records: &[(Seq, Vec<Item>)]) -> Vec<u8> {
         let mut data = header().to_vec();
         for (seq, items) in records {
             Record::encode(items).unwrap().finish_into(*seq, &mut data);

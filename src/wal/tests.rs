@@ -3,14 +3,14 @@ use std::time::Duration;
 
 use super::*;
 use crate::buffer::{BufferConfig, Buffers};
-use crate::model::{Batch, FieldValue, Reading, SeriesMeta};
+use crate::model::{Batch, FieldValue, Item, Reading, SeriesMeta};
 use crate::store::memory::MemoryStore;
 use crate::store::{BucketLimits, Store};
 use crate::wal::refill;
 
-fn item(sensor: usize, ts: i64) -> (SeriesMeta, Reading) {
+fn item(sensor: usize, ts: i64) -> Item {
     (
-        SeriesMeta { key: format!("s{sensor}"), measurement: "m".into(), tags: vec![] },
+        SeriesMeta { key: format!("s{sensor}"), measurement: "m".into(), tags: vec![] }.into(),
         Reading { ts, fields: vec![("v".into(), FieldValue::Float(ts as f64))] },
     )
 }
@@ -33,7 +33,7 @@ fn segment_files(dir: &Path) -> Vec<Seq> {
     out
 }
 
-fn append(wal: &Wal, items: &[(SeriesMeta, Reading)], first: Seq) -> Ticket {
+fn append(wal: &Wal, items: &[Item], first: Seq) -> Ticket {
     wal.append(&Record::encode(items).unwrap(), first).unwrap()
 }
 
@@ -162,7 +162,7 @@ async fn the_refill_replays_what_the_store_lacks_before_newer_pushes() {
     }
     // The store already holds sensor s0's first two readings (seqs 1000 and 1002).
     let store = Arc::new(MemoryStore::new(BucketLimits::default()));
-    let s0 = Arc::new(items[0].0.clone());
+    let s0 = items[0].0.clone();
     let stored = Batch {
         series: s0,
         hour: 0,

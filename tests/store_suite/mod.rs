@@ -24,7 +24,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bucketd::model::{Batch, FieldValue, HOUR_MS, Reading, SeriesMeta, TimestampMs, hour_start};
+use bucketd::model::{
+    Batch, FieldName, FieldValue, HOUR_MS, Reading, SeriesMeta, TimestampMs, hour_start,
+};
 use bucketd::store::{
     BucketLimits, FieldStats, Order, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery,
     Store, StoreError, WriteReport,
@@ -119,7 +121,7 @@ pub fn series(key: &str, measurement: &str, tags: &[(&str, &str)]) -> Arc<Series
 }
 
 pub fn reading(ts: TimestampMs, fields: &[(&str, FieldValue)]) -> Reading {
-    Reading { ts, fields: fields.iter().map(|(n, v)| (n.to_string(), v.clone())).collect() }
+    Reading { ts, fields: fields.iter().map(|&(n, ref v)| (n.into(), v.clone())).collect() }
 }
 
 /// Groups readings into one batch per hour, keeping their order within each hour; hours in
@@ -209,7 +211,7 @@ pub fn expected_rollups(
             if let Some(v) = value.as_f64() {
                 rows.entry(r.ts.div_euclid(step) * step)
                     .or_default()
-                    .entry(name.clone())
+                    .entry(name.to_string())
                     .and_modify(|s| s.merge(&FieldStats::of(v)))
                     .or_insert_with(|| FieldStats::of(v));
             }
@@ -253,8 +255,8 @@ impl Lcg {
 /// A reading with a mix of value types; numeric values keep every sum exact.
 fn mixed_reading(rng: &mut Lcg, ts: TimestampMs) -> Reading {
     let mut fields = vec![
-        ("temp".to_string(), FieldValue::Float(rng.next(400) as f64 * 0.25 - 50.0)),
-        ("count".to_string(), FieldValue::Int(rng.next(2000) as i64 - 1000)),
+        ("temp".into(), FieldValue::Float(rng.next(400) as f64 * 0.25 - 50.0)),
+        ("count".into(), FieldValue::Int(rng.next(2000) as i64 - 1000)),
     ];
     match rng.next(4) {
         0 => fields.push(("ok".into(), FieldValue::Bool(rng.next(2) == 0))),
@@ -592,8 +594,9 @@ pub async fn one_batch_fails_the_others_land(make: Make<'_>) {
     let bad = series("oversized", "m", &[]);
     let good_b = series("good-b", "m", &[]);
     // 256 fields of 64 KiB (the default input limits allow both): more than 16 MiB.
-    let huge: Vec<(String, FieldValue)> =
-        (0..256).map(|i| (format!("f{i:03}"), FieldValue::Str("z".repeat(64 * 1024)))).collect();
+    let huge: Vec<(FieldName, FieldValue)> = (0..256)
+        .map(|i| (format!("f{i:03}").into(), FieldValue::Str("z".repeat(64 * 1024))))
+        .collect();
     let oversized = Reading { ts: T0 + 2, fields: huge };
     let a = vec![reading(T0 + 1, &[("v", FieldValue::Int(1))])];
     let b = vec![reading(T0 + 3, &[("v", FieldValue::Int(3))])];
@@ -652,11 +655,11 @@ pub async fn awkward_field_names_round_trip(make: Make<'_>) {
     ];
     let mut written = Vec::new();
     for i in 0..7i64 {
-        let fields: Vec<(String, FieldValue)> = names
+        let fields: Vec<(FieldName, FieldValue)> = names
             .iter()
             .enumerate()
-            .map(|(j, n)| (n.to_string(), FieldValue::Float((i * 100 + j as i64) as f64 * 0.25)))
-            .chain([("$str.x".to_string(), FieldValue::Str(format!("v{i}")))])
+            .map(|(j, &n)| (n.into(), FieldValue::Float((i * 100 + j as i64) as f64 * 0.25)))
+            .chain([("$str.x".into(), FieldValue::Str(format!("v{i}")))])
             .collect();
         written.push(Reading { ts: T0 + i * 7 * MINUTE, fields });
     }
@@ -880,8 +883,9 @@ pub async fn high_water_marks_follow_writes(make: Make<'_>) {
 pub async fn a_failed_batch_leaves_the_prefix_its_mark_names(make: Make<'_>) {
     let f = make(BucketLimits { max_readings: 4, max_bytes: 1 << 20 }).await;
     let s = series("hw-prefix", "m", &[]);
-    let huge: Vec<(String, FieldValue)> =
-        (0..256).map(|i| (format!("f{i:03}"), FieldValue::Str("z".repeat(64 * 1024)))).collect();
+    let huge: Vec<(FieldName, FieldValue)> = (0..256)
+        .map(|i| (format!("f{i:03}").into(), FieldValue::Str("z".repeat(64 * 1024))))
+        .collect();
     let mut readings: Vec<Reading> =
         (0..6).map(|i| reading(T0 + i, &[("v", FieldValue::Int(i))])).collect();
     readings.push(Reading { ts: T0 + 6, fields: huge });

@@ -101,7 +101,7 @@ pub fn series(key: &str, measurement: &str, tags: &[(&str, &str)]) -> SeriesMeta
 }
 
 pub fn reading(ts: TimestampMs, fields: Vec<(&str, FieldValue)>) -> Reading {
-    Reading { ts, fields: fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect() }
+    Reading { ts, fields: fields.into_iter().map(|(k, v)| (k.into(), v)).collect() }
 }
 
 /// Writes readings through the Store trait, one batch per hour, in the order given.

@@ -38,7 +38,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::EmbeddedError;
-use crate::model::{FieldValue, Reading, TimestampMs};
+use crate::model::{FieldName, FieldValue, Reading, TimestampMs};
 use crate::store::memory::approx_reading_bytes;
 use crate::store::{FieldStats, SCHEMA_VERSION};
 
@@ -392,7 +392,7 @@ pub fn decode_chunk(
     let n_names = c.len()?;
     let mut names = Vec::with_capacity(n_names);
     for _ in 0..n_names {
-        names.push(c.string()?);
+        names.push(FieldName::from(c.string()?));
     }
     let mut prev_bits = vec![0u64; n_names];
     let mut memos: Vec<ScaledMemo> = vec![None; n_names];
@@ -510,7 +510,7 @@ impl BucketHeader {
                     match self.stats.get_mut(name.as_str()) {
                         Some(s) => s.merge(&FieldStats::of(v)),
                         None => {
-                            self.stats.insert(name.clone(), FieldStats::of(v));
+                            self.stats.insert(name.to_string(), FieldStats::of(v));
                         }
                     }
                 }
@@ -637,7 +637,7 @@ mod tests {
     }
 
     fn r(ts: i64, fields: Vec<(&str, FieldValue)>) -> Reading {
-        Reading { ts, fields: fields.into_iter().map(|(n, v)| (n.to_owned(), v)).collect() }
+        Reading { ts, fields: fields.into_iter().map(|(n, v)| (n.into(), v)).collect() }
     }
 
     #[test]
@@ -840,7 +840,10 @@ mod tests {
         ) {
             let hour = hour_index * HOUR_MS;
             let mut readings: Vec<Reading> =
-                raw.into_iter().map(|(off, fields)| Reading { ts: hour + off, fields }).collect();
+                raw.into_iter().map(|(off, fields)| Reading {
+                    ts: hour + off,
+                    fields: fields.into_iter().map(|(n, v): (String, _)| (n.into(), v)).collect(),
+                }).collect();
             readings.sort_by_key(|r| r.ts);
             prop_assert_eq!(roundtrip(hour, &readings), readings);
         }
@@ -872,7 +875,7 @@ mod measure {
                             20.0 + 5.0 * (t / 7200.0 + f as f64).sin() + 0.3 * (t / 7.0).sin();
                         // Sensor-like values have a fixed resolution; `noisy` keeps full precision.
                         let v = if noisy { wave } else { (wave * 100.0).round() / 100.0 };
-                        (format!("field_{f}"), FieldValue::Float(v))
+                        (format!("field_{f}").into(), FieldValue::Float(v))
                     })
                     .collect();
                 Reading { ts: 1_699_920_000_000 + s * 1000, fields }

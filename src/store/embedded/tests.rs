@@ -87,11 +87,11 @@ fn model_rollup(
     let mut rows: BTreeMap<TimestampMs, BTreeMap<String, FieldStats>> = BTreeMap::new();
     for r in written.iter().filter(|r| r.ts >= q.from && r.ts < q.to) {
         for (name, value) in &r.fields {
-            let wanted = q.fields.as_ref().is_none_or(|f| f.contains(name));
+            let wanted = q.fields.as_ref().is_none_or(|f| f.iter().any(|w| name == w));
             if let (true, Some(v)) = (wanted, value.as_f64()) {
                 rows.entry(r.ts.div_euclid(q.step_ms) * q.step_ms)
                     .or_default()
-                    .entry(name.clone())
+                    .entry(name.to_string())
                     .and_modify(|s| s.merge(&FieldStats::of(v)))
                     .or_insert(FieldStats::of(v));
             }
@@ -631,7 +631,7 @@ fn arb_reading() -> impl Strategy<Value = Reading> {
     )
         .prop_map(|(ts, fields)| Reading {
             ts,
-            fields: fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+            fields: fields.into_iter().map(|(k, v)| (k.into(), v)).collect(),
         })
 }
 

@@ -21,7 +21,7 @@ use std::borrow::Cow;
 
 use bson::{Bson, DateTime, Document, RawDocumentBuf};
 
-use crate::model::{FieldValue, Reading, TimestampMs};
+use crate::model::{FieldName, FieldValue, Reading, TimestampMs};
 use crate::store::{FieldStats, StoreError};
 
 pub const ID: &str = "_id";
@@ -163,7 +163,7 @@ pub fn decode_reading(doc: &Document) -> Result<Reading, StoreError> {
                 value.element_type()
             ))
         })?;
-        fields.push((decode_name(key)?.into_owned(), value));
+        fields.push((FieldName::from(&*decode_name(key)?), value));
     }
     Ok(Reading { ts, fields })
 }
