@@ -353,9 +353,10 @@ fn check_name(name: &str, limits: &InputLimits) -> Result<(), InvalidReading> {
 /// since start, so a restart resets it, and a store (MongoDB) may hold more series than this.
 pub struct SeriesLimit {
     max: usize,
-    /// Every line's key goes through here, so the hasher is foldhash (randomly seeded per
-    /// process, like the buffer map's) rather than SipHash, for the same per-reading reason the
-    /// buffer map dropped SipHash (see `buffer::group`).
+    /// Every JSON item's key goes through here (line protocol only on a [`KnownSeries`]
+    /// miss), so the hasher is foldhash (randomly seeded per process, like the buffer map's)
+    /// rather than SipHash, for the same per-reading reason the buffer map dropped SipHash (see
+    /// `buffer::group`).
     hasher: foldhash::fast::RandomState,
     seen: dashmap::DashSet<u64, foldhash::fast::RandomState>,
     /// Slots taken, including ones being inserted; never above `max`.
