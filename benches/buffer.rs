@@ -25,7 +25,7 @@ fn body(sensors: usize, thread: usize, round: u64) -> Vec<Item> {
             let ts = 1_700_000_000_000 + (round as i64) * 10_000 + (i / sensors) as i64;
             let reading = Reading {
                 ts,
-                fields: vec![
+                fields: smallvec::smallvec![
                     ("usage".into(), FieldValue::Float(i as f64 * 0.5)),
                     ("idle".into(), FieldValue::Float(thread as f64)),
                 ],

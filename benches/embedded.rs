@@ -37,7 +37,7 @@ fn env_reading(ts: i64) -> Reading {
     let hum = ((45.0 + 10.0 * (t / 5000.0).cos()) * 10.0).round() / 10.0;
     Reading {
         ts,
-        fields: vec![
+        fields: smallvec::smallvec![
             ("temperature".into(), FieldValue::Float(temp)),
             ("humidity".into(), FieldValue::Float(hum)),
         ],

@@ -144,12 +144,16 @@ impl FieldNames {
     }
 }
 
+/// A reading's fields. Sensors mostly send one or two, which then live inside the `Reading`
+/// (in the buffers' vectors) rather than in an allocation of their own.
+pub type Fields = smallvec::SmallVec<[(FieldName, FieldValue); 2]>;
+
 /// One timestamped set of field values of one series. Field names are unique within a reading
 /// and kept in the order they arrived.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Reading {
     pub ts: TimestampMs,
-    pub fields: Vec<(FieldName, FieldValue)>,
+    pub fields: Fields,
 }
 
 /// What identifies a series and what is stored beside it. `key` is the sensor key: for line
@@ -601,8 +605,7 @@ mod tests {
             validate(&series("s"), &late, &l),
             Err(InvalidReading::TimestampOutOfRange { .. })
         ));
-        let many: Vec<(FieldName, FieldValue)> =
-            (0..300).map(|i| (format!("f{i}").into(), FieldValue::Int(i))).collect();
+        let many: Fields = (0..300).map(|i| (format!("f{i}").into(), FieldValue::Int(i))).collect();
         assert!(matches!(
             validate(&series("s"), &Reading { ts: 0, fields: many }, &l),
             Err(InvalidReading::TooManyFields { .. })

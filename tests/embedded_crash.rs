@@ -41,7 +41,7 @@ fn write_readings(round: u64, w: i64) -> Vec<Reading> {
     (0..PER_WRITE)
         .map(|j| Reading {
             ts: base + j * STEP_MS,
-            fields: vec![
+            fields: smallvec::smallvec![
                 ("round".into(), FieldValue::UInt(round)),
                 ("w".into(), FieldValue::Int(w)),
                 ("j".into(), FieldValue::Int(j)),

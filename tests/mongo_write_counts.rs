@@ -157,7 +157,7 @@ fn series(i: usize) -> Arc<SeriesMeta> {
 fn reading(ts: i64, i: usize) -> Reading {
     Reading {
         ts,
-        fields: vec![
+        fields: smallvec::smallvec![
             ("temperature".into(), FieldValue::Float(15.0 + (i % 1500) as f64 / 100.0)),
             ("humidity".into(), FieldValue::Float(30.0 + (i % 600) as f64 / 10.0)),
         ],

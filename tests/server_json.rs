@@ -41,7 +41,7 @@ async fn one_reading_and_an_array_are_accepted_and_stored() {
     let readings = stored(&*store, "s1").await;
     assert_eq!(readings.len(), 4);
     assert_eq!(readings[0].ts, T0);
-    assert_eq!(readings[0].fields, vec![("temp".into(), FieldValue::Float(21.5))]);
+    assert_eq!(readings[0].fields.to_vec(), vec![("temp".into(), FieldValue::Float(21.5))]);
     assert_eq!(readings[3].ts, T0 + 3);
 }
 

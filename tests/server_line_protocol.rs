@@ -46,7 +46,7 @@ async fn v1_and_v2_writes_are_stored() {
     let ts: Vec<i64> = readings.iter().map(|r| r.ts).collect();
     assert_eq!(ts, [T0_MS, T0_MS + 1, T0_MS + 1000]);
     assert_eq!(
-        readings[0].fields,
+        readings[0].fields.to_vec(),
         vec![
             ("usage".into(), FieldValue::Float(1.5)),
             ("count".into(), FieldValue::Int(3)),

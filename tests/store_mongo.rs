@@ -60,7 +60,7 @@ async fn bucket_document_has_the_documented_shape() {
     let readings = vec![
         Reading {
             ts: T0 + 10,
-            fields: vec![
+            fields: smallvec::smallvec![
                 ("a.b".into(), FieldValue::Float(1.5)),
                 ("$n".into(), FieldValue::Int(4)),
                 ("msg".into(), FieldValue::Str("hi".into())),
@@ -68,7 +68,7 @@ async fn bucket_document_has_the_documented_shape() {
         },
         Reading {
             ts: T0 + 5,
-            fields: vec![
+            fields: smallvec::smallvec![
                 ("a.b".into(), FieldValue::Float(-2.0)),
                 ("u".into(), FieldValue::UInt(u64::MAX)),
             ],

@@ -41,8 +41,10 @@ fn app() -> &'static (tokio::runtime::Runtime, Router) {
         });
         // One known sensor, so the routes get past "unknown sensor".
         let series = SeriesMeta { key: "s1".into(), measurement: "s1".into(), tags: vec![] };
-        let reading =
-            Reading { ts: 1_700_000_000_000, fields: vec![("v".into(), FieldValue::Float(1.5))] };
+        let reading = Reading {
+            ts: 1_700_000_000_000,
+            fields: vec![("v".into(), FieldValue::Float(1.5))].into(),
+        };
         buffers.push(vec![(series.into(), reading)]).unwrap();
         (runtime, router(QueryState::new(store, buffers)))
     })

@@ -5,6 +5,8 @@ use std::collections::HashMap;
 
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use crate::model::{Item, Reading, SeriesMeta, TimestampMs, hour_start};
 
 /// The hasher of the per-push group index and of the buffer map. Keys are client-chosen sensor
@@ -60,15 +62,18 @@ pub(super) struct Group {
     /// The first `SeriesMeta` seen for the key in this push; the others are dropped.
     pub meta: Arc<SeriesMeta>,
     pub hour: TimestampMs,
-    pub readings: Vec<Reading>,
+    /// Inline for one reading: a body of many sensors with one reading each (Telegraf's
+    /// usual shape) then allocates nothing per group.
+    pub readings: SmallVec<[Reading; 1]>,
     /// Position in the push of each of `readings`: what its sequence number is derived from
     /// once the push is given its place in the order.
-    pub positions: Vec<u32>,
+    pub positions: SmallVec<[u32; 1]>,
     pub span: Span,
 }
 
 /// Splits `items` into groups by (key, hour), keeping arrival order inside each group and
-/// ordering groups by first appearance. Allocates one `Vec` per group, none per reading.
+/// ordering groups by first appearance. Allocates one `Vec` per group of two readings or more,
+/// none per reading.
 pub(super) fn group(items: Vec<Item>) -> Vec<Group> {
     // Pass 1 borrows the keys from `items` to give each item a group id; pass 2 moves the
     // readings. Two passes keep the borrow of the keys apart from the move of the items.
@@ -118,8 +123,8 @@ pub(super) fn group(items: Vec<Item>) -> Vec<Group> {
         let group = slots[id as usize].get_or_insert_with(|| Group {
             meta,
             hour: hour_start(reading.ts),
-            readings: Vec::with_capacity(sizes[id as usize]),
-            positions: Vec::with_capacity(sizes[id as usize]),
+            readings: SmallVec::with_capacity(sizes[id as usize]),
+            positions: SmallVec::with_capacity(sizes[id as usize]),
             span: Span::EMPTY,
         });
         group.span.include(reading.ts);
@@ -137,7 +142,7 @@ mod tests {
     fn item(key: &str, ts: TimestampMs, seq: i64) -> Item {
         (
             Arc::new(SeriesMeta { key: key.into(), measurement: key.into(), tags: vec![] }),
-            Reading { ts, fields: vec![("seq".into(), FieldValue::Int(seq))] },
+            Reading { ts, fields: smallvec::smallvec![("seq".into(), FieldValue::Int(seq))] },
         )
     }
 

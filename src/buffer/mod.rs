@@ -459,8 +459,8 @@ impl Buffers {
             if overdue { now.checked_sub(self.config.flush_interval).unwrap_or(now) } else { now };
         let batch = self.config.max_batch_readings;
         let mut wake = overdue;
-        for Group { meta, hour, mut readings, positions, span } in groups {
-            let mut seqs: Vec<Seq> = positions.into_iter().map(&seq_of).collect();
+        for Group { meta, hour, readings, positions, span } in groups {
+            let seqs = positions.into_iter().map(&seq_of);
             let mut entry = match self.map.get_mut(meta.key.as_str()) {
                 Some(entry) => entry,
                 None => self
@@ -489,13 +489,14 @@ impl Buffers {
             let hb = &mut hours[i];
             let was_due = hb.readings.len() >= batch;
             if hb.readings.is_empty() {
-                // Adopt the group's vectors rather than copying into empty ones.
-                hb.readings = readings;
-                hb.seqs = seqs;
+                // Adopt the group's vector rather than copying into an empty one (one reading,
+                // held inline, moves into a new one).
+                hb.readings = readings.into_vec();
+                hb.seqs = seqs.collect();
                 hb.since = arrived;
             } else {
-                hb.readings.append(&mut readings);
-                hb.seqs.append(&mut seqs);
+                hb.readings.extend(readings);
+                hb.seqs.extend(seqs);
             }
             hb.span.merge(span);
             wake |= !was_due && hb.readings.len() >= batch;

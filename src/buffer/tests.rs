@@ -15,7 +15,7 @@ pub(crate) fn item(key: &str, ts: TimestampMs, seq: i64) -> Item {
             tags: vec![("host".into(), key.into())],
         }
         .into(),
-        Reading { ts, fields: vec![("seq".into(), FieldValue::Int(seq))] },
+        Reading { ts, fields: smallvec::smallvec![("seq".into(), FieldValue::Int(seq))] },
     )
 }
 

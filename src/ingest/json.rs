@@ -46,7 +46,7 @@ use serde_json::value::RawValue;
 
 use super::line_protocol::{self, ParsedSeries};
 use crate::model::{
-    self, FieldName, FieldValue, InputLimits, Item, Reading, SeriesMeta, TimestampMs,
+    self, FieldName, FieldValue, Fields, InputLimits, Item, Reading, SeriesMeta, TimestampMs,
 };
 
 /// One rejected item: its 0-based index in the request (array position or NDJSON line), why,
@@ -278,14 +278,14 @@ fn parse_item(
     };
 
     let fields = match (wire.value, wire.fields) {
-        (Some(raw), None) => vec![("value".into(), number("value", raw, index)?)],
+        (Some(raw), None) => smallvec::smallvec![("value".into(), number("value", raw, index)?)],
         (None, Some(Entries(entries))) => entries
             .into_iter()
             .map(|(name, raw)| {
                 let value = field_value(&name, raw, index)?;
                 Ok((FieldName::from(&*name), value))
             })
-            .collect::<Result<Vec<_>, ItemError>>()?,
+            .collect::<Result<Fields, ItemError>>()?,
         (Some(_), Some(_)) => {
             return Err(bad(
                 index,
@@ -454,14 +454,20 @@ mod tests {
             *s,
             SeriesMeta { key: "boiler".into(), measurement: "boiler".into(), tags: vec![] }
         );
-        assert_eq!(r, Reading { ts: NOW, fields: vec![("value".into(), FieldValue::Float(71.0))] });
+        assert_eq!(
+            r,
+            Reading {
+                ts: NOW,
+                fields: smallvec::smallvec![("value".into(), FieldValue::Float(71.0))]
+            }
+        );
 
         let (_, r) = one(
             r#"{"fields": {"t": -1.5e2, "ok": false, "msg": "a\"b", "n": 3}, "sensor": "s", "ts": 5}"#,
         );
         assert_eq!(r.ts, 5);
         assert_eq!(
-            r.fields,
+            r.fields.to_vec(),
             vec![
                 ("t".into(), FieldValue::Float(-150.0)),
                 ("ok".into(), FieldValue::Bool(false)),

@@ -983,7 +983,7 @@ mod tests {
         assert_eq!(s.key, "env,sensor=s1,site=w3");
         assert_eq!(r.ts, 1_700_000_000_123);
         assert_eq!(
-            r.fields,
+            r.fields.to_vec(),
             vec![
                 ("temp".into(), FieldValue::Float(21.5)),
                 ("n".into(), FieldValue::Int(3)),
@@ -1098,7 +1098,7 @@ mod tests {
     fn repeated_field_keeps_first_place_and_last_value() {
         let (_, r) = one("m a=1,b=2,a=\"x\"");
         assert_eq!(
-            r.fields,
+            r.fields.to_vec(),
             vec![("a".into(), FieldValue::Str("x".into())), ("b".into(), FieldValue::Float(2.0))]
         );
     }

@@ -417,7 +417,10 @@ mod tests {
                     SeriesMeta { key: line.into(), measurement: line.into(), tags: vec![] };
                 items.push((
                     series.into(),
-                    Reading { ts: 0, fields: vec![("v".into(), FieldValue::Int(1))] },
+                    Reading {
+                        ts: 0,
+                        fields: smallvec::smallvec![("v".into(), FieldValue::Int(1))],
+                    },
                 ));
             }
             items

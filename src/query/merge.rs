@@ -64,7 +64,7 @@ mod tests {
     use crate::model::FieldValue;
 
     fn r(ts: i64, tag: &str) -> Reading {
-        Reading { ts, fields: vec![(tag.into(), FieldValue::Int(ts))] }
+        Reading { ts, fields: smallvec::smallvec![(tag.into(), FieldValue::Int(ts))] }
     }
 
     fn label(r: &Reading) -> (i64, String) {

@@ -667,7 +667,7 @@ mod tests {
             &mut TsWriter::new(),
             &Reading {
                 ts: 1500,
-                fields: vec![
+                fields: smallvec::smallvec![
                     ("f".into(), FieldValue::Float(1.0)),
                     ("i".into(), FieldValue::Int(i64::MIN)),
                     ("u".into(), FieldValue::UInt(u64::MAX)),
@@ -846,7 +846,7 @@ mod tests {
             limit: 2,
         };
         let mut t = Tracker::new(page);
-        let r = |ts| Reading { ts, fields: vec![] };
+        let r = |ts| Reading { ts, fields: smallvec::smallvec![] };
         assert!(t.accept(&r(5)));
         assert!(t.accept(&r(5)));
         assert!(!t.accept(&r(5)));

@@ -308,7 +308,10 @@ mod tests {
             hour,
             readings: ts
                 .into_iter()
-                .map(|t| Reading { ts: t, fields: vec![("v".into(), FieldValue::Float(t as f64))] })
+                .map(|t| Reading {
+                    ts: t,
+                    fields: smallvec::smallvec![("v".into(), FieldValue::Float(t as f64))],
+                })
                 .collect(),
             seqs: vec![],
         }

@@ -261,7 +261,7 @@ mod tests {
                     .into(),
                     Reading {
                         ts: i as i64,
-                        fields: vec![
+                        fields: smallvec::smallvec![
                             ("f".into(), FieldValue::Float(i as f64 / 3.0)),
                             ("u".into(), FieldValue::UInt(u64::MAX)),
                             ("s".into(), FieldValue::Str("x\ny".into())),

@@ -11,7 +11,7 @@ use crate::wal::refill;
 fn item(sensor: usize, ts: i64) -> Item {
     (
         SeriesMeta { key: format!("s{sensor}"), measurement: "m".into(), tags: vec![] }.into(),
-        Reading { ts, fields: vec![("v".into(), FieldValue::Float(ts as f64))] },
+        Reading { ts, fields: smallvec::smallvec![("v".into(), FieldValue::Float(ts as f64))] },
     )
 }
 

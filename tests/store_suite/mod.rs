@@ -264,7 +264,7 @@ fn mixed_reading(rng: &mut Lcg, ts: TimestampMs) -> Reading {
         2 => fields.push(("u".into(), FieldValue::UInt(rng.next(1000)))),
         _ => fields.push(("big".into(), FieldValue::UInt(u64::MAX))),
     }
-    Reading { ts, fields }
+    Reading { ts, fields: fields.into() }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -597,7 +597,7 @@ pub async fn one_batch_fails_the_others_land(make: Make<'_>) {
     let huge: Vec<(FieldName, FieldValue)> = (0..256)
         .map(|i| (format!("f{i:03}").into(), FieldValue::Str("z".repeat(64 * 1024))))
         .collect();
-    let oversized = Reading { ts: T0 + 2, fields: huge };
+    let oversized = Reading { ts: T0 + 2, fields: huge.into() };
     let a = vec![reading(T0 + 1, &[("v", FieldValue::Int(1))])];
     let b = vec![reading(T0 + 3, &[("v", FieldValue::Int(3))])];
     let mut all = batches(&good_a, &a);
@@ -661,7 +661,7 @@ pub async fn awkward_field_names_round_trip(make: Make<'_>) {
             .map(|(j, &n)| (n.into(), FieldValue::Float((i * 100 + j as i64) as f64 * 0.25)))
             .chain([("$str.x".into(), FieldValue::Str(format!("v{i}")))])
             .collect();
-        written.push(Reading { ts: T0 + i * 7 * MINUTE, fields });
+        written.push(Reading { ts: T0 + i * 7 * MINUTE, fields: fields.into() });
     }
     for chunk in written.chunks(2) {
         write_ok(&*f.store, &batches(&s, chunk)).await;
@@ -888,7 +888,7 @@ pub async fn a_failed_batch_leaves_the_prefix_its_mark_names(make: Make<'_>) {
         .collect();
     let mut readings: Vec<Reading> =
         (0..6).map(|i| reading(T0 + i, &[("v", FieldValue::Int(i))])).collect();
-    readings.push(Reading { ts: T0 + 6, fields: huge });
+    readings.push(Reading { ts: T0 + 6, fields: huge.into() });
     readings.extend((7..12).map(|i| reading(T0 + i, &[("v", FieldValue::Int(i))])));
     let batch = numbered(&s, readings.clone(), 100);
     let result = f.store.write(std::slice::from_ref(&batch)).await.remove(0);

@@ -38,7 +38,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::EmbeddedError;
-use crate::model::{FieldName, FieldValue, Reading, TimestampMs};
+use crate::model::{FieldName, FieldValue, Fields, Reading, TimestampMs};
 use crate::store::memory::approx_reading_bytes;
 use crate::store::{FieldStats, SCHEMA_VERSION};
 
@@ -428,7 +428,7 @@ pub fn decode_chunk(
         } else if !have_shape {
             return Err(corrupt("first reading of a chunk repeats a shape"));
         }
-        let mut fields = Vec::with_capacity(shape.len());
+        let mut fields = Fields::with_capacity(shape.len());
         for &(i, t) in &shape {
             let prev = &mut prev_bits[i];
             let value = match t {

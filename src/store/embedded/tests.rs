@@ -23,7 +23,7 @@ fn meta(key: &str, measurement: &str, tags: &[(&str, &str)]) -> Arc<SeriesMeta> 
 }
 
 fn reading(ts: TimestampMs, v: f64) -> Reading {
-    Reading { ts, fields: vec![("v".into(), FieldValue::Float(v))] }
+    Reading { ts, fields: smallvec::smallvec![("v".into(), FieldValue::Float(v))] }
 }
 
 /// Splits readings of one series into per-hour batches, keeping their order.
@@ -237,7 +237,10 @@ async fn spills_at_byte_cap_and_keeps_an_oversized_reading_alone() {
     let one = approx_reading_bytes(&reading(0, 0.0));
     let store = open(dir.path(), BucketLimits { max_readings: 1000, max_bytes: 3 * one as u32 });
     let s = meta("s", "m", &[]);
-    let huge = Reading { ts: 4, fields: vec![("big".into(), FieldValue::Str("x".repeat(500)))] };
+    let huge = Reading {
+        ts: 4,
+        fields: smallvec::smallvec![("big".into(), FieldValue::Str("x".repeat(500)))],
+    };
     let mut rs: Vec<Reading> = (0..4).map(|i| reading(i, 1.0)).collect();
     rs.push(huge.clone());
     rs.push(reading(5, 2.0));
@@ -320,7 +323,7 @@ async fn hourly_rollups_come_from_bucket_stats_alone() {
         .step_by(7)
         .map(|sec| Reading {
             ts: sec * 1000,
-            fields: vec![
+            fields: smallvec::smallvec![
                 ("a".into(), FieldValue::Float((sec as f64 / 100.0).sin())),
                 ("b".into(), FieldValue::Int(sec % 17)),
                 ("s".into(), FieldValue::Str("x".into())),

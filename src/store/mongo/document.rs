@@ -21,7 +21,7 @@ use std::borrow::Cow;
 
 use bson::{Bson, DateTime, Document, RawDocumentBuf};
 
-use crate::model::{FieldName, FieldValue, Reading, TimestampMs};
+use crate::model::{FieldName, FieldValue, Fields, Reading, TimestampMs};
 use crate::store::{FieldStats, StoreError};
 
 pub const ID: &str = "_id";
@@ -155,7 +155,7 @@ pub fn decode_reading(doc: &Document) -> Result<Reading, StoreError> {
     let fields_doc = doc
         .get_document(FIELDS)
         .map_err(|e| StoreError::Corrupt(format!("reading without fields `f`: {e}")))?;
-    let mut fields = Vec::with_capacity(fields_doc.len());
+    let mut fields = Fields::with_capacity(fields_doc.len());
     for (key, value) in fields_doc {
         let value = decode_value(value).ok_or_else(|| {
             StoreError::Corrupt(format!(
@@ -233,7 +233,7 @@ mod tests {
     fn reading_round_trips_and_its_size_is_its_encoding() {
         let reading = Reading {
             ts: -1_500,
-            fields: vec![
+            fields: smallvec::smallvec![
                 ("a.b".into(), FieldValue::Float(1.5)),
                 ("$n".into(), FieldValue::Int(-3)),
                 ("big".into(), FieldValue::UInt(u64::MAX)),
@@ -247,7 +247,7 @@ mod tests {
         let decoded = decode_reading(&encoded.doc.to_document().unwrap()).unwrap();
         assert_eq!(decoded.ts, reading.ts);
         assert_eq!(
-            decoded.fields,
+            decoded.fields.to_vec(),
             vec![
                 ("a.b".into(), FieldValue::Float(1.5)),
                 ("$n".into(), FieldValue::Int(-3)),

@@ -526,7 +526,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, &n)| Reading {
                     ts: i as i64,
-                    fields: vec![("x".into(), FieldValue::Str("x".repeat(n)))],
+                    fields: smallvec::smallvec![("x".into(), FieldValue::Str("x".repeat(n)))],
                 })
                 .collect(),
             seqs: vec![],
