@@ -2,7 +2,6 @@
 //! body of thousands of lines from a handful of sensors costs a handful of map operations.
 
 use std::collections::HashMap;
-
 use std::sync::Arc;
 
 use smallvec::SmallVec;

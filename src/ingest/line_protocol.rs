@@ -30,7 +30,6 @@
 //! - A line without a timestamp gets `now_ms` as given, not truncated to the precision.
 
 use std::borrow::Cow;
-
 use std::sync::Arc;
 
 use crate::model::{

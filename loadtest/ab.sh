@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# A/B of two bucketd binaries under the compare.sh load, alternating A, B, A, B, ... so that
+# the machine's drift hits both alike. Each run: a fresh data dir, bucketd pinned to CPU 0 on the
+# embedded store, `loadtest` on CPU 1 (10,000 sensors, 5,000-line bodies on /write, 4
+# connections), then accepted readings/s, the server's CPU seconds (to see it was saturated)
+# and its peak RSS.
+#
+# Usage: loadtest/ab.sh OLD_BUCKETD NEW_BUCKETD [ROUNDS]   (from the repository root)
+#   DURATION=10s  BUCKETD_ARGS="--ack buffered"  LOADTEST=target/release/loadtest
+# Build the two binaries with the same profile (e.g. check out each commit and copy
+# target/release/bucketd aside). Listens on 127.0.0.1:18080 only; every server it starts is
+# stopped and its data dir removed.
+set -euo pipefail
+
+[ $# -ge 2 ] || { sed -n '2,12p' "$0" >&2; exit 1; }
+A=$1
+B=$2
+ROUNDS=${3:-2}
+DURATION=${DURATION:-10s}
+BUCKETD_ARGS=${BUCKETD_ARGS:-}
+cd "$(dirname "$0")/.."
+LOADTEST=${LOADTEST:-target/release/loadtest}
+[ -x "$LOADTEST" ] || cargo build --release --quiet -p loadtest
+TICKS=$(getconf CLK_TCK)
+
+WORK=$(mktemp -d -t bucketd-ab.XXXXXX)
+PID=
+cleanup() {
+  [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+run() { # label binary
+  local label=$1 bin=$2 t0 t1 out
+  rm -rf "$WORK/data"
+  # shellcheck disable=SC2086 # BUCKETD_ARGS is a list of flags
+  taskset -c 0 "$bin" --http-addr 127.0.0.1:18080 --data-dir "$WORK/data" ${BUCKETD_ARGS} \
+    >"$WORK/log" 2>&1 &
+  PID=$!
+  for _ in $(seq 100); do
+    curl -sf -o /dev/null http://127.0.0.1:18080/health && break
+    sleep 0.1
+  done
+  t0=$(awk '{print $14 + $15}' "/proc/$PID/stat")
+  out=$(taskset -c 1 "$LOADTEST" --url http://127.0.0.1:18080 --path /write --protocol lp-http \
+    --sensors 10000 --batch 5000 --connections 4 --duration "$DURATION" 2>&1 |
+    awk '/^accepted readings\/s/ {print $3}')
+  t1=$(awk '{print $14 + $15}' "/proc/$PID/stat")
+  printf '%s\t%s readings/s\tserver CPU %s s\tpeak RSS %d MiB\n' "$label" "$out" \
+    "$(awk -v t="$((t1 - t0))" -v hz="$TICKS" 'BEGIN { printf "%.1f", t / hz }')" \
+    "$(($(awk '/^VmHWM:/ {print $2}' "/proc/$PID/status") / 1024))"
+  kill "$PID"
+  wait "$PID" 2>/dev/null || true
+  PID=
+}
+
+for ((i = 1; i <= ROUNDS; i++)); do
+  run A "$A"
+  run B "$B"
+done
