@@ -573,6 +573,19 @@ mod tests {
     }
 
     #[test]
+    fn field_names_are_shared_and_bounded() {
+        let mut names = FieldNames::default();
+        let a = names.get("temp");
+        assert!(Arc::ptr_eq(&a.0, &names.get("temp").0), "a repeated name is the same object");
+        assert_eq!(a, "temp");
+        for i in 0..FieldNames::NAMES {
+            names.get(&format!("f{i}"));
+        }
+        assert_eq!(names.recent.len(), FieldNames::NAMES);
+        assert!(!Arc::ptr_eq(&a.0, &names.get("temp").0), "the oldest name was forgotten");
+    }
+
+    #[test]
     fn validate_rejects_each_kind() {
         let l = InputLimits::default();
         let ok = reading(vec![("v", FieldValue::Float(1.0))]);

@@ -1156,6 +1156,9 @@ mod tests {
         assert!(Arc::ptr_eq(series[0], series[2]) && Arc::ptr_eq(series[0], series[5]));
         assert_eq!(series[1], series[0]);
         assert_eq!(limits.known.len(), 2);
+        // The body's readings share one name object.
+        let name = |r: &Result<Item, LineError>| r.as_ref().unwrap().1.fields[0].0.as_ptr();
+        assert!(first.iter().all(|r| name(r) == name(&first[0])));
 
         // A known series does not excuse its reading, and an unknown one still needs a slot.
         let bad = parse_body(b"m,b=2,a=1 v=1,w=2,x=3 4", Precision::Nanoseconds, NOW, &limits);
