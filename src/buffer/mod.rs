@@ -6,6 +6,10 @@
 //! the map by sensor rather than by (sensor, hour) lets the hot path look an entry up by `&str`
 //! without allocating a key, and lets [`Buffers::unflushed`] answer with one lookup.
 //!
+//! A buffer the flusher takes whole gets room for as many readings as it gave, and stays while
+//! empty until a take finds it idle for a flush interval (then it, and an entry left without
+//! hours, are dropped): a steady sensor refills the same vectors under the same entry.
+//!
 //! # The memory bound
 //! `held` counts readings buffered plus readings taken by the flusher whose write has not
 //! returned (and readings put back after a retriable failure). A push reserves its whole count
@@ -126,7 +130,8 @@ struct HourBuffer {
     seqs: Vec<Seq>,
     /// Of `readings`; `Span::EMPTY` when there are none.
     span: Span,
-    /// When the oldest of `readings` arrived (meaningless while `readings` is empty).
+    /// When the oldest of `readings` arrived; while `readings` is empty, when it was emptied
+    /// (taken whole), which is what decides when an idle buffer is dropped.
     since: Instant,
     /// Readings taken by the flusher whose write has not returned; older than `readings`.
     in_flight: Option<InFlight>,
@@ -489,11 +494,13 @@ impl Buffers {
             let hb = &mut hours[i];
             let was_due = hb.readings.len() >= batch;
             if hb.readings.is_empty() {
-                // Adopt the group's vector rather than copying into an empty one (one reading,
-                // held inline, moves into a new one).
+                hb.since = arrived;
+            }
+            if hb.readings.capacity() == 0 {
+                // A new buffer adopts the group's vector rather than copying into an empty one
+                // (one reading, held inline, moves into a new one).
                 hb.readings = readings.into_vec();
                 hb.seqs = seqs.collect();
-                hb.since = arrived;
             } else {
                 hb.readings.extend(readings);
                 hb.seqs.extend(seqs);
@@ -517,8 +524,21 @@ impl Buffers {
         // Publishes on drop, so even an unwinding scan never leaves a query waiting forever.
         let mut publish = Publish { cycle: &cycle, batches: Vec::new() };
         let mut total = 0usize;
+        let mut idle: Vec<String> = Vec::new();
         'scan: for mut entry in self.map.iter_mut() {
             let sensor = &mut *entry;
+            // Buffers taken whole stay (with their capacity) for a flush interval, so a sensor
+            // that keeps sending refills them instead of re-creating its map entry and growing
+            // a vector from nothing every cycle; one that received nothing since is dropped.
+            sensor.hours.retain(|hb| {
+                !hb.readings.is_empty()
+                    || hb.in_flight.is_some()
+                    || now.saturating_duration_since(hb.since) < interval
+            });
+            if sensor.hours.is_empty() {
+                idle.push(sensor.meta.key.clone());
+                continue;
+            }
             for hb in sensor.hours.iter_mut() {
                 let len = hb.readings.len();
                 // An hour with a write in flight keeps its newer readings back, so that a
@@ -537,7 +557,9 @@ impl Buffers {
                     break 'scan;
                 }
                 let k = len.min(max_readings - total);
+                let since = hb.since;
                 let (readings, seqs, span) = if k == len {
+                    hb.since = now;
                     (
                         std::mem::take(&mut hb.readings),
                         std::mem::take(&mut hb.seqs),
@@ -554,7 +576,7 @@ impl Buffers {
                     cycle: cycle.clone(),
                     index: publish.batches.len(),
                     span,
-                    since: hb.since,
+                    since,
                 });
                 publish.batches.push(Batch {
                     series: sensor.meta.clone(),
@@ -565,11 +587,13 @@ impl Buffers {
                 total += k;
             }
         }
-        if publish.batches.is_empty() {
-            return None;
-        }
+        let took = !publish.batches.is_empty();
         drop(publish);
-        Some(Taken { cycle, readings: total })
+        for key in idle {
+            // Re-checked under the shard lock: a push may have refilled it meanwhile.
+            self.map.remove_if(&key, |_, s| s.hours.is_empty());
+        }
+        took.then_some(Taken { cycle, readings: total })
     }
 
     /// Settles a taken cycle: `outcomes[i]` is what became of `taken.batches()[i]`.
@@ -596,7 +620,7 @@ impl Buffers {
                 }
             }
             let key = batch.series.key.as_str();
-            let sensor_empty = {
+            {
                 let Some(mut entry) = self.map.get_mut(key) else {
                     debug_assert!(false, "in-flight marker kept the entry alive");
                     continue;
@@ -628,14 +652,7 @@ impl Buffers {
                     }
                     hb.span.merge(if landed == 0 { f.span } else { Span::of(&hb.readings) });
                 }
-                if hb.readings.is_empty() && hb.in_flight.is_none() {
-                    hours.remove(i);
-                }
-                hours.is_empty()
-            };
-            if sensor_empty {
-                // Re-checked under the shard lock: a push may have refilled it meanwhile.
-                self.map.remove_if(key, |_, s| s.hours.is_empty());
+                // An emptied buffer stays until a take finds it idle for a flush interval.
             }
         }
         self.release(released.written + released.dropped);

@@ -188,7 +188,40 @@ fn take_groups_by_sensor_and_hour_and_interns_series() {
     assert_eq!(b.complete(taken, &vec![Outcome::Written; n]).written, 61);
     assert_eq!(b.buffered(), 0);
     assert!(b.unflushed_sensors().is_empty());
-    assert!(b.map.is_empty(), "settled entries are removed");
+    assert_eq!(b.map.len(), 3, "settled entries stay warm for a flush interval");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_buffer_taken_whole_keeps_its_room_until_idle_for_an_interval() {
+    let b = Buffers::new(config(1000, 1000));
+    let capacity = |b: &Buffers| b.map.get("a").map(|e| e.hours[0].readings.capacity());
+    b.push((0..5).map(|i| item("a", i, i)).collect()).unwrap();
+    let taken = b.take(TakeMode::All, usize::MAX).unwrap();
+    assert!(capacity(&b).unwrap() >= 5, "room for as many as were taken");
+    b.push(vec![item("a", 10, 10)]).unwrap();
+    assert_eq!(seqs(&b.unflushed("a", 0, HOUR_MS)), vec![0, 1, 2, 3, 4, 10], "in flight first");
+    b.complete(taken, &[Outcome::Written]);
+    for i in 11..15 {
+        b.push(vec![item("a", i, i)]).unwrap();
+    }
+    assert!(capacity(&b).unwrap() >= 5, "refilled in place");
+    assert_eq!(seqs(&b.unflushed("a", 0, HOUR_MS)), vec![10, 11, 12, 13, 14]);
+
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let taken = b.take(TakeMode::Due, usize::MAX).unwrap();
+    b.complete(taken, &[Outcome::Written]);
+    assert!(b.map.contains_key("a"), "emptied, not yet idle");
+    assert!(b.unflushed_sensors().is_empty(), "an empty buffer is not an unflushed sensor");
+
+    tokio::time::advance(Duration::from_millis(999)).await;
+    assert!(b.take(TakeMode::Due, usize::MAX).is_none());
+    assert!(b.map.contains_key("a"), "idle for less than the interval");
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert!(b.take(TakeMode::Due, usize::MAX).is_none());
+    assert!(b.map.is_empty(), "idle for the interval: dropped");
+
+    b.push(vec![item("a", 20, 20)]).unwrap();
+    assert_eq!(seqs(&b.unflushed("a", 0, HOUR_MS)), vec![20], "re-created on demand");
 }
 
 #[tokio::test(start_paused = true)]
@@ -285,7 +318,7 @@ fn a_retried_batch_goes_back_ahead_of_newer_readings() {
     assert_eq!(seqs(&taken.batches()[0].readings), vec![0, 1, 3], "arrival order, not ts order");
     assert_eq!(b.complete(taken, &[Outcome::Drop]).dropped, 3);
     assert_eq!(b.buffered(), 0);
-    assert!(b.map.is_empty());
+    assert!(b.unflushed_sensors().is_empty());
 }
 
 #[tokio::test(start_paused = true)]
