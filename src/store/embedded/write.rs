@@ -115,9 +115,13 @@ fn commit(
 fn record_high_water(t: &mut Tables<'_>, batch: &Batch) -> Result<(), EmbeddedError> {
     let Some(last) = batch.last_seq() else { return Ok(()) };
     let key = (batch.series.key.as_str(), batch.hour);
-    let mark = t.high_water.get(key)?.map_or(0, |g| g.value());
-    if last > mark {
-        t.high_water.insert(key, last)?;
+    // Marks almost always grow, so write first and put a higher old mark back (a refill of
+    // older readings): one B-tree operation per batch instead of a lookup and a write.
+    let old = t.high_water.insert(key, last)?.map(|g| g.value());
+    if let Some(old) = old
+        && old > last
+    {
+        t.high_water.insert(key, old)?;
     }
     Ok(())
 }
