@@ -6,9 +6,9 @@
 //! the map by sensor rather than by (sensor, hour) lets the hot path look an entry up by `&str`
 //! without allocating a key, and lets [`Buffers::unflushed`] answer with one lookup.
 //!
-//! A buffer the flusher takes whole gets room for as many readings as it gave, and stays while
-//! empty until a take finds it idle for a flush interval (then it, and an entry left without
-//! hours, are dropped): a steady sensor refills the same vectors under the same entry.
+//! A buffer the flusher takes whole stays while empty until a take finds it idle for a flush
+//! interval (then it, and an entry left without hours, are dropped), so a steady sensor keeps
+//! its entry instead of removing and re-creating it (and cloning its key) every cycle.
 //!
 //! # The memory bound
 //! `held` counts readings buffered plus readings taken by the flusher whose write has not
@@ -497,7 +497,7 @@ impl Buffers {
                 hb.since = arrived;
             }
             if hb.readings.capacity() == 0 {
-                // A new buffer adopts the group's vector rather than copying into an empty one
+                // An empty buffer adopts the group's vector rather than copying into a new one
                 // (one reading, held inline, moves into a new one).
                 hb.readings = readings.into_vec();
                 hb.seqs = seqs.collect();
@@ -527,9 +527,8 @@ impl Buffers {
         let mut idle: Vec<String> = Vec::new();
         'scan: for mut entry in self.map.iter_mut() {
             let sensor = &mut *entry;
-            // Buffers taken whole stay (with their capacity) for a flush interval, so a sensor
-            // that keeps sending refills them instead of re-creating its map entry and growing
-            // a vector from nothing every cycle; one that received nothing since is dropped.
+            // Buffers taken whole stay for a flush interval, so a sensor that keeps sending
+            // keeps its map entry; one that received nothing since is dropped.
             sensor.hours.retain(|hb| {
                 !hb.readings.is_empty()
                     || hb.in_flight.is_some()

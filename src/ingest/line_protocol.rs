@@ -590,7 +590,6 @@ fn tag_comma(s: &[u8], p: &mut usize) -> Result<(), Bad> {
     }
 }
 
-/// Parses one entry (its line without the final `\n`) from `start` into `out`.
 /// Where a series section starting at `start` would end: at the first space that no backslash
 /// escapes. (Space is escapable in measurements, tag keys and tag values alike, and a backslash
 /// never is, so a backslash before a space always escapes it.)
@@ -605,6 +604,7 @@ fn series_end(s: &[u8], start: usize) -> usize {
     s.len()
 }
 
+/// Parses one entry (its line without the final `\n`) from `start` into `out`.
 fn parse_entry<'a>(
     s: &'a [u8],
     start: usize,
