@@ -6,7 +6,10 @@
 # and its peak RSS.
 #
 # Usage: loadtest/ab.sh OLD_BUCKETD NEW_BUCKETD [ROUNDS]   (from the repository root)
-#   DURATION=10s  BUCKETD_ARGS="--ack buffered"  LOADTEST=target/release/loadtest
+#   DURATION=10s  RATE=0  BUCKETD_ARGS="--ack buffered"  LOADTEST=target/release/loadtest
+# RATE (readings/s per sensor, 0 = flat out): at a fixed rate both servers get the same
+# readings, and their CPU seconds (printed per 100,000 readings) are the comparison; it is far
+# less noisy here than the flat-out rate, which fsync stalls move by 10-20% from run to run.
 # Build the two binaries with the same profile (e.g. check out each commit and copy
 # target/release/bucketd aside). Listens on 127.0.0.1:18080 only; every server it starts is
 # stopped and its data dir removed.
@@ -17,6 +20,7 @@ A=$1
 B=$2
 ROUNDS=${3:-2}
 DURATION=${DURATION:-10s}
+RATE=${RATE:-0}
 BUCKETD_ARGS=${BUCKETD_ARGS:-}
 cd "$(dirname "$0")/.."
 LOADTEST=${LOADTEST:-target/release/loadtest}
@@ -44,11 +48,13 @@ run() { # label binary
   done
   t0=$(awk '{print $14 + $15}' "/proc/$PID/stat")
   out=$(taskset -c 1 "$LOADTEST" --url http://127.0.0.1:18080 --path /write --protocol lp-http \
-    --sensors 10000 --batch 5000 --connections 4 --duration "$DURATION" 2>&1 |
+    --sensors 10000 --rate "$RATE" --batch 5000 --connections 4 --duration "$DURATION" 2>&1 |
     awk '/^accepted readings\/s/ {print $3}')
   t1=$(awk '{print $14 + $15}' "/proc/$PID/stat")
-  printf '%s\t%s readings/s\tserver CPU %s s\tpeak RSS %d MiB\n' "$label" "$out" \
-    "$(awk -v t="$((t1 - t0))" -v hz="$TICKS" 'BEGIN { printf "%.1f", t / hz }')" \
+  printf '%s\t%s readings/s\tserver CPU %s s (%s ms per 100k)\tpeak RSS %d MiB\n' "$label" \
+    "$out" "$(awk -v t="$((t1 - t0))" -v hz="$TICKS" 'BEGIN { printf "%.1f", t / hz }')" \
+    "$(awk -v t="$((t1 - t0))" -v hz="$TICKS" -v r="$out" -v d="${DURATION%s}" \
+      'BEGIN { printf "%.0f", (r > 0 ? t / hz * 1000 / (r * d / 100000) : 0) }')" \
     "$(($(awk '/^VmHWM:/ {print $2}' "/proc/$PID/status") / 1024))"
   kill "$PID"
   wait "$PID" 2>/dev/null || true
