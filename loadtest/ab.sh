@@ -23,6 +23,8 @@ DURATION=${DURATION:-10s}
 RATE=${RATE:-0}
 BUCKETD_ARGS=${BUCKETD_ARGS:-}
 cd "$(dirname "$0")/.."
+# shellcheck source=loadtest/lib.sh
+. loadtest/lib.sh
 LOADTEST=${LOADTEST:-target/release/loadtest}
 [ -x "$LOADTEST" ] || cargo build --release --quiet -p loadtest
 TICKS=$(getconf CLK_TCK)
@@ -42,10 +44,7 @@ run() { # label binary
   taskset -c 0 "$bin" --http-addr 127.0.0.1:18080 --data-dir "$WORK/data" ${BUCKETD_ARGS} \
     >"$WORK/log" 2>&1 &
   PID=$!
-  for _ in $(seq 100); do
-    curl -sf -o /dev/null http://127.0.0.1:18080/health && break
-    sleep 0.1
-  done
+  wait_http http://127.0.0.1:18080/health 10
   t0=$(awk '{print $14 + $15}' "/proc/$PID/stat")
   out=$(taskset -c 1 "$LOADTEST" --url http://127.0.0.1:18080 --path /write --protocol lp-http \
     --sensors 10000 --rate "$RATE" --batch 5000 --connections 4 --duration "$DURATION" 2>&1 |

@@ -25,6 +25,8 @@ BUCKETD_ARGS=${BUCKETD_ARGS:-}
 
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
+# shellcheck source=loadtest/lib.sh
+. loadtest/lib.sh
 WORK=$(mktemp -d -t bucketd-compare.XXXXXX)
 OUT=${OUT:-$WORK/out}
 mkdir -p "$OUT"
@@ -56,15 +58,6 @@ NOW_MS=$(($(date +%s) * 1000))
 DAY_START=$(( (NOW_MS / 86400000 - 2) * 86400000 ))
 DAY_END=$(( DAY_START + 86400000 ))
 
-wait_http() { # url, seconds
-  local i
-  for ((i = 0; i < $2 * 10; i++)); do
-    curl -sf -o /dev/null "$1" && return 0
-    sleep 0.1
-  done
-  echo "compare.sh: $1 did not come up" >&2
-  return 1
-}
 
 peak_rss_kib() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
 

@@ -21,6 +21,8 @@ command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 1
 COUNT=${COUNT:-600000}
 TOP=${TOP:-25}
 cd "$(dirname "$0")/.."
+# shellcheck source=loadtest/lib.sh
+. loadtest/lib.sh
 LOADTEST=${LOADTEST:-target/release/loadtest}
 [ -x "$LOADTEST" ] || cargo build --release --quiet -p loadtest
 KEEP=${OUT:+1}
@@ -42,10 +44,7 @@ for bin in "$@"; do
     --http-addr 127.0.0.1:18181 --data-dir "$OUT/data" --flush-interval 10s \
     >"$OUT/$n.log" 2>&1 &
   PID=$!
-  for _ in $(seq 600); do
-    curl -sf -o /dev/null http://127.0.0.1:18181/health && break
-    sleep 0.2
-  done
+  wait_http http://127.0.0.1:18181/health 120
   taskset -c 1 "$LOADTEST" --url http://127.0.0.1:18181 --path /write --protocol lp-http \
     --sensors 10000 --batch 5000 --connections 2 --count "$COUNT" --duration 600s \
     >"$OUT/$n.load" 2>&1

@@ -15,6 +15,8 @@ PORT=${PORT:-18090}
 
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
+# shellcheck source=loadtest/lib.sh
+. loadtest/lib.sh
 WORK=$(mktemp -d -t bucketd-latency.XXXXXX)
 OUT=${OUT:-$WORK/out}
 mkdir -p "$OUT"
@@ -42,10 +44,7 @@ for load in paced max; do
     taskset -c "$SERVER_CPU" "$BUCKETD" --http-addr "127.0.0.1:$PORT" --data-dir "$data" \
       --ack "$ack" >"$OUT/server-$ack-$load.log" 2>&1 &
     PID=$!
-    for _ in $(seq 100); do
-      curl -sf -o /dev/null "http://127.0.0.1:$PORT/ready" && break
-      sleep 0.1
-    done
+    wait_http "http://127.0.0.1:$PORT/ready" 10
     case $load in
       paced) args=(--sensors 10000 --rate 2 --batch 100 --connections 4) ;;
       max) args=(--sensors 10000 --batch 5000 --connections 4) ;;
