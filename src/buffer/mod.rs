@@ -494,13 +494,11 @@ impl Buffers {
             let hb = &mut hours[i];
             let was_due = hb.readings.len() >= batch;
             if hb.readings.is_empty() {
-                hb.since = arrived;
-            }
-            if hb.readings.capacity() == 0 {
-                // An empty buffer adopts the group's vector rather than copying into a new one
-                // (one reading, held inline, moves into a new one).
+                // Adopt the group's vector rather than copying into an empty one (one reading,
+                // held inline, moves into a new one).
                 hb.readings = readings.into_vec();
                 hb.seqs = seqs.collect();
+                hb.since = arrived;
             } else {
                 hb.readings.extend(readings);
                 hb.seqs.extend(seqs);
@@ -618,41 +616,37 @@ impl Buffers {
                     released.retried += n - landed;
                 }
             }
-            let key = batch.series.key.as_str();
-            {
-                let Some(mut entry) = self.map.get_mut(key) else {
-                    debug_assert!(false, "in-flight marker kept the entry alive");
-                    continue;
-                };
-                let hours = &mut entry.hours;
-                let Ok(i) = hours.binary_search_by_key(&batch.hour, |h| h.hour) else {
-                    debug_assert!(false, "in-flight marker kept the hour alive");
-                    continue;
-                };
-                let hb = &mut hours[i];
-                let Some(f) = hb
-                    .in_flight
-                    .take_if(|f| Arc::ptr_eq(&f.cycle, &taken.cycle) && f.index == index)
-                else {
-                    debug_assert!(false, "marker belongs to this cycle");
-                    continue;
-                };
-                if matches!(outcome, Outcome::Retry { .. }) && landed < n {
-                    // Cloned because the cycle's batches stay shared until every marker is
-                    // gone; this costs one copy per failed attempt, which backoff spaces out.
-                    let mut back = batch.readings[landed..].to_vec();
-                    hb.since = if hb.readings.is_empty() { f.since } else { hb.since.min(f.since) };
-                    back.append(&mut hb.readings);
-                    hb.readings = back;
-                    if !batch.seqs.is_empty() {
-                        let mut seqs = batch.seqs[landed..].to_vec();
-                        seqs.append(&mut hb.seqs);
-                        hb.seqs = seqs;
-                    }
-                    hb.span.merge(if landed == 0 { f.span } else { Span::of(&hb.readings) });
+            let Some(mut entry) = self.map.get_mut(batch.series.key.as_str()) else {
+                debug_assert!(false, "in-flight marker kept the entry alive");
+                continue;
+            };
+            let hours = &mut entry.hours;
+            let Ok(i) = hours.binary_search_by_key(&batch.hour, |h| h.hour) else {
+                debug_assert!(false, "in-flight marker kept the hour alive");
+                continue;
+            };
+            let hb = &mut hours[i];
+            let Some(f) =
+                hb.in_flight.take_if(|f| Arc::ptr_eq(&f.cycle, &taken.cycle) && f.index == index)
+            else {
+                debug_assert!(false, "marker belongs to this cycle");
+                continue;
+            };
+            if matches!(outcome, Outcome::Retry { .. }) && landed < n {
+                // Cloned because the cycle's batches stay shared until every marker is
+                // gone; this costs one copy per failed attempt, which backoff spaces out.
+                let mut back = batch.readings[landed..].to_vec();
+                hb.since = if hb.readings.is_empty() { f.since } else { hb.since.min(f.since) };
+                back.append(&mut hb.readings);
+                hb.readings = back;
+                if !batch.seqs.is_empty() {
+                    let mut seqs = batch.seqs[landed..].to_vec();
+                    seqs.append(&mut hb.seqs);
+                    hb.seqs = seqs;
                 }
-                // An emptied buffer stays until a take finds it idle for a flush interval.
+                hb.span.merge(if landed == 0 { f.span } else { Span::of(&hb.readings) });
             }
+            // An emptied buffer stays until a take finds it idle for a flush interval.
         }
         self.release(released.written + released.dropped);
         released
