@@ -14,6 +14,9 @@ use bucketd::store::BucketLimits;
 use bucketd::store::mongo::encode_batch;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
+/// The writer these writes are made as.
+const W: bucketd::model::WriterId = bucketd::model::WriterId(1);
+
 const HOUR: i64 = 1_700_000_000_000 - 1_700_000_000_000 % HOUR_MS;
 /// MongoDB's maxBsonObjectSize less the write path's command overhead.
 const STATEMENT_BUDGET: u64 = 16 * 1024 * 1024 - 256;
@@ -48,11 +51,11 @@ fn bench_encode(c: &mut Criterion) {
         seqs: vec![],
     };
     let bytes: usize =
-        encode_batch(&full, limits, STATEMENT_BUDGET).iter().map(|d| d.as_bytes().len()).sum();
+        encode_batch(&full, W, limits, STATEMENT_BUDGET).iter().map(|d| d.as_bytes().len()).sum();
     eprintln!("bson: a 1,000-reading batch encodes to {bytes} bytes of statements");
     group.throughput(Throughput::Elements(1000));
     group.bench_function("bucket_batch_1000_readings", |b| {
-        b.iter(|| encode_batch(std::hint::black_box(&full), limits, STATEMENT_BUDGET))
+        b.iter(|| encode_batch(std::hint::black_box(&full), W, limits, STATEMENT_BUDGET))
     });
 
     let cycle: Vec<Batch> =
@@ -63,7 +66,7 @@ fn bench_encode(c: &mut Criterion) {
             cycle
                 .iter()
                 .map(|batch| {
-                    encode_batch(std::hint::black_box(batch), limits, STATEMENT_BUDGET).len()
+                    encode_batch(std::hint::black_box(batch), W, limits, STATEMENT_BUDGET).len()
                 })
                 .sum::<usize>()
         })

@@ -14,6 +14,9 @@ use bucketd::store::{BucketLimits, Order, RangeQuery, Store};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use futures::StreamExt;
 
+/// The writer these writes are made as.
+const W: bucketd::model::WriterId = bucketd::model::WriterId(1);
+
 const DAY_START: i64 = 1_700_000_000_000 - 1_700_000_000_000 % (24 * HOUR_MS);
 const DAY_READINGS: i64 = 86_400;
 
@@ -61,7 +64,7 @@ fn write_day(rt: &tokio::runtime::Runtime, store: &EmbeddedStore, key: &str, per
         .collect();
     rt.block_on(async {
         for chunk in batches.chunks(500) {
-            for outcome in store.write(chunk).await {
+            for outcome in store.write(W, chunk).await {
                 outcome.expect("write");
             }
         }
@@ -115,7 +118,7 @@ fn bench_flush(c: &mut Criterion) {
                     })
                     .collect();
                 let t = Instant::now();
-                let outcomes = rt.block_on(store.write(&batches));
+                let outcomes = rt.block_on(store.write(W, &batches));
                 total += t.elapsed();
                 assert!(outcomes.iter().all(Result::is_ok));
             }

@@ -11,7 +11,7 @@ use clap::{Parser, ValueEnum};
 use crate::buffer::BufferConfig;
 use crate::flush::FlushConfig;
 pub use crate::ingest::intake::AckMode;
-use crate::model::{InputLimits, SeriesLimit};
+use crate::model::{InputLimits, SeriesLimit, WriterId};
 use crate::store::BucketLimits;
 use crate::wal::WalConfig;
 
@@ -103,6 +103,12 @@ pub struct Config {
     /// Directory of the write-ahead log. Default: `<data-dir>/wal` (also with MongoDB).
     #[arg(long, env = "BUCKETD_WAL_DIR")]
     pub wal_dir: Option<PathBuf>,
+
+    /// The write-ahead log directory was moved or restored, not copied: keep the writer
+    /// identity it carries and record its new place. Without it, a directory whose identity was
+    /// created elsewhere is refused, since two instances sharing one identity lose data.
+    #[arg(long, env = "BUCKETD_ACCEPT_MOVED_WAL_DIR")]
+    pub accept_moved_wal_dir: bool,
 
     /// Group commit window of the write-ahead log: at most one fsync per interval, shared by
     /// every write that arrived meanwhile. `0s` syncs as soon as the previous sync finished.
@@ -261,8 +267,10 @@ impl Config {
         }
     }
 
-    pub fn flush_config(&self) -> FlushConfig {
+    /// `writer`: this process's identity (`wal::identity`), which the flusher writes under.
+    pub fn flush_config(&self, writer: WriterId) -> FlushConfig {
         FlushConfig {
+            writer,
             flush_interval: self.flush_interval,
             min_backoff: FLUSH_MIN_BACKOFF,
             max_backoff: FLUSH_MAX_BACKOFF,

@@ -177,6 +177,28 @@ pub type Item = (Arc<SeriesMeta>, Reading);
 /// ARCHITECTURE.md, "Exactly once".
 pub type Seq = u64;
 
+/// Who wrote a reading: one per bucketd process lineage, created on its first start and kept
+/// beside its write-ahead log (`wal::identity`), so a restart on the same directory is the same
+/// writer. Sequence numbers of different writers are not comparable, so the stores keep one
+/// high-water mark per (series, hour, writer): see ARCHITECTURE.md, "Exactly once".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WriterId(pub u64);
+
+impl std::fmt::Display for WriterId {
+    /// Sixteen lowercase hex digits: a valid, fixed-width MongoDB field name.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+impl std::str::FromStr for WriterId {
+    type Err = std::num::ParseIntError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        u64::from_str_radix(s, 16).map(WriterId)
+    }
+}
+
 /// Readings of one series within one hour, handed to a [`crate::store::Store`] as one unit.
 /// Invariants: every reading satisfies `hour_start(r.ts) == hour`; `seqs` is either empty (a
 /// write without sequence numbers: tests and tools) or holds one strictly increasing sequence

@@ -10,7 +10,8 @@
 //! replayed at the next start; with `--ack=buffered` they are lost and [`run`] fails, naming
 //! how many.
 //!
-//! Start-up order: bind, open the log, start the flusher, start the refill (with segments an
+//! Start-up order: bind, load (or create) the writer identity kept beside the log, open the
+//! log, start the flusher, start the refill (with segments an
 //! earlier process left, every push goes to the log only until the refill has replayed them),
 //! serve. Start-up never waits for the store: replayed readings reach the buffers as the
 //! store answers what it already holds.
@@ -36,6 +37,7 @@ use crate::model::Seq;
 use crate::store::Store;
 use crate::store::embedded::EmbeddedStore;
 use crate::store::mongo::MongoStore;
+use crate::wal::identity::{self, Identity};
 use crate::wal::{Wal, refill};
 
 /// Longest raw TCP line: far beyond any sensor line, small enough that a client that never
@@ -66,6 +68,16 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
             format!("cannot open the embedded store in {}", config.data_dir.display())
         })?;
     Ok(Arc::new(store))
+}
+
+/// Loads the writer identity kept in the log's directory, creating it on the first start; in
+/// every ack mode, since the stores' marks are per writer (ARCHITECTURE.md, "Exactly once").
+async fn open_identity(config: &Config) -> anyhow::Result<Identity> {
+    let dir = config.wal_config().dir;
+    let accept_moved = config.accept_moved_wal_dir;
+    Ok(tokio::task::spawn_blocking(move || identity::load_or_create(&dir, accept_moved))
+        .await
+        .context("writer identity task failed")??)
 }
 
 /// Opens the write-ahead log: always with `--ack=wal`; with `--ack=buffered` only to replay
@@ -150,6 +162,7 @@ pub struct Server {
     wal: Option<Arc<Wal>>,
     /// Segments an earlier process left, to replay.
     recovered: Vec<Seq>,
+    identity: Identity,
 }
 
 impl Server {
@@ -181,8 +194,21 @@ impl Server {
             }
         };
         let buffers = Buffers::new(config.buffer_config());
+        let identity = open_identity(&config).await?;
         let (wal, recovered) = open_wal(&config).await?;
-        Ok(Server { config, store, buffers, metrics, http, http_addr, tcp, auth, wal, recovered })
+        Ok(Server {
+            config,
+            store,
+            buffers,
+            metrics,
+            http,
+            http_addr,
+            tcp,
+            auth,
+            wal,
+            recovered,
+            identity,
+        })
     }
 
     pub fn http_addr(&self) -> SocketAddr {
@@ -215,17 +241,23 @@ impl Server {
             auth,
             wal,
             recovered,
+            identity,
         } = self;
-        tracing::info!(store = store.name(), ack = ?config.ack, "starting");
+        tracing::info!(store = store.name(), ack = ?config.ack, writer = %identity.writer, "starting");
         let settle = wal.clone().map(|w| w as Arc<dyn Settle>);
-        let flusher =
-            Flusher::spawn_settling(buffers.clone(), store.clone(), config.flush_config(), settle);
+        let flusher = Flusher::spawn_settling(
+            buffers.clone(),
+            store.clone(),
+            config.flush_config(identity.writer),
+            settle,
+        );
         let stop = CancellationToken::new();
         // Before anything is served: with segments to replay, pushes go to the log only until
         // the refill has caught up (ARCHITECTURE.md, "The write-ahead log").
         let refill_stop = CancellationToken::new();
         let refill = wal.clone().map(|wal| {
-            refill::spawn(wal, store.clone(), buffers.clone(), &recovered, refill_stop.clone())
+            let stop = refill_stop.clone();
+            refill::spawn(wal, store.clone(), buffers.clone(), identity, &recovered, stop)
         });
         if config.ack == AckMode::Buffered && !recovered.is_empty() {
             // Without a log to spill into, pushes must wait until the replay is in.

@@ -107,7 +107,11 @@ async fn crash_loop(data_dir: &Path, args: &[&str], rounds: usize, pause: Durati
     let stored = read_all(&client, &reader.base).await;
     reader.terminate();
 
-    let ledger = ledger.lock().unwrap();
+    check_exactly_once(&ledger.lock().unwrap(), &stored);
+}
+
+/// Every acknowledged reading stored exactly once; nothing stored twice or never sent.
+fn check_exactly_once(ledger: &Ledger, stored: &BTreeMap<i64, usize>) {
     assert!(ledger.acked.len() as i64 >= LINES_PER_REQUEST, "nothing was acknowledged");
     let mut missing = Vec::new();
     for n in &ledger.acked {
@@ -123,7 +127,7 @@ async fn crash_loop(data_dir: &Path, args: &[&str], rounds: usize, pause: Durati
         missing.len(),
         &missing[..missing.len().min(5)]
     );
-    for (n, count) in &stored {
+    for (n, count) in stored {
         assert_eq!(*count, 1, "reading {n} stored {count} times");
         assert!(ledger.sent.contains(n), "reading {n} was never sent");
     }
@@ -132,6 +136,124 @@ async fn crash_loop(data_dir: &Path, args: &[&str], rounds: usize, pause: Durati
         ledger.acked.len(),
         stored.len()
     );
+}
+
+/// Two instances on one MongoDB, as the README's "Scaling out" allows: both write the same
+/// sensor-hours (so the same buckets), the first holding its readings longer than the second
+/// flushes, and each round one of them, chosen at random, is killed -9 at a random moment and
+/// restarted on its own directories. Each must judge its log only against its own high-water
+/// marks: with one mark per (series, hour) for every writer, the second's newer marks covered
+/// the first's unwritten readings and its replay dropped them as stored.
+async fn two_writer_crash_loop(mongo: &[&str], rounds: usize, pause: Duration) {
+    let seed = std::env::var("CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+        now.as_nanos() as u64 ^ u64::from(std::process::id())
+    });
+    eprintln!("two-writer crash loop seed {seed} (set CRASH_SEED to repeat)");
+    let mut rng = Lcg(seed);
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(120)).build().unwrap();
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let next = Arc::new(AtomicI64::new(0));
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    // The first holds readings for 2 s; the second lands its newer ones within 100 ms.
+    let intervals = ["2s", "100ms"];
+    let mut servers: [Option<Bucketd>; 2] = [None, None];
+    let mut kills = [0usize; 2];
+
+    for round in 0..rounds {
+        for (i, slot) in servers.iter_mut().enumerate() {
+            if slot.is_none() {
+                let mut server = Bucketd::spawn_args(dirs[i].path(), intervals[i], mongo);
+                server.wait_ready(&client).await;
+                *slot = Some(server);
+            }
+        }
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut writers = Vec::new();
+        for server in servers.iter().flatten() {
+            for _ in 0..2 {
+                let url = format!("{}/write?precision=ms", server.base);
+                let (client, ledger, next, stop) =
+                    (client.clone(), ledger.clone(), next.clone(), stop.clone());
+                writers.push(tokio::spawn(async move {
+                    while !stop.load(Ordering::SeqCst) {
+                        let first = next.fetch_add(LINES_PER_REQUEST, Ordering::SeqCst);
+                        ledger.lock().unwrap().sent.extend(first..first + LINES_PER_REQUEST);
+                        match client.post(&url).body(body(first)).send().await {
+                            Ok(r) if r.status() == StatusCode::NO_CONTENT => {
+                                let mut ledger = ledger.lock().unwrap();
+                                ledger.acked.extend(first..first + LINES_PER_REQUEST);
+                            }
+                            Ok(r) => panic!("unexpected status {}", r.status()),
+                            // The kill: this request may or may not have been logged.
+                            Err(_) => return,
+                        }
+                        tokio::time::sleep(pause).await;
+                    }
+                }));
+            }
+        }
+        let victim = rng.next_in(0, 2) as usize;
+        let delay = rng.next_in(50, 1500);
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        let mut killed = servers[victim].take().expect("both run at the start of a round");
+        killed.child.kill().unwrap(); // SIGKILL
+        killed.child.wait().unwrap();
+        kills[victim] += 1;
+        stop.store(true, Ordering::SeqCst);
+        for w in writers {
+            tokio::time::timeout(Duration::from_secs(60), w).await.expect("writer stops").unwrap();
+        }
+        let acked = ledger.lock().unwrap().acked.len();
+        eprintln!(
+            "round {round}: instance {victim} killed after {delay} ms; {acked} readings acknowledged so far"
+        );
+    }
+    eprintln!("kills per instance: {kills:?}");
+
+    // A clean stop of both writes everything; a reader on a fresh directory reads the store.
+    for (i, slot) in servers.iter_mut().enumerate() {
+        let mut server = match slot.take() {
+            Some(server) => server,
+            None => {
+                let mut s = Bucketd::spawn_args(dirs[i].path(), intervals[i], mongo);
+                s.wait_ready(&client).await;
+                s
+            }
+        };
+        wait_until_settled(&client, &mut server).await;
+        assert!(server.terminate().success(), "clean stop of instance {i}");
+    }
+    let reader_dir = tempfile::tempdir().unwrap();
+    let mut reader = Bucketd::spawn_args(reader_dir.path(), "1h", mongo);
+    reader.wait_ready(&client).await;
+    let stored = read_all(&client, &reader.base).await;
+    reader.terminate();
+    check_exactly_once(&ledger.lock().unwrap(), &stored);
+}
+
+/// Waits until everything this instance logged is stored (its replay included).
+async fn wait_until_settled(client: &reqwest::Client, server: &mut Bucketd) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let text = client
+            .get(format!("{}/metrics", server.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let unsettled = text
+            .lines()
+            .find(|l| l.starts_with("bucketd_wal_unsettled_readings "))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+        if unsettled == Some(0.0) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "log not settled within 180 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Every stored reading, by number, with how often it is stored.
@@ -212,4 +334,16 @@ async fn acknowledged_readings_survive_kill_9_exactly_once_while_spilling() {
     )
     .await
     .expect("crash loop finished within 240 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_killed_at_random_lose_and_duplicate_nothing_mongodb() {
+    let mongo = mongo_standin::MongoBackend::start();
+    let args = ["--mongodb-uri", mongo.uri.as_str(), "--mongodb-database", mongo.database.as_str()];
+    tokio::time::timeout(
+        Duration::from_secs(420),
+        two_writer_crash_loop(&args, 4, Duration::from_millis(50)),
+    )
+    .await
+    .expect("two-writer crash loop finished within 420 s");
 }

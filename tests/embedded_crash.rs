@@ -17,6 +17,9 @@ use bucketd::store::embedded::EmbeddedStore;
 use bucketd::store::{BucketLimits, Order, RangeQuery, Store};
 use futures::StreamExt;
 
+/// The writer these writes are made as.
+const W: bucketd::model::WriterId = bucketd::model::WriterId(1);
+
 const TEST_NAME: &str = "writer_killed_at_random_loses_nothing_acknowledged";
 const DIR_ENV: &str = "BUCKETD_CRASH_WRITER_DIR";
 const ROUND_ENV: &str = "BUCKETD_CRASH_WRITER_ROUND";
@@ -77,7 +80,7 @@ fn run_writer(dir: &Path, round: u64) -> ! {
         let store = EmbeddedStore::open(dir, LIMITS).expect("writer opens the store");
         let mut stdout = std::io::stdout();
         for w in 0.. {
-            for outcome in store.write(&batches_for(round, w)).await {
+            for outcome in store.write(W, &batches_for(round, w)).await {
                 outcome.expect("write succeeds");
             }
             writeln!(stdout, "COMMITTED {w}").unwrap();

@@ -4,7 +4,9 @@
 //!   twice, statistics not doubled;
 //! - MongoDB gone for 30 s under a steady load: writes keep being acknowledged (into the
 //!   write-ahead log), `/ready` says 503, the metrics show the backlog, and once MongoDB is back
-//!   every acknowledged reading lands exactly once.
+//!   every acknowledged reading lands exactly once;
+//! - with another writer in the same buckets, a lost reply or an outage of this one still lands
+//!   each of its readings once: its check reads its own high-water mark, not the other's.
 
 #[path = "support/mongo_standin.rs"]
 mod mongo_standin;
@@ -17,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bucketd::model::{FieldValue, HOUR_MS, Reading};
+use bucketd::model::{Batch, FieldValue, HOUR_MS, Reading, SeriesMeta, WriterId};
 use bucketd::store::mongo::{MongoConfig, MongoStore};
 use bucketd::store::{Order, RangeQuery, RollupQuery, Store};
 use futures::TryStreamExt;
@@ -81,6 +83,13 @@ async fn metric(server: &TestServer, name: &str) -> f64 {
         .sum()
 }
 
+/// The metrics recorder is one per process, so two servers of this file running at once would
+/// read each other's gauges: each test holds this for its whole run.
+async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    SERIAL.lock().await
+}
+
 async fn wait_for(what: &str, secs: u64, mut cond: impl AsyncFnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while !cond().await {
@@ -91,6 +100,7 @@ async fn wait_for(what: &str, secs: u64, mut cond: impl AsyncFnMut() -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_update_reply_is_not_written_twice() {
+    let _serial = one_at_a_time().await;
     let Setup { proxy, server, direct, _backend } = setup("50ms").await;
 
     proxy.drop_reply_after_apply(1);
@@ -133,6 +143,7 @@ async fn a_lost_update_reply_is_not_written_twice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_30_second_outage_loses_nothing_and_everything_lands_once() {
+    let _serial = one_at_a_time().await;
     const SENSORS: i64 = 10;
     const OUTAGE: Duration = Duration::from_secs(30);
     let Setup { proxy, server, direct, _backend } = setup("200ms").await;
@@ -213,5 +224,135 @@ async fn a_30_second_outage_loses_nothing_and_everything_lands_once() {
         assert!(lost.is_empty(), "{sensor}: {} acknowledged readings lost", lost.len());
     }
     let server = Arc::into_inner(server).expect("only the test holds the server");
+    server.shutdown().await;
+}
+
+/// Another bucketd writing the same sensor-hours, into the same buckets, straight to MongoDB.
+/// Its sequence numbers are far above this server's, as another process's may be: they are
+/// not comparable across writers.
+struct OtherWriter {
+    store: Arc<MongoStore>,
+    next: u64,
+}
+
+impl OtherWriter {
+    const ID: WriterId = WriterId(0x0be7);
+
+    fn new(store: Arc<MongoStore>) -> OtherWriter {
+        OtherWriter { store, next: 5_000_000_000_000_000_000 }
+    }
+
+    /// Writes value `v` at `T0_MS + v` for every sensor `prefix,sensor=s<i>` and `v` in `values`.
+    async fn write(&mut self, prefix: &str, sensors: i64, values: std::ops::Range<i64>) {
+        let batches: Vec<Batch> = (0..sensors)
+            .map(|s| {
+                let readings: Vec<Reading> = values
+                    .clone()
+                    .map(|v| Reading {
+                        ts: T0_MS + v,
+                        fields: smallvec::smallvec![("v".into(), FieldValue::Int(v))],
+                    })
+                    .collect();
+                let seqs = (self.next..self.next + readings.len() as u64).collect();
+                self.next += readings.len() as u64;
+                let key = format!("{prefix},sensor=s{s}");
+                let series = SeriesMeta {
+                    key,
+                    measurement: prefix.into(),
+                    tags: vec![("sensor".into(), format!("s{s}"))],
+                };
+                Batch { series: Arc::new(series), hour: T0_MS, readings, seqs }
+            })
+            .collect();
+        for outcome in within("other writer", 60, self.store.write(Self::ID, &batches)).await {
+            outcome.expect("the other writer's batch lands");
+        }
+    }
+}
+
+/// Each sensor holds exactly `expected` values of `v`, once each, and statistics to match.
+async fn assert_exactly(direct: &MongoStore, prefix: &str, sensors: i64, expected: &[i64]) {
+    for s in 0..sensors {
+        let sensor = format!("{prefix},sensor=s{s}");
+        let mut values: Vec<i64> =
+            stored(direct, &sensor).await.iter().map(|r| int_field(r, "v")).collect();
+        values.sort();
+        assert_eq!(values, expected, "{sensor}: every reading of both writers exactly once");
+        let rollup = direct
+            .rollups(RollupQuery {
+                sensor: sensor.clone(),
+                from: T0_MS,
+                to: T0_MS + HOUR_MS,
+                step_ms: HOUR_MS,
+                fields: None,
+            })
+            .await
+            .unwrap();
+        let stats = rollup[0].fields["v"];
+        let sum: i64 = expected.iter().sum();
+        assert_eq!((stats.count, stats.sum), (expected.len() as u64, sum as f64), "{sensor}");
+    }
+}
+
+/// A lost update reply for this server while another writer writes the same buckets: the
+/// flusher's check asks for this writer's mark only, finds its write landed, and writes
+/// nothing twice; the other writer's readings and statistics are untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_while_another_writer_writes_the_same_buckets() {
+    let _serial = one_at_a_time().await;
+    const SENSORS: i64 = 5;
+    let Setup { proxy, server, direct, _backend } = setup("50ms").await;
+    let mut other = OtherWriter::new(direct.clone());
+    other.write("shared", SENSORS, 1000..1020).await;
+
+    proxy.drop_reply_after_apply(1);
+    let body: String = (0..SENSORS)
+        .flat_map(|s| (0..30).map(move |v| format!("shared,sensor=s{s} v={v}i {}\n", T0_MS + v)))
+        .collect();
+    let response = server.post("/write?precision=ms", "text/plain", body).await;
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    wait_for("this server's flush settles", 60, async || {
+        metric(&server, "bucketd_readings_buffered").await == 0.0
+    })
+    .await;
+    assert_eq!(proxy.dropped_replies(), 1, "the fault fired");
+    assert!(metric(&server, "bucketd_readings_landed_despite_error_total").await >= 1.0);
+    other.write("shared", SENSORS, 2000..2020).await;
+
+    let expected: Vec<i64> = (0..30).chain(1000..1020).chain(2000..2020).collect();
+    assert_exactly(&direct, "shared", SENSORS, &expected).await;
+    server.shutdown().await;
+}
+
+/// This server cannot reach MongoDB while another writer lands newer readings in the same
+/// buckets. When MongoDB is back, the flusher's check must not take the other writer's (higher)
+/// mark for its own, or it would release its own unwritten readings as stored: they land, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_writers_newer_marks_do_not_cover_this_writers_unwritten_readings() {
+    let _serial = one_at_a_time().await;
+    const SENSORS: i64 = 5;
+    let Setup { proxy, server, direct, _backend } = setup("50ms").await;
+    let mut other = OtherWriter::new(direct.clone());
+
+    proxy.set_down(true);
+    let body: String = (0..SENSORS)
+        .flat_map(|s| (0..30).map(move |v| format!("cover,sensor=s{s} v={v}i {}\n", T0_MS + v)))
+        .collect();
+    let response = server.post("/write?precision=ms", "text/plain", body).await;
+    assert_eq!(response.status(), StatusCode::NO_CONTENT, "acknowledged into the log");
+    wait_for("this server's flush has failed", 60, async || {
+        metric(&server, "bucketd_store_errors_total").await >= 1.0
+    })
+    .await;
+    other.write("cover", SENSORS, 1000..1020).await;
+    proxy.set_down(false);
+    wait_for("this server's backlog lands", 120, async || {
+        metric(&server, "bucketd_readings_buffered").await == 0.0
+            && metric(&server, "bucketd_wal_unsettled_readings").await == 0.0
+    })
+    .await;
+
+    let expected: Vec<i64> = (0..30).chain(1000..1020).collect();
+    assert_exactly(&direct, "cover", SENSORS, &expected).await;
     server.shutdown().await;
 }

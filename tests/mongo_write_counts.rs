@@ -24,6 +24,9 @@ use mongo_standin::{MongoBackend, StandInOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+/// The writer these writes are made as.
+const W: bucketd::model::WriterId = bucketd::model::WriterId(1);
+
 const SENSORS: usize = 100;
 const FLUSHES: usize = 3;
 const OP_MSG: i32 = 2013;
@@ -202,7 +205,7 @@ async fn update_statements_and_round_trips_per_flush() {
                 })
                 .collect();
             readings += batches.iter().map(|b| b.readings.len() as u64).sum::<u64>();
-            for outcome in store.write(&batches).await {
+            for outcome in store.write(W, &batches).await {
                 outcome.expect("write");
             }
             // The same readings as one document each, in one insert per flush.

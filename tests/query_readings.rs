@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use bucketd::model::{Batch, FieldValue, HOUR_MS, Reading, SeriesMeta};
+use bucketd::model::{Batch, FieldValue, HOUR_MS, Reading, SeriesMeta, WriterId};
 use bucketd::store::memory::MemoryStore;
 use bucketd::store::{
     BucketLimits, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery, Store, StoreError,
@@ -495,10 +495,18 @@ impl Store for ScriptedStore {
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
     }
-    async fn write(&self, batches: &[Batch]) -> Vec<Result<WriteReport, StoreError>> {
+    async fn write(
+        &self,
+        _writer: WriterId,
+        batches: &[Batch],
+    ) -> Vec<Result<WriteReport, StoreError>> {
         batches.iter().map(|_| Err(StoreError::Rejected("read-only".into()))).collect()
     }
-    async fn high_water(&self, keys: &[(String, i64)]) -> Result<Vec<u64>, StoreError> {
+    async fn high_water(
+        &self,
+        _writer: WriterId,
+        keys: &[(String, i64)],
+    ) -> Result<Vec<u64>, StoreError> {
         Ok(vec![0; keys.len()])
     }
     fn readings(&self, q: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {

@@ -20,7 +20,9 @@ async fn make_store(limits: BucketLimits) -> Fixture {
         .await
         .expect("open task")
         .expect("embedded store opens");
-    Fixture::new(Arc::new(store), CAPS, dir)
+    let store = Arc::new(store);
+    let hook = store.clone();
+    Fixture::new(store, CAPS, dir).with_break_off(move |n| hook.fail_next_batch_after(n))
 }
 
 store_suite::store_suite!(make_store);

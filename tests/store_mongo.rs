@@ -20,7 +20,7 @@ use bucketd::store::{BucketLimits, SCHEMA_VERSION, Store, StoreError};
 use futures::TryStreamExt;
 use mongo_standin::{MongoBackend, StandInOptions};
 use store_suite::{
-    Capabilities, Fixture, T0, batches, expected_range, range, read, reading, series, write_ok,
+    Capabilities, Fixture, T0, W, batches, expected_range, range, read, reading, series, write_ok,
 };
 
 const CAPS: Capabilities = Capabilities { rejects_oversized_reading: true };
@@ -215,7 +215,7 @@ async fn write_errors_map_to_their_batches() {
     .iter()
     .flat_map(|k| one(k))
     .collect();
-    let results = store.write(&all).await;
+    let results = store.write(W, &all).await;
     assert!(results[0].is_ok() && results[2].is_ok() && results[5].is_ok(), "{results:?}");
     assert!(matches!(results[1], Err(StoreError::Unavailable(_))), "{:?}", results[1]);
     assert!(matches!(results[3], Err(StoreError::Rejected(_))), "{:?}", results[3]);
@@ -233,7 +233,7 @@ async fn a_network_error_fails_every_batch_of_the_command_and_the_next_write_wor
     let one =
         |key: &str| batches(&series(key, "m", &[]), &[reading(T0, &[("v", FieldValue::Int(1))])]);
     let all: Vec<Batch> = ["a", "fault:hangup", "b"].iter().flat_map(|k| one(k)).collect();
-    let results = store.write(&all).await;
+    let results = store.write(W, &all).await;
     assert!(
         results
             .iter()
@@ -382,4 +382,67 @@ async fn round_trips_of_a_day_range() {
         aggregates + get_mores
     );
     assert_eq!(aggregates, 1);
+}
+
+/// Schema 1 → 2: buckets a schema-1 bucketd wrote (`v: 1`, one `w` for every writer) are read
+/// as they are; their marks answer `schema1_high_water` (for replaying a schema-1 log) and never
+/// a writer's own; new writes go to schema-2 buckets and leave the old ones untouched.
+#[tokio::test]
+async fn schema1_buckets_are_read_and_their_mark_kept_apart() {
+    let backend = MongoBackend::start();
+    let store = connect(&backend, BucketLimits::default()).await;
+    let s = series("old,sensor=a", "old", &[("sensor", "a")]);
+    let old = [
+        reading(T0 + 1, &[("v", FieldValue::Float(1.0))]),
+        reading(T0 + 2, &[("v", FieldValue::Float(2.0))]),
+    ];
+    let encoded: Vec<_> = old.iter().map(d::encode_reading).collect();
+    let bytes: u64 = encoded.iter().map(|e| e.size).sum();
+    let r: Vec<Bson> = encoded
+        .iter()
+        .map(|e| Bson::Document(bson::from_slice(e.doc.as_bytes()).unwrap()))
+        .collect();
+    let v1 = doc! {
+        d::SENSOR: &s.key, d::VERSION: 1, d::START: d::date(T0), d::END: d::date(T0 + HOUR_MS),
+        d::MEASUREMENT: "old", d::TAGS: [{"k": "sensor", "v": "a"}],
+        d::COUNT: 2, d::BYTES: bytes as i64, d::FIRST: d::date(T0 + 1), d::LAST: d::date(T0 + 2),
+        d::STATS: {"v": {"min": 1.0, "max": 2.0, "sum": 3.0, "n": 2}},
+        d::HIGH_WATER: 500_i64, d::READINGS: r,
+    };
+    store.database().collection::<bson::Document>(COLLECTION).insert_one(v1).await.unwrap();
+
+    let keys = vec![(s.key.clone(), T0)];
+    assert_eq!(store.schema1_high_water(&keys).await.unwrap(), vec![500]);
+    assert_eq!(store.high_water(W, &keys).await.unwrap(), vec![0], "not this writer's mark");
+
+    let new: Vec<Reading> =
+        (3..6).map(|i| reading(T0 + i, &[("v", FieldValue::Float(i as f64))])).collect();
+    let batch =
+        Batch { series: s.clone(), hour: T0, readings: new.clone(), seqs: vec![10, 11, 12] };
+    write_ok(&store, &[batch]).await;
+    assert_eq!(store.high_water(W, &keys).await.unwrap(), vec![12]);
+    assert_eq!(
+        store.schema1_high_water(&keys).await.unwrap(),
+        vec![500],
+        "schema 2 never writes it"
+    );
+    let docs = raw_buckets(&store, &s.key).await;
+    assert_eq!(docs.len(), 2, "the schema-1 bucket is left as it was");
+    assert_eq!(docs[0].get(d::COUNT).and_then(d::number), Some(2.0));
+    assert_eq!(docs[1].get(d::VERSION).and_then(d::number), Some(f64::from(SCHEMA_VERSION)));
+
+    let mut expected = old.to_vec();
+    expected.extend(new);
+    assert_eq!(read(&store, range(&s.key, T0, T0 + HOUR_MS)).await, expected);
+    let rollup = store
+        .rollups(bucketd::store::RollupQuery {
+            sensor: s.key.clone(),
+            from: T0,
+            to: T0 + HOUR_MS,
+            step_ms: HOUR_MS,
+            fields: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!((rollup[0].fields["v"].count, rollup[0].fields["v"].sum), (5, 15.0));
 }

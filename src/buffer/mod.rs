@@ -53,7 +53,7 @@ use dashmap::DashMap;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::metrics::READINGS_BUFFERED;
+use crate::metrics::{READINGS_BUFFERED, READINGS_BUFFERED_PEAK};
 use crate::model::{Batch, HOUR_MS, Item, Reading, Seq, SeriesMeta, TimestampMs};
 use crate::store::SensorInfo;
 use group::{Group, Span};
@@ -87,6 +87,10 @@ pub struct Buffers {
     map: DashMap<String, SensorBuffers, group::BuildHasher>,
     /// Readings buffered or in flight; see the module doc.
     held: AtomicUsize,
+    /// The most `held` has ever been: kept here, at the one place `held` grows, so that no
+    /// overshoot of the bound can slip between two samples of the gauge.
+    peak: AtomicUsize,
+    peak_publish: Mutex<()>,
     /// Woken (all waiters) whenever the flusher releases readings.
     room: Notify,
     /// Woken (one permit) when a push makes a buffer reach `max_batch_readings`.
@@ -203,6 +207,8 @@ impl Buffers {
             config,
             map: DashMap::with_hasher(group::BuildHasher::default()),
             held: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            peak_publish: Mutex::new(()),
             room: Notify::new(),
             due: Notify::new(),
             order: Mutex::new(Order { next: 0, spilled_from: None }),
@@ -296,17 +302,68 @@ impl Buffers {
     }
 
     /// Re-inserts readings recovered from the write-ahead log with the sequence numbers they
-    /// were logged with (`seqs[i]` for `items[i]`, increasing per series and hour), waiting for
-    /// room. Later pushes are numbered above every recovered number.
-    pub async fn push_recovered(&self, items: Vec<Item>, seqs: Vec<Seq>) {
+    /// were logged with (`seqs[i]` for `items[i]`, increasing per series and hour), in order, in
+    /// pieces that each fit the room left: the memory bound holds throughout, however much the
+    /// log holds. Later pushes are numbered above every recovered number.
+    pub async fn push_recovered(&self, mut items: Vec<Item>, mut seqs: Vec<Seq>) {
         assert_eq!(items.len(), seqs.len(), "one sequence number per recovered reading");
-        self.wait_and_reserve(items.len()).await;
-        let groups = group::group(items);
-        let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(&max) = seqs.iter().max() {
-            order.next = order.next.max(max + 1);
+        while !items.is_empty() {
+            let n = self.wait_and_reserve_some(items.len()).await;
+            let (piece, piece_seqs) = if n == items.len() {
+                (std::mem::take(&mut items), std::mem::take(&mut seqs))
+            } else {
+                (items.drain(..n).collect(), seqs.drain(..n).collect::<Vec<Seq>>())
+            };
+            let groups = group::group(piece);
+            let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(&max) = piece_seqs.iter().max() {
+                order.next = order.next.max(max + 1);
+            }
+            self.insert(groups, |position| piece_seqs[position as usize], true);
         }
-        self.insert(groups, |position| seqs[position as usize], true);
+    }
+
+    /// Waits for room for at least one reading, then reserves as many as fit, up to `n`.
+    async fn wait_and_reserve_some(&self, n: usize) -> usize {
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let mut cur = self.held.load(Ordering::Acquire);
+            while cur < self.config.max_buffered_readings {
+                let k = n.min(self.config.max_buffered_readings - cur);
+                match self.held.compare_exchange_weak(
+                    cur,
+                    cur + k,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        self.grew(k, cur + k);
+                        return k;
+                    }
+                    Err(actual) => cur = actual,
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Accounts for `n` readings just reserved, `held` now being `now`.
+    fn grew(&self, n: usize, now: usize) {
+        ::metrics::gauge!(READINGS_BUFFERED).increment(n as f64);
+        let before = self.peak.fetch_max(now, Ordering::AcqRel);
+        if now > before {
+            // Rare (only while the peak grows); the lock keeps a racing smaller `set` from
+            // being the last word.
+            let _publish = self.peak_publish.lock().unwrap_or_else(|e| e.into_inner());
+            ::metrics::gauge!(READINGS_BUFFERED_PEAK).set(self.peak() as f64);
+        }
+    }
+
+    /// The most readings ever held at once (see `peak`).
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Acquire)
     }
 
     async fn wait_and_reserve(&self, n: usize) {
@@ -447,7 +504,7 @@ impl Buffers {
             match self.held.compare_exchange_weak(cur, cur + n, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => {
-                    ::metrics::gauge!(READINGS_BUFFERED).increment(n as f64);
+                    self.grew(n, cur + n);
                     return Ok(());
                 }
                 Err(actual) => cur = actual,

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use tokio::time::Instant;
 
-use crate::model::{Batch, Reading, Seq, TimestampMs};
+use crate::model::{Batch, Reading, Seq, TimestampMs, WriterId};
 use crate::store::{
     RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery, Store, StoreError, WriteReport,
 };
@@ -35,7 +35,7 @@ struct State {
     /// `high_water` fails while this is set.
     marks_unavailable: bool,
     /// Highest sequence number written per (key, hour).
-    marks: std::collections::HashMap<(String, TimestampMs), Seq>,
+    marks: std::collections::HashMap<(String, TimestampMs, WriterId), Seq>,
     /// Start time of every write call.
     calls: Vec<Instant>,
     high_water_calls: usize,
@@ -106,7 +106,11 @@ impl Store for FakeStore {
         Ok(())
     }
 
-    async fn write(&self, batches: &[Batch]) -> Vec<Result<WriteReport, StoreError>> {
+    async fn write(
+        &self,
+        writer: WriterId,
+        batches: &[Batch],
+    ) -> Vec<Result<WriteReport, StoreError>> {
         {
             let mut s = self.state.lock().unwrap();
             s.calls.push(Instant::now());
@@ -131,7 +135,8 @@ impl Store for FakeStore {
             } else {
                 s.written.push(batch.clone());
                 if let Some(last) = batch.last_seq() {
-                    let mark = s.marks.entry((batch.series.key.clone(), batch.hour)).or_default();
+                    let mark =
+                        s.marks.entry((batch.series.key.clone(), batch.hour, writer)).or_default();
                     *mark = (*mark).max(last);
                 }
                 out.push(if reply_lost {
@@ -144,13 +149,20 @@ impl Store for FakeStore {
         out
     }
 
-    async fn high_water(&self, keys: &[(String, TimestampMs)]) -> Result<Vec<Seq>, StoreError> {
+    async fn high_water(
+        &self,
+        writer: WriterId,
+        keys: &[(String, TimestampMs)],
+    ) -> Result<Vec<Seq>, StoreError> {
         let mut s = self.state.lock().unwrap();
         s.high_water_calls += 1;
         if s.marks_unavailable || s.fail_forever {
             return Err(StoreError::Unavailable("fake outage".into()));
         }
-        Ok(keys.iter().map(|k| s.marks.get(k).copied().unwrap_or(0)).collect())
+        Ok(keys
+            .iter()
+            .map(|(key, hour)| s.marks.get(&(key.clone(), *hour, writer)).copied().unwrap_or(0))
+            .collect())
     }
 
     fn readings(&self, _query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {

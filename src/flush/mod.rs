@@ -40,8 +40,8 @@ use crate::buffer::{Buffers, Outcome, TakeMode, Taken};
 use crate::metrics::{
     BUCKETS_CREATED, FLUSH_DURATION, FLUSH_READINGS, FLUSHES, READINGS_DROPPED, STORE_ERRORS,
 };
-use crate::model::Seq;
-use crate::store::{Store, StoreError, high_water_until_answered};
+use crate::model::{Seq, WriterId};
+use crate::store::{Marks, Store, StoreError, high_water_until_answered};
 
 /// Told which readings have left the buffers for good: stored, or dropped as rejected. The
 /// write-ahead log deletes a segment once every reading in it has been settled. Called once per
@@ -62,6 +62,8 @@ const LOG_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Debug)]
 pub struct FlushConfig {
+    /// Whose high-water marks the writes raise and the after-failure check reads.
+    pub writer: WriterId,
     pub flush_interval: Duration,
     /// First retry delay after a retriable store failure; doubles up to `max_backoff`.
     pub min_backoff: Duration,
@@ -108,6 +110,7 @@ impl Flusher {
         let worker = Worker {
             buffers: buffers.clone(),
             store,
+            writer: config.writer,
             tick: (interval / 4).max(MIN_TICK),
             backoff: Backoff::new(config.min_backoff, config.max_backoff),
             written: written.clone(),
@@ -148,6 +151,7 @@ impl Flusher {
 struct Worker {
     buffers: Arc<Buffers>,
     store: Arc<dyn Store>,
+    writer: WriterId,
     tick: Duration,
     backoff: Backoff,
     written: Arc<AtomicUsize>,
@@ -192,7 +196,8 @@ impl Worker {
     /// occurred.
     async fn write(&mut self, taken: Taken) -> Option<Duration> {
         let started = std::time::Instant::now();
-        let results = AssertUnwindSafe(self.store.write(taken.batches())).catch_unwind().await;
+        let results =
+            AssertUnwindSafe(self.store.write(self.writer, taken.batches())).catch_unwind().await;
         ::metrics::histogram!(FLUSH_DURATION).record(started.elapsed().as_secs_f64());
         ::metrics::histogram!(FLUSH_READINGS).record(taken.readings() as f64);
 
@@ -322,6 +327,7 @@ impl Worker {
         let (store, backoff, check_log) = (&self.store, &mut self.backoff, &mut self.check_log);
         let marks = high_water_until_answered(
             &**store,
+            Marks::Of(self.writer),
             &keys,
             || backoff.next(),
             |e| {

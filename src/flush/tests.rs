@@ -28,6 +28,7 @@ fn setup(
         buffers.clone(),
         store.clone(),
         FlushConfig {
+            writer: WriterId(1),
             flush_interval: interval,
             min_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(1),
@@ -326,6 +327,7 @@ proptest! {
                 flush_interval: Duration::from_millis(100),
             });
             let flusher = Flusher::spawn(buffers.clone(), store.clone(), FlushConfig {
+                writer: WriterId(1),
                 flush_interval: Duration::from_millis(100),
                 min_backoff: Duration::from_millis(1),
                 max_backoff: Duration::from_millis(50),

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use futures::stream::{self, BoxStream, StreamExt};
@@ -13,7 +13,7 @@ use super::{
     BucketLimits, FieldStats, Order, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery,
     Store, StoreError, WriteReport,
 };
-use crate::model::{Batch, FieldValue, HOUR_MS, Reading, Seq, TimestampMs};
+use crate::model::{Batch, FieldValue, HOUR_MS, Reading, Seq, TimestampMs, WriterId};
 
 struct Bucket {
     readings: Vec<Reading>,
@@ -45,8 +45,8 @@ struct Series {
     tags: Vec<(String, String)>,
     /// Keyed by (hour start, spill sequence within the hour).
     buckets: BTreeMap<(TimestampMs, u32), Bucket>,
-    /// Highest sequence number stored per hour.
-    marks: BTreeMap<TimestampMs, Seq>,
+    /// Highest sequence number stored per hour and writer.
+    marks: BTreeMap<(TimestampMs, WriterId), Seq>,
 }
 
 /// Approximate encoded size of a reading: what the caps count. Close to BSON's size for the
@@ -72,6 +72,8 @@ pub struct MemoryStore {
     limits: BucketLimits,
     series: Mutex<BTreeMap<String, Series>>,
     unavailable: AtomicBool,
+    /// `usize::MAX`, or: the next batch with sequence numbers lands this many readings, then fails.
+    fail_after: AtomicUsize,
 }
 
 impl MemoryStore {
@@ -80,7 +82,15 @@ impl MemoryStore {
             limits,
             series: Mutex::new(BTreeMap::new()),
             unavailable: AtomicBool::new(false),
+            fail_after: AtomicUsize::new(usize::MAX),
         }
+    }
+
+    /// The next batch with sequence numbers stores its first `landed` readings (and their mark),
+    /// then fails as `Unavailable`: a write that broke off part-way, as a MongoDB batch cut into
+    /// several statements can.
+    pub fn fail_next_batch_after(&self, landed: usize) {
+        self.fail_after.store(landed, Ordering::SeqCst);
     }
 
     /// Makes every call fail with `StoreError::Unavailable` until switched back: the tests'
@@ -103,13 +113,51 @@ impl MemoryStore {
         series.values().flat_map(|s| s.buckets.values()).map(|b| b.readings.len()).sum()
     }
 
+    /// Every stored reading of `sensor`, ascending by time.
+    pub fn readings_of(&self, sensor: &str) -> Vec<Reading> {
+        self.collect_range(
+            sensor,
+            crate::model::MIN_TIMESTAMP_MS,
+            crate::model::MAX_TIMESTAMP_MS + 1,
+        )
+    }
+
     /// Number of buckets of `sensor` in the hour starting at `hour`.
     pub fn bucket_count(&self, sensor: &str, hour: TimestampMs) -> usize {
         let series = self.series.lock().expect("memory store mutex poisoned");
         series.get(sensor).map_or(0, |s| s.buckets.range((hour, 0)..=(hour, u32::MAX)).count())
     }
 
-    fn write_batch(&self, series: &mut BTreeMap<String, Series>, batch: &Batch) -> WriteReport {
+    fn write_batch(
+        &self,
+        series: &mut BTreeMap<String, Series>,
+        writer: WriterId,
+        batch: &Batch,
+    ) -> Result<WriteReport, StoreError> {
+        if !batch.seqs.is_empty() {
+            let landed = self.fail_after.swap(usize::MAX, Ordering::SeqCst);
+            if landed < batch.readings.len() {
+                let prefix = Batch {
+                    series: batch.series.clone(),
+                    hour: batch.hour,
+                    readings: batch.readings[..landed].to_vec(),
+                    seqs: batch.seqs[..landed].to_vec(),
+                };
+                self.write_batch(series, writer, &prefix)?;
+                return Err(StoreError::Unavailable(format!(
+                    "memory store: the test broke this batch off after {landed} readings"
+                )));
+            }
+        }
+        Ok(self.write_whole(series, writer, batch))
+    }
+
+    fn write_whole(
+        &self,
+        series: &mut BTreeMap<String, Series>,
+        writer: WriterId,
+        batch: &Batch,
+    ) -> WriteReport {
         let entry = series.entry(batch.series.key.clone()).or_insert_with(|| Series {
             measurement: batch.series.measurement.clone(),
             tags: batch.series.tags.clone(),
@@ -117,7 +165,7 @@ impl MemoryStore {
             marks: BTreeMap::new(),
         });
         if let Some(last) = batch.last_seq() {
-            let mark = entry.marks.entry(batch.hour).or_default();
+            let mark = entry.marks.entry((batch.hour, writer)).or_default();
             *mark = (*mark).max(last);
         }
         let mut report = WriteReport::default();
@@ -188,21 +236,29 @@ impl Store for MemoryStore {
         self.check_available()
     }
 
-    async fn write(&self, batches: &[Batch]) -> Vec<Result<WriteReport, StoreError>> {
+    async fn write(
+        &self,
+        writer: WriterId,
+        batches: &[Batch],
+    ) -> Vec<Result<WriteReport, StoreError>> {
         if let Err(e) = self.check_available() {
             return batches.iter().map(|_| Err(e.clone())).collect();
         }
         let mut series = self.series.lock().expect("memory store mutex poisoned");
-        batches.iter().map(|b| Ok(self.write_batch(&mut series, b))).collect()
+        batches.iter().map(|b| self.write_batch(&mut series, writer, b)).collect()
     }
 
-    async fn high_water(&self, keys: &[(String, TimestampMs)]) -> Result<Vec<Seq>, StoreError> {
+    async fn high_water(
+        &self,
+        writer: WriterId,
+        keys: &[(String, TimestampMs)],
+    ) -> Result<Vec<Seq>, StoreError> {
         self.check_available()?;
         let series = self.series.lock().expect("memory store mutex poisoned");
         Ok(keys
             .iter()
             .map(|(key, hour)| {
-                series.get(key).and_then(|s| s.marks.get(hour)).copied().unwrap_or(0)
+                series.get(key).and_then(|s| s.marks.get(&(*hour, writer))).copied().unwrap_or(0)
             })
             .collect())
     }
@@ -320,7 +376,7 @@ mod tests {
     #[tokio::test]
     async fn spills_at_the_count_cap_and_keeps_every_reading() {
         let store = MemoryStore::new(BucketLimits { max_readings: 10, max_bytes: 1 << 20 });
-        let out = store.write(&[batch("s", 0, 0..25)]).await;
+        let out = store.write(WriterId(1), &[batch("s", 0, 0..25)]).await;
         assert_eq!(out[0].as_ref().unwrap().buckets_created, 3);
         assert_eq!(store.bucket_count("s", 0), 3);
         assert_eq!(store.reading_count(), 25);
@@ -340,7 +396,7 @@ mod tests {
     #[tokio::test]
     async fn an_oversized_reading_lands_alone() {
         let store = MemoryStore::new(BucketLimits { max_readings: 10, max_bytes: 10 });
-        store.write(&[batch("s", 0, 0..3)]).await;
+        store.write(WriterId(1), &[batch("s", 0, 0..3)]).await;
         assert_eq!(store.bucket_count("s", 0), 3);
     }
 
@@ -348,10 +404,10 @@ mod tests {
     async fn unavailable_fails_every_batch_then_recovers() {
         let store = MemoryStore::new(BucketLimits::default());
         store.set_unavailable(true);
-        let out = store.write(&[batch("a", 0, 0..1), batch("b", 0, 0..1)]).await;
+        let out = store.write(WriterId(1), &[batch("a", 0, 0..1), batch("b", 0, 0..1)]).await;
         assert!(out.iter().all(|r| r.as_ref().is_err_and(|e| e.is_retriable())));
         store.set_unavailable(false);
-        assert!(store.write(&[batch("a", 0, 0..1)]).await[0].is_ok());
+        assert!(store.write(WriterId(1), &[batch("a", 0, 0..1)]).await[0].is_ok());
         assert_eq!(store.reading_count(), 1);
     }
 }

@@ -14,11 +14,17 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
-use crate::model::{Batch, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, Seq, TimestampMs};
+use crate::model::{
+    Batch, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, Seq, TimestampMs, WriterId,
+};
 
 /// Version of the on-disk / in-database bucket layout, written into every bucket so that a
 /// later bucketd can read (or migrate) what an earlier one wrote.
-pub const SCHEMA_VERSION: i32 = 1;
+///
+/// 2: high-water marks are kept per writer (`Store::high_water`). Data of schema 1 is read as it
+/// is; its single mark per (series, hour) is still asked for when a schema-1 log is replayed
+/// (`Store::schema1_high_water`).
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// Caps that close a bucket. A bucket never holds more than `max_readings` readings, and the
 /// approximate encoded size of its readings never exceeds `max_bytes`.
@@ -87,17 +93,31 @@ impl StoreError {
     }
 }
 
+/// Which high-water marks to ask for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Marks {
+    /// This writer's own.
+    Of(WriterId),
+    /// The one mark per (series, hour) a schema-1 bucketd kept for every writer.
+    Schema1,
+}
+
 /// Asks `store` for the high-water marks of `keys` until it answers with one per key: the
 /// flusher and the write-ahead log's refill cannot go on without them. Sleeps `delay()`
 /// between attempts and hands every failure to `failed` (for rate-limited logging).
 pub async fn high_water_until_answered(
     store: &dyn Store,
+    marks: Marks,
     keys: &[(String, TimestampMs)],
     mut delay: impl FnMut() -> std::time::Duration,
     mut failed: impl FnMut(&StoreError),
 ) -> Vec<Seq> {
     loop {
-        match store.high_water(keys).await {
+        let answer = match marks {
+            Marks::Of(writer) => store.high_water(writer, keys).await,
+            Marks::Schema1 => store.schema1_high_water(keys).await,
+        };
+        match answer {
             Ok(marks) if marks.len() == keys.len() => return marks,
             Ok(marks) => failed(&StoreError::Internal(format!(
                 "store returned {} high-water marks for {} keys",
@@ -205,16 +225,35 @@ pub trait Store: Send + Sync + 'static {
     /// per batch, in the same order; a failed batch never affects the other batches.
     ///
     /// A batch is applied in order: when it fails, what it left behind is a prefix of its
-    /// readings (possibly empty, possibly all of it, when the failure hid a success), and the
-    /// store's high-water mark of its (series, hour) is the last sequence number of that prefix.
-    /// Each bucket update records the batch's sequence numbers with it, atomically.
-    async fn write(&self, batches: &[Batch]) -> Vec<Result<WriteReport, StoreError>>;
+    /// readings (possibly empty, possibly all of it, when the failure hid a success), and
+    /// `writer`'s high-water mark of its (series, hour) is the last sequence number of that
+    /// prefix. Each bucket update records the batch's sequence numbers with it, atomically, under
+    /// `writer` only: other writers' marks are untouched.
+    async fn write(
+        &self,
+        writer: WriterId,
+        batches: &[Batch],
+    ) -> Vec<Result<WriteReport, StoreError>>;
 
-    /// For each (series key, hour start): the highest sequence number of a reading stored for
-    /// it (0 when none is). Every reading of that series and hour with a number up to the mark
-    /// is stored, none above it (see `write`): the flusher asks after an unclear failure, and
-    /// the write-ahead log's replay before re-inserting.
-    async fn high_water(&self, keys: &[(String, TimestampMs)]) -> Result<Vec<Seq>, StoreError>;
+    /// For each (series key, hour start): the highest sequence number of a reading `writer`
+    /// stored for it (0 when none is). Every reading of that writer, series and hour with a
+    /// number up to the mark is stored, none above it (see `write`); what other writers
+    /// stored says nothing about it. The flusher asks after an unclear failure, and the
+    /// write-ahead log's replay before re-inserting.
+    async fn high_water(
+        &self,
+        writer: WriterId,
+        keys: &[(String, TimestampMs)],
+    ) -> Result<Vec<Seq>, StoreError>;
+
+    /// The marks a schema-1 bucketd recorded: one per (series, hour), whichever process wrote
+    /// (0 where it recorded none). Asked only when replaying a log a schema-1 process left.
+    async fn schema1_high_water(
+        &self,
+        keys: &[(String, TimestampMs)],
+    ) -> Result<Vec<Seq>, StoreError> {
+        Ok(vec![0; keys.len()])
+    }
 
     /// Streams the readings of a range without holding the whole range in memory.
     fn readings(&self, query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>>;

@@ -31,6 +31,7 @@
 //! and later append fails ([`WalError::Failed`], HTTP 500); the process keeps flushing what it
 //! holds, and a restart replays what is on disk.
 
+pub mod identity;
 pub mod refill;
 mod segment;
 #[cfg(test)]

@@ -4,11 +4,14 @@
 //! without inserting it). In both cases every push goes to the log only until the refill has
 //! caught up, which keeps each (series, hour) buffer in sequence order.
 //!
-//! Per chunk of records, the store is asked for the high-water mark of every (series, hour)
-//! the chunk touches; a reading at or below its mark is stored already (the store holds a
-//! prefix of each series-hour in sequence order, see `Store::write`) and is skipped, the rest
-//! is inserted with its original sequence number, waiting for room as the flusher drains. So
-//! start-up never waits for the store: writes are acknowledged into the log meanwhile.
+//! Per chunk of records, the store is asked for this writer's high-water mark of every
+//! (series, hour) the chunk touches; a reading at or below its mark is stored already (the store
+//! holds a prefix of each writer's series-hour in sequence order, see `Store::write`) and is
+//! skipped, the rest is inserted with its original sequence number, in pieces that fit the room
+//! the flusher leaves. So start-up never waits for the store: writes are acknowledged into the
+//! log meanwhile. Readings a schema-1 bucketd logged (below `Identity::schema1_before`) are also
+//! judged against the one mark schema 1 kept per (series, hour), which is where that process
+//! recorded them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,12 +20,13 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::identity::Identity;
 use super::{Wal, segment};
 use crate::buffer::Buffers;
 use crate::flush::Backoff;
 use crate::metrics::WAL_REPLAYED;
 use crate::model::{Item, Seq, TimestampMs, hour_start};
-use crate::store::{Store, high_water_until_answered};
+use crate::store::{Marks, Store, high_water_until_answered};
 
 /// Readings inserted per high-water question at most.
 const CHUNK_READINGS: usize = 50_000;
@@ -39,6 +43,7 @@ pub fn spawn(
     wal: Arc<Wal>,
     store: Arc<dyn Store>,
     buffers: Arc<Buffers>,
+    identity: Identity,
     recovered: &[Seq],
     stop: CancellationToken,
 ) -> JoinHandle<()> {
@@ -49,7 +54,7 @@ pub fn spawn(
             "replaying the write-ahead log an earlier run left; writes are accepted meanwhile"
         );
     }
-    let refill = Refill { wal, store, buffers, log_at: None };
+    let refill = Refill { wal, store, buffers, identity, log_at: None };
     tokio::spawn(async move {
         tokio::select! {
             _ = stop.cancelled() => {}
@@ -69,6 +74,7 @@ struct Refill {
     wal: Arc<Wal>,
     store: Arc<dyn Store>,
     buffers: Arc<Buffers>,
+    identity: Identity,
     log_at: Option<Instant>,
 }
 
@@ -196,26 +202,21 @@ impl Refill {
             })
             .collect();
         drop(index);
-        let mut backoff = Backoff::new(MIN_RETRY, MAX_RETRY);
-        let (store, log_at) = (&*self.store, &mut self.log_at);
-        let marks = high_water_until_answered(
-            store,
-            &keys,
-            || backoff.next(),
-            |e| {
-                if log_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
-                    *log_at = Some(Instant::now());
-                    tracing::warn!(store = store.name(), error = %e, "the write-ahead log refill waits for the store to say what it already holds");
-                }
-            },
-        )
-        .await;
+        let marks = self.marks(Marks::Of(self.identity.writer), &keys).await;
+        let schema1_before = self.identity.schema1_before;
+        let schema1 = if chunk.iter().any(|(seq, _)| *seq < schema1_before) {
+            self.marks(Marks::Schema1, &keys).await
+        } else {
+            Vec::new()
+        };
 
         let mut items = Vec::with_capacity(chunk.len());
         let mut seqs = Vec::with_capacity(chunk.len());
         let mut stored = Vec::new();
         for ((seq, item), slot) in chunk.into_iter().zip(slots) {
-            if seq <= marks[slot] {
+            let mark =
+                if seq < schema1_before { marks[slot].max(schema1[slot]) } else { marks[slot] };
+            if seq <= mark {
                 stored.push(seq);
             } else {
                 seqs.push(seq);
@@ -234,5 +235,24 @@ impl Refill {
         ::metrics::counter!(WAL_REPLAYED, "result" => "requeued").increment(inserted);
         ::metrics::counter!(WAL_REPLAYED, "result" => "skipped").increment(skipped);
         (inserted, skipped)
+    }
+
+    /// The marks of `keys`, asking until the store answers.
+    async fn marks(&mut self, marks: Marks, keys: &[(String, TimestampMs)]) -> Vec<Seq> {
+        let mut backoff = Backoff::new(MIN_RETRY, MAX_RETRY);
+        let (store, log_at) = (&*self.store, &mut self.log_at);
+        high_water_until_answered(
+            store,
+            marks,
+            keys,
+            || backoff.next(),
+            |e| {
+                if log_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                    *log_at = Some(Instant::now());
+                    tracing::warn!(store = store.name(), error = %e, "the write-ahead log refill waits for the store to say what it already holds");
+                }
+            },
+        )
+        .await
     }
 }

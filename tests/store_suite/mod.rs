@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bucketd::model::{
-    Batch, FieldName, FieldValue, HOUR_MS, Reading, SeriesMeta, TimestampMs, hour_start,
+    Batch, FieldName, FieldValue, HOUR_MS, Reading, SeriesMeta, TimestampMs, WriterId, hour_start,
 };
 use bucketd::store::{
     BucketLimits, FieldStats, Order, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery,
@@ -33,6 +33,9 @@ use bucketd::store::{
 };
 use futures::StreamExt;
 use futures::future::BoxFuture;
+
+/// The writer the suite writes as (a second one where a case says so).
+pub const W: WriterId = WriterId(1);
 
 /// Every case must finish within this, stand-ins included (the MongoDB stand-in manages a few
 /// hundred statements a second).
@@ -51,16 +54,28 @@ pub struct Capabilities {
     pub rejects_oversized_reading: bool,
 }
 
+/// Makes the store's next batch with sequence numbers land only its first `n` readings and
+/// fail retriably, as a write whose reply was lost part-way.
+pub type BreakOff = Box<dyn Fn(usize) + Send + Sync>;
+
 /// A fresh, empty store and what keeps it alive.
 pub struct Fixture {
     pub store: Arc<dyn Store>,
     pub caps: Capabilities,
+    /// For stores that can be told to fail mid-batch; MongoDB fails one for real instead (an
+    /// oversized reading in the middle of a batch).
+    pub break_off: Option<BreakOff>,
     _guard: Box<dyn Any + Send>,
 }
 
 impl Fixture {
     pub fn new(store: Arc<dyn Store>, caps: Capabilities, guard: impl Any + Send) -> Fixture {
-        Fixture { store, caps, _guard: Box::new(guard) }
+        Fixture { store, caps, break_off: None, _guard: Box::new(guard) }
+    }
+
+    pub fn with_break_off(mut self, break_off: impl Fn(usize) + Send + Sync + 'static) -> Self {
+        self.break_off = Some(Box::new(break_off));
+        self
     }
 }
 
@@ -93,6 +108,7 @@ macro_rules! store_suite {
             empty_and_invalid_requests,
             high_water_marks_follow_writes,
             a_failed_batch_leaves_the_prefix_its_mark_names,
+            marks_are_kept_per_writer,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
@@ -140,7 +156,7 @@ pub fn batches(series: &Arc<SeriesMeta>, readings: &[Reading]) -> Vec<Batch> {
 
 /// Writes and insists that every batch succeeded.
 pub async fn write_ok(store: &dyn Store, batches: &[Batch]) -> Vec<WriteReport> {
-    let results = store.write(batches).await;
+    let results = store.write(W, batches).await;
     assert_eq!(results.len(), batches.len(), "one result per batch");
     results
         .into_iter()
@@ -603,7 +619,7 @@ pub async fn one_batch_fails_the_others_land(make: Make<'_>) {
     let mut all = batches(&good_a, &a);
     all.extend(batches(&bad, std::slice::from_ref(&oversized)));
     all.extend(batches(&good_b, &b));
-    let results = f.store.write(&all).await;
+    let results = f.store.write(W, &all).await;
     assert_eq!(results.len(), 3);
     assert!(results[0].is_ok(), "{:?}", results[0]);
     assert!(results[2].is_ok(), "{:?}", results[2]);
@@ -811,11 +827,11 @@ pub async fn sensors_by_tag_and_measurement(make: Make<'_>) {
 pub async fn empty_and_invalid_requests(make: Make<'_>) {
     let f = make(BucketLimits::default()).await;
     f.store.ping().await.expect("ping");
-    assert!(f.store.write(&[]).await.is_empty());
+    assert!(f.store.write(W, &[]).await.is_empty());
     let s = series("empty", "m", &[]);
     let empty = Batch::new(s.clone(), T0, vec![]);
     let one = batches(&s, &[reading(T0 + 1, &[("v", FieldValue::Bool(true))])]);
-    let results = f.store.write(&[empty, one[0].clone()]).await;
+    let results = f.store.write(W, &[empty, one[0].clone()]).await;
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     assert!(read(&*f.store, range(&s.key, T0 + 5, T0 + 5)).await.is_empty());
     assert!(read(&*f.store, range(&s.key, T0 + 5, T0)).await.is_empty());
@@ -847,8 +863,12 @@ fn numbered(series: &Arc<SeriesMeta>, readings: Vec<Reading>, first: u64) -> Bat
 }
 
 async fn marks(store: &dyn Store, keys: &[(&str, TimestampMs)]) -> Vec<u64> {
+    marks_of(store, W, keys).await
+}
+
+async fn marks_of(store: &dyn Store, writer: WriterId, keys: &[(&str, TimestampMs)]) -> Vec<u64> {
     let keys: Vec<(String, TimestampMs)> = keys.iter().map(|(k, h)| (k.to_string(), *h)).collect();
-    store.high_water(&keys).await.expect("high_water")
+    store.high_water(writer, &keys).await.expect("high_water")
 }
 
 /// Each (series, hour) remembers the highest sequence number written to it, across spills and
@@ -890,17 +910,81 @@ pub async fn a_failed_batch_leaves_the_prefix_its_mark_names(make: Make<'_>) {
         (0..6).map(|i| reading(T0 + i, &[("v", FieldValue::Int(i))])).collect();
     readings.push(Reading { ts: T0 + 6, fields: huge.into() });
     readings.extend((7..12).map(|i| reading(T0 + i, &[("v", FieldValue::Int(i))])));
+    if let Some(break_off) = &f.break_off {
+        // No document limit to trip over: break the write off after 5 readings instead.
+        readings[6] = reading(T0 + 6, &[("v", FieldValue::Int(6))]);
+        break_off(5);
+    }
     let batch = numbered(&s, readings.clone(), 100);
-    let result = f.store.write(std::slice::from_ref(&batch)).await.remove(0);
+    let result = f.store.write(W, std::slice::from_ref(&batch)).await.remove(0);
     let mark = marks(&*f.store, &[(s.key.as_str(), T0)]).await[0];
     let landed = batch.seqs.partition_point(|&q| q <= mark);
     let stored = read(&*f.store, range(&s.key, T0, T0 + HOUR_MS)).await;
     assert_eq!(stored, readings[..landed].to_vec(), "a prefix, as long as the mark says");
     match result {
-        Ok(_) => assert_eq!(landed, readings.len()),
+        Ok(_) => panic!("every store fails this batch, by its document limit or when told to"),
+        Err(e) if f.break_off.is_some() => {
+            assert!(e.is_retriable(), "a broken-off write is retried: {e}");
+            assert_eq!(landed, 5, "the readings before the break landed");
+        }
         Err(e) => {
             assert!(f.caps.rejects_oversized_reading, "unexpected failure: {e}");
             assert_eq!(landed, 6, "everything before the oversized reading landed");
         }
+    }
+    // The flusher's retry: the rest, from the mark on, completes the hour exactly once.
+    let rest = Batch {
+        series: s.clone(),
+        hour: T0,
+        readings: readings[landed..]
+            .iter()
+            .filter(|r| r.ts != T0 + 6 || f.break_off.is_some())
+            .cloned()
+            .collect(),
+        seqs: batch.seqs[landed..]
+            .iter()
+            .zip(&readings[landed..])
+            .filter(|(_, r)| r.ts != T0 + 6 || f.break_off.is_some())
+            .map(|(q, _)| *q)
+            .collect(),
+    };
+    write_ok(&*f.store, std::slice::from_ref(&rest)).await;
+    let mut expected = readings[..landed].to_vec();
+    expected.extend(rest.readings.iter().cloned());
+    assert_eq!(read(&*f.store, range(&s.key, T0, T0 + HOUR_MS)).await, expected);
+    assert_eq!(marks(&*f.store, &[(s.key.as_str(), T0)]).await, vec![111]);
+}
+
+/// Two writers sharing a (series, hour), and even its buckets: each has its own mark, raised
+/// only by its own writes, and neither's readings hide the other's. (Sequence numbers of
+/// different processes are not comparable: a shared mark would let one writer's newer mark
+/// cover the other's unwritten readings.)
+pub async fn marks_are_kept_per_writer(make: Make<'_>) {
+    let f = make(BucketLimits { max_readings: 10, max_bytes: 1 << 20 }).await;
+    let s = series("hw-writers", "m", &[]);
+    let (a, b) = (W, WriterId(0xb0b));
+    let ints = |from: i64, n: i64| -> Vec<Reading> {
+        (0..n).map(|i| reading(from + i, &[("v", FieldValue::Int(from - T0 + i))])).collect()
+    };
+    // B's numbers are far above A's, as a process started later (or on a faster clock) has.
+    write_ok_as(&*f.store, a, &[numbered(&s, ints(T0, 4), 100)]).await;
+    write_ok_as(&*f.store, b, &[numbered(&s, ints(T0 + 10, 3), 9_000_000)]).await;
+    write_ok_as(&*f.store, a, &[numbered(&s, ints(T0 + 20, 12), 104)]).await;
+    let key = s.key.as_str();
+    assert_eq!(marks_of(&*f.store, a, &[(key, T0)]).await, vec![115]);
+    assert_eq!(marks_of(&*f.store, b, &[(key, T0)]).await, vec![9_000_002]);
+    assert_eq!(marks_of(&*f.store, WriterId(7), &[(key, T0)]).await, vec![0]);
+    let keys = vec![(s.key.clone(), T0)];
+    assert_eq!(f.store.schema1_high_water(&keys).await.expect("schema-1 marks"), vec![0]);
+    let stored = read(&*f.store, range(key, T0, T0 + HOUR_MS)).await;
+    let mut expected = ints(T0, 4);
+    expected.extend(ints(T0 + 10, 3));
+    expected.extend(ints(T0 + 20, 12));
+    assert_eq!(stored, expected);
+}
+
+pub async fn write_ok_as(store: &dyn Store, writer: WriterId, batches: &[Batch]) {
+    for (i, r) in store.write(writer, batches).await.into_iter().enumerate() {
+        r.unwrap_or_else(|e| panic!("batch {i} as writer {writer}: {e}"));
     }
 }

@@ -15,6 +15,9 @@ use bucketd::store::{BucketLimits, SensorInfo, Store};
 use bytes::Bytes;
 use tower::ServiceExt;
 
+/// The writer these writes are made as.
+const W: bucketd::model::WriterId = bucketd::model::WriterId(1);
+
 /// Stands in for the buffers: readings per sensor in arrival order.
 #[derive(Default)]
 pub struct FakeUnflushed {
@@ -115,7 +118,7 @@ pub async fn write(store: &MemoryStore, series: &SeriesMeta, readings: &[Reading
             None => batches.push(Batch::new(meta.clone(), hour, vec![r.clone()])),
         }
     }
-    for result in store.write(&batches).await {
+    for result in store.write(W, &batches).await {
         result.expect("memory store write");
     }
 }

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use bucketd::buffer::Buffers;
 use bucketd::config::Config;
 use bucketd::flush::ShutdownReport;
-use bucketd::model::{Batch, Reading, Seq, TimestampMs};
+use bucketd::model::{Batch, Reading, Seq, TimestampMs, WriterId};
 use bucketd::server::Server;
 use bucketd::store::memory::MemoryStore;
 use bucketd::store::{
@@ -190,12 +190,16 @@ impl Store for FlakyStore {
         self.check()
     }
 
-    async fn write(&self, batches: &[Batch]) -> Vec<Result<WriteReport, StoreError>> {
+    async fn write(
+        &self,
+        writer: WriterId,
+        batches: &[Batch],
+    ) -> Vec<Result<WriteReport, StoreError>> {
         if let Err(e) = self.check() {
             self.failed_writes.fetch_add(1, Ordering::SeqCst);
             return batches.iter().map(|_| Err(e.clone())).collect();
         }
-        let outcomes = self.inner.write(batches).await;
+        let outcomes = self.inner.write(writer, batches).await;
         let lost = self
             .lose_replies
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
@@ -209,9 +213,13 @@ impl Store for FlakyStore {
         outcomes
     }
 
-    async fn high_water(&self, keys: &[(String, TimestampMs)]) -> Result<Vec<Seq>, StoreError> {
+    async fn high_water(
+        &self,
+        writer: WriterId,
+        keys: &[(String, TimestampMs)],
+    ) -> Result<Vec<Seq>, StoreError> {
         self.check()?;
-        self.inner.high_water(keys).await
+        self.inner.high_water(writer, keys).await
     }
 
     fn readings(&self, query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {
@@ -238,11 +246,19 @@ impl Store for HangingPingStore {
     async fn ping(&self) -> Result<(), StoreError> {
         std::future::pending().await
     }
-    async fn write(&self, batches: &[Batch]) -> Vec<Result<WriteReport, StoreError>> {
-        self.0.write(batches).await
+    async fn write(
+        &self,
+        writer: WriterId,
+        batches: &[Batch],
+    ) -> Vec<Result<WriteReport, StoreError>> {
+        self.0.write(writer, batches).await
     }
-    async fn high_water(&self, keys: &[(String, TimestampMs)]) -> Result<Vec<Seq>, StoreError> {
-        self.0.high_water(keys).await
+    async fn high_water(
+        &self,
+        writer: WriterId,
+        keys: &[(String, TimestampMs)],
+    ) -> Result<Vec<Seq>, StoreError> {
+        self.0.high_water(writer, keys).await
     }
     fn readings(&self, query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {
         self.0.readings(query)

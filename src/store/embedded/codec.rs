@@ -39,8 +39,12 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::EmbeddedError;
 use crate::model::{FieldName, FieldValue, Fields, Reading, TimestampMs};
+use crate::store::FieldStats;
 use crate::store::memory::approx_reading_bytes;
-use crate::store::{FieldStats, SCHEMA_VERSION};
+
+/// Version of the bucket header encoding: its own number, so that a schema change elsewhere in
+/// the file (schema 2 added per-writer marks) leaves every stored header readable.
+const HEADER_VERSION: u64 = 1;
 
 const CHUNK_V1: u64 = 1;
 const SERIES_V1: u64 = 1;
@@ -520,7 +524,7 @@ impl BucketHeader {
 
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(32 + self.stats.len() * 40);
-        put_varint(&mut out, SCHEMA_VERSION as u64);
+        put_varint(&mut out, HEADER_VERSION);
         put_varint(&mut out, u64::from(self.count));
         put_varint(&mut out, self.bytes);
         put_varint(&mut out, zigzag(self.min_ts));
@@ -541,7 +545,7 @@ impl BucketHeader {
     pub fn decode(bytes: &[u8]) -> Result<Self, EmbeddedError> {
         let mut c = Cursor::new(bytes);
         let version = c.varint()?;
-        if version != SCHEMA_VERSION as u64 {
+        if version != HEADER_VERSION {
             return Err(EmbeddedError::Corrupt(format!("unknown bucket header version {version}")));
         }
         let count = u32::try_from(c.varint()?).map_err(|_| corrupt("bucket count too large"))?;

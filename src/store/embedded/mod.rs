@@ -14,10 +14,12 @@
 //! | `measurement_index` | `(measurement, sensor key)`           | `()`                        |
 //! | `buckets`           | `(series id u64, hour i64, seq u32)`  | bucket header: count, approximate bytes, min/max ts, sorted flag, chunk count, per-field `{count,min,max,sum}` |
 //! | `chunks`            | `(series id, hour, seq, chunk u32)`   | the readings one flush appended to that bucket |
-//! | `high_water`        | `(sensor key, hour i64)`              | `u64`: highest write sequence number stored for that hour (`Store::high_water`) |
+//! | `writer_marks`      | `(sensor key, hour i64, writer u64)`  | `u64`: highest write sequence number that writer stored for that hour (`Store::high_water`) |
+//! | `high_water`        | `(sensor key, hour i64)`              | `u64`: schema 1's one mark per hour, whoever wrote (`Store::schema1_high_water`); no longer written |
 //!
 //! `meta` holds `schema_version` (written when the file is created; a file from a newer
-//! bucketd is refused at open) and `next_series_id`.
+//! bucketd is refused at open; a schema-1 file is upgraded in place by creating
+//! `writer_marks`, since every other table is unchanged) and `next_series_id`.
 //!
 //! A flush never rewrites a bucket's readings: it appends one chunk per bucket it touches and
 //! rewrites only the bucket's header (whose size depends on the number of numeric fields, not
@@ -58,7 +60,7 @@ use futures::stream::BoxStream;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::runtime::RuntimeFlavor;
 
-use crate::model::{Batch, Reading, Seq, TimestampMs};
+use crate::model::{Batch, Reading, Seq, TimestampMs, WriterId};
 use crate::store::{
     BucketLimits, RangeQuery, RollupQuery, RollupRow, SCHEMA_VERSION, SensorInfo, SensorQuery,
     Store, StoreError, WriteReport,
@@ -78,8 +80,10 @@ const MEASUREMENT_INDEX: TableDefinition<(&str, &str), ()> =
     TableDefinition::new("measurement_index");
 const BUCKETS: TableDefinition<(u64, i64, u32), &[u8]> = TableDefinition::new("buckets");
 const CHUNKS: TableDefinition<(u64, i64, u32, u32), &[u8]> = TableDefinition::new("chunks");
-/// Added after schema version 1 shipped without it; created on open, so older files gain it.
-const HIGH_WATER: TableDefinition<(&str, i64), u64> = TableDefinition::new("high_water");
+/// Schema 1's marks: one per (series, hour) for every writer. Read, never written, by schema 2.
+const SCHEMA1_MARKS: TableDefinition<(&str, i64), u64> = TableDefinition::new("high_water");
+/// Schema 2's marks: one per (series, hour, writer).
+const WRITER_MARKS: TableDefinition<(&str, i64, u64), u64> = TableDefinition::new("writer_marks");
 
 const META_SCHEMA_VERSION: &str = "schema_version";
 const META_NEXT_SERIES_ID: &str = "next_series_id";
@@ -148,6 +152,9 @@ pub struct EmbeddedStore {
     db: Arc<Database>,
     limits: BucketLimits,
     path: PathBuf,
+    /// `usize::MAX`, or: the next write's first batch with sequence numbers commits this many
+    /// readings and is reported failed (see [`EmbeddedStore::fail_next_batch_after`]).
+    fail_after: std::sync::atomic::AtomicUsize,
 }
 
 impl EmbeddedStore {
@@ -166,7 +173,21 @@ impl EmbeddedStore {
             },
         )?;
         init_schema(&db, &path)?;
-        Ok(EmbeddedStore { db: Arc::new(db), limits, path })
+        Ok(EmbeddedStore {
+            db: Arc::new(db),
+            limits,
+            path,
+            fail_after: std::sync::atomic::AtomicUsize::new(usize::MAX),
+        })
+    }
+
+    /// For tests of the retry path: the next write's first batch with sequence numbers commits
+    /// only its first `landed` readings (with their mark) and is reported `Unavailable`, as if
+    /// the reply to a partly applied write were lost. A real redb commit is all or nothing; this
+    /// is the failure the flusher must survive on stores that cut a batch into statements.
+    #[doc(hidden)]
+    pub fn fail_next_batch_after(&self, landed: usize) {
+        self.fail_after.store(landed, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// The database file.
@@ -209,6 +230,11 @@ fn init_schema(db: &Database, path: &Path) -> Result<(), EmbeddedError> {
                     why: "schema version 0",
                 });
             }
+            Some(found) if found < SCHEMA_VERSION as u64 => {
+                // Schema 1 → 2 adds `writer_marks` (opened below) and nothing else.
+                meta.insert(META_SCHEMA_VERSION, SCHEMA_VERSION as u64)?;
+                tracing::info!(path = %path.display(), from = found, to = SCHEMA_VERSION, "upgraded the embedded store's schema");
+            }
             Some(_) => {}
             None if has_tables => {
                 return Err(EmbeddedError::NotBucketd {
@@ -226,7 +252,8 @@ fn init_schema(db: &Database, path: &Path) -> Result<(), EmbeddedError> {
         txn.open_table(MEASUREMENT_INDEX)?;
         txn.open_table(BUCKETS)?;
         txn.open_table(CHUNKS)?;
-        txn.open_table(HIGH_WATER)?;
+        txn.open_table(SCHEMA1_MARKS)?;
+        txn.open_table(WRITER_MARKS)?;
     }
     txn.commit()?;
     Ok(())
@@ -246,11 +273,17 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn write(&self, batches: &[Batch]) -> Vec<Result<WriteReport, StoreError>> {
+    async fn write(
+        &self,
+        writer: WriterId,
+        batches: &[Batch],
+    ) -> Vec<Result<WriteReport, StoreError>> {
         if batches.is_empty() {
             return Vec::new();
         }
         let (db, limits) = (self.db.clone(), self.limits);
+        let fail_after = self.fail_after.swap(usize::MAX, std::sync::atomic::Ordering::SeqCst);
+        let w = write::Writing { writer, limits, fail_after };
         let failed = |why: String| {
             let e = StoreError::Internal(format!("embedded write task failed: {why}"));
             vec![Err(e); batches.len()]
@@ -260,7 +293,7 @@ impl Store for EmbeddedStore {
         // for `spawn_blocking` and freeing the copy cost ~15% of the server's CPU under a
         // 10,000-sensor line-protocol load, and held each flushed reading twice in memory.
         if tokio::runtime::Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
-            let run = std::panic::AssertUnwindSafe(|| write::write_batches(&db, limits, batches));
+            let run = std::panic::AssertUnwindSafe(|| write::write_batches(&db, w, batches));
             return match tokio::task::block_in_place(|| std::panic::catch_unwind(run)) {
                 Ok(outcomes) => outcomes,
                 Err(_) => failed("panic".into()),
@@ -268,17 +301,38 @@ impl Store for EmbeddedStore {
         }
         // A current-thread runtime cannot block in place: spawn_blocking needs owned data.
         let owned = batches.to_vec();
-        match tokio::task::spawn_blocking(move || write::write_batches(&db, limits, &owned)).await {
+        match tokio::task::spawn_blocking(move || write::write_batches(&db, w, &owned)).await {
             Ok(outcomes) => outcomes,
             Err(e) => failed(e.to_string()),
         }
     }
 
-    async fn high_water(&self, keys: &[(String, TimestampMs)]) -> Result<Vec<Seq>, StoreError> {
+    async fn high_water(
+        &self,
+        writer: WriterId,
+        keys: &[(String, TimestampMs)],
+    ) -> Result<Vec<Seq>, StoreError> {
         let keys = keys.to_vec();
         self.blocking(move |db| {
             let txn = db.begin_read()?;
-            let table = txn.open_table(HIGH_WATER)?;
+            let table = txn.open_table(WRITER_MARKS)?;
+            keys.iter()
+                .map(|(key, hour)| {
+                    Ok(table.get((key.as_str(), *hour, writer.0))?.map_or(0, |g| g.value()))
+                })
+                .collect()
+        })
+        .await
+    }
+
+    async fn schema1_high_water(
+        &self,
+        keys: &[(String, TimestampMs)],
+    ) -> Result<Vec<Seq>, StoreError> {
+        let keys = keys.to_vec();
+        self.blocking(move |db| {
+            let txn = db.begin_read()?;
+            let table = txn.open_table(SCHEMA1_MARKS)?;
             keys.iter()
                 .map(|(key, hour)| Ok(table.get((key.as_str(), *hour))?.map_or(0, |g| g.value())))
                 .collect()

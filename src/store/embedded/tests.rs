@@ -36,7 +36,7 @@ fn batches(series: &Arc<SeriesMeta>, readings: &[Reading]) -> Vec<Batch> {
 }
 
 async fn write_ok(store: &EmbeddedStore, batches: &[Batch]) -> Vec<WriteReport> {
-    store.write(batches).await.into_iter().map(|r| r.expect("batch written")).collect()
+    store.write(WriterId(1), batches).await.into_iter().map(|r| r.expect("batch written")).collect()
 }
 
 fn range(sensor: &str, from: TimestampMs, to: TimestampMs) -> RangeQuery {
@@ -266,14 +266,17 @@ async fn batches_of_one_write_see_each_other_and_a_bad_batch_fails_alone() {
     let empty = Batch::new(b.clone(), 0, vec![]);
     let extreme = Batch::new(b.clone(), 0, vec![reading(i64::MAX, 0.0)]);
     let out = store
-        .write(&[
-            batches(&a, &a1).remove(0),
-            bad,
-            batches(&a, &a2).remove(0),
-            misaligned,
-            empty,
-            extreme,
-        ])
+        .write(
+            WriterId(1),
+            &[
+                batches(&a, &a1).remove(0),
+                bad,
+                batches(&a, &a2).remove(0),
+                misaligned,
+                empty,
+                extreme,
+            ],
+        )
         .await;
     assert_eq!(out[0].as_ref().ok(), Some(&WriteReport { buckets_created: 1 }));
     assert!(matches!(out[1], Err(StoreError::Rejected(_))), "{:?}", out[1]);
@@ -301,10 +304,10 @@ async fn a_corrupt_bucket_fails_only_its_batch() {
     txn.commit().unwrap();
 
     let out = store
-        .write(&[
-            batches(&a, &[reading(2, 2.0)]).remove(0),
-            batches(&b, &[reading(2, 3.0)]).remove(0),
-        ])
+        .write(
+            WriterId(1),
+            &[batches(&a, &[reading(2, 2.0)]).remove(0), batches(&b, &[reading(2, 3.0)]).remove(0)],
+        )
         .await;
     assert!(matches!(out[0], Err(StoreError::Corrupt(_))), "{:?}", out[0]);
     assert_eq!(out[1].as_ref().ok(), Some(&WriteReport { buckets_created: 1 }));

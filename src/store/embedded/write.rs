@@ -4,10 +4,12 @@ use redb::{Database, ReadableTable, Table, WriteTransaction};
 
 use super::codec::{self, BucketHeader, SeriesRecord};
 use super::{
-    BUCKETS, CHUNKS, EmbeddedError, HIGH_WATER, MEASUREMENT_INDEX, META, META_NEXT_SERIES_ID,
-    SERIES, TAG_INDEX,
+    BUCKETS, CHUNKS, EmbeddedError, MEASUREMENT_INDEX, META, META_NEXT_SERIES_ID, SERIES,
+    TAG_INDEX, WRITER_MARKS,
 };
-use crate::model::{Batch, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, TimestampMs, hour_start};
+use crate::model::{
+    Batch, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, TimestampMs, WriterId, hour_start,
+};
 use crate::store::memory::approx_reading_bytes;
 use crate::store::{BucketLimits, StoreError, WriteReport};
 
@@ -18,7 +20,7 @@ struct Tables<'t> {
     measurements: Table<'t, (&'static str, &'static str), ()>,
     buckets: Table<'t, (u64, i64, u32), &'static [u8]>,
     chunks: Table<'t, (u64, i64, u32, u32), &'static [u8]>,
-    high_water: Table<'t, (&'static str, i64), u64>,
+    marks: Table<'t, (&'static str, i64, u64), u64>,
 }
 
 impl<'t> Tables<'t> {
@@ -30,9 +32,18 @@ impl<'t> Tables<'t> {
             measurements: txn.open_table(MEASUREMENT_INDEX)?,
             buckets: txn.open_table(BUCKETS)?,
             chunks: txn.open_table(CHUNKS)?,
-            high_water: txn.open_table(HIGH_WATER)?,
+            marks: txn.open_table(WRITER_MARKS)?,
         })
     }
+}
+
+/// How one `Store::write` call writes.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Writing {
+    pub writer: WriterId,
+    pub limits: BucketLimits,
+    /// The test hook of `EmbeddedStore::fail_next_batch_after`; `usize::MAX` when off.
+    pub fail_after: usize,
 }
 
 /// Writes `batches`, returning one outcome per batch. A batch that breaks the `Batch`
@@ -40,7 +51,7 @@ impl<'t> Tables<'t> {
 /// (I/O, disk full) aborts the transaction and fails every batch that was to be written.
 pub(super) fn write_batches(
     db: &Database,
-    limits: BucketLimits,
+    w: Writing,
     batches: &[Batch],
 ) -> Vec<Result<WriteReport, StoreError>> {
     let mut outcomes: Vec<Result<WriteReport, StoreError>> =
@@ -51,7 +62,7 @@ pub(super) fn write_batches(
     if todo.is_empty() {
         return outcomes;
     }
-    match commit(db, limits, batches, &todo) {
+    match commit(db, w, batches, &todo) {
         Ok(results) => {
             for (i, r) in todo.into_iter().zip(results) {
                 outcomes[i] = r;
@@ -89,7 +100,7 @@ fn check_batch(batch: &Batch) -> Result<(), StoreError> {
 
 fn commit(
     db: &Database,
-    limits: BucketLimits,
+    w: Writing,
     batches: &[Batch],
     todo: &[usize],
 ) -> Result<Vec<Result<WriteReport, StoreError>>, EmbeddedError> {
@@ -97,12 +108,32 @@ fn commit(
     // Durability stays redb's default (Immediate: fsync before commit returns).
     txn.set_quick_repair(true);
     let mut results = Vec::with_capacity(todo.len());
+    let mut fail_after = Some(w.fail_after).filter(|&n| n != usize::MAX);
     {
         let mut t = Tables::open(&txn)?;
         for &i in todo {
-            let result = append_batch(&mut t, limits, &batches[i])?;
+            let batch = &batches[i];
+            if let Some(landed) =
+                fail_after.filter(|&n| !batch.seqs.is_empty() && n < batch.readings.len())
+            {
+                fail_after = None;
+                let prefix = Batch {
+                    series: batch.series.clone(),
+                    hour: batch.hour,
+                    readings: batch.readings[..landed].to_vec(),
+                    seqs: batch.seqs[..landed].to_vec(),
+                };
+                if !prefix.readings.is_empty() && append_batch(&mut t, w.limits, &prefix)?.is_ok() {
+                    record_mark(&mut t, w.writer, &prefix)?;
+                }
+                results.push(Err(StoreError::Unavailable(format!(
+                    "embedded store: the test broke this batch off after {landed} readings"
+                ))));
+                continue;
+            }
+            let result = append_batch(&mut t, w.limits, batch)?;
             if result.is_ok() {
-                record_high_water(&mut t, &batches[i])?;
+                record_mark(&mut t, w.writer, batch)?;
             }
             results.push(result);
         }
@@ -112,16 +143,16 @@ fn commit(
 }
 
 /// In the batch's own transaction, so the mark and the readings land together.
-fn record_high_water(t: &mut Tables<'_>, batch: &Batch) -> Result<(), EmbeddedError> {
+fn record_mark(t: &mut Tables<'_>, writer: WriterId, batch: &Batch) -> Result<(), EmbeddedError> {
     let Some(last) = batch.last_seq() else { return Ok(()) };
-    let key = (batch.series.key.as_str(), batch.hour);
+    let key = (batch.series.key.as_str(), batch.hour, writer.0);
     // Marks almost always grow, so write first and put a higher old mark back (a refill of
     // older readings): one B-tree operation per batch instead of a lookup and a write.
-    let old = t.high_water.insert(key, last)?.map(|g| g.value());
+    let old = t.marks.insert(key, last)?.map(|g| g.value());
     if let Some(old) = old
         && old > last
     {
-        t.high_water.insert(key, old)?;
+        t.marks.insert(key, old)?;
     }
     Ok(())
 }

@@ -9,7 +9,8 @@
 //!   n: <readings, int>, bytes: <approximate BSON bytes of r, int>,
 //!   first: Date, last: Date,
 //!   stats: { <field>: {min: double, max: double, sum: double, n: int} },
-//!   w: <highest write sequence number of its readings, int64>,
+//!   w: { <writer id, 16 hex digits>: <highest write sequence number of its readings that
+//!        this writer wrote, int64>, ... },        (schema 1: one int64 for every writer)
 //!   r: [ {t: Date, f: { <field>: value }}, ... ] }
 //! ```
 //!
@@ -21,7 +22,7 @@ use std::borrow::Cow;
 
 use bson::{Bson, DateTime, Document, RawDocumentBuf};
 
-use crate::model::{FieldName, FieldValue, Fields, Reading, TimestampMs};
+use crate::model::{FieldName, FieldValue, Fields, Reading, TimestampMs, WriterId};
 use crate::store::{FieldStats, StoreError};
 
 pub const ID: &str = "_id";
@@ -39,8 +40,14 @@ pub const FIRST: &str = "first";
 pub const LAST: &str = "last";
 pub const STATS: &str = "stats";
 pub const READINGS: &str = "r";
-/// Highest write sequence number among the bucket's readings (`Store::high_water`).
+/// Per writer, the highest write sequence number among the bucket's readings
+/// (`Store::high_water`). Schema 1 kept one number here for every writer.
 pub const HIGH_WATER: &str = "w";
+
+/// The update path of `writer`'s mark: a writer id is 16 hex digits, a safe key.
+pub fn writer_mark(writer: WriterId) -> String {
+    format!("{HIGH_WATER}.{writer}")
+}
 pub const TIME: &str = "t";
 pub const FIELDS: &str = "f";
 pub const STAT_MIN: &str = "min";

@@ -31,10 +31,10 @@ use mongodb::error::{ErrorKind, WriteFailure};
 use mongodb::options::{ClientOptions, IndexOptions};
 use mongodb::{Client, Collection, Database, IndexModel};
 
-use crate::model::{Batch, Reading, Seq, TimestampMs};
+use crate::model::{Batch, Reading, Seq, TimestampMs, WriterId};
 use crate::store::{
-    BucketLimits, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery, Store, StoreError,
-    WriteReport,
+    BucketLimits, Marks, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery, Store,
+    StoreError, WriteReport,
 };
 
 /// The collection holding every bucket.
@@ -262,12 +262,27 @@ impl Store for MongoStore {
             .map_err(error_from_driver)
     }
 
-    async fn write(&self, batches: &[Batch]) -> Vec<Result<WriteReport, StoreError>> {
-        write::write(&self.inner, batches).await
+    async fn write(
+        &self,
+        writer: WriterId,
+        batches: &[Batch],
+    ) -> Vec<Result<WriteReport, StoreError>> {
+        write::write(&self.inner, writer, batches).await
     }
 
-    async fn high_water(&self, keys: &[(String, TimestampMs)]) -> Result<Vec<Seq>, StoreError> {
-        query::high_water(&self.inner, keys).await
+    async fn high_water(
+        &self,
+        writer: WriterId,
+        keys: &[(String, TimestampMs)],
+    ) -> Result<Vec<Seq>, StoreError> {
+        query::high_water(&self.inner, Marks::Of(writer), keys).await
+    }
+
+    async fn schema1_high_water(
+        &self,
+        keys: &[(String, TimestampMs)],
+    ) -> Result<Vec<Seq>, StoreError> {
+        query::high_water(&self.inner, Marks::Schema1, keys).await
     }
 
     fn readings(&self, query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {

@@ -15,7 +15,8 @@ use crate::model::{
     HOUR_MS, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, Seq, TimestampMs, hour_start,
 };
 use crate::store::{
-    FieldStats, Order, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery, StoreError,
+    FieldStats, Marks, Order, RangeQuery, RollupQuery, RollupRow, SCHEMA_VERSION, SensorInfo,
+    SensorQuery, StoreError,
 };
 
 /// Documents per cursor batch: enough to amortize round trips, few enough that a range is
@@ -30,12 +31,18 @@ const READINGS_CURSOR_BATCH: u32 = 10_000;
 /// Sensors per high-water query: keeps the `$in` list and its reply small.
 const HIGH_WATER_KEYS: usize = 1000;
 
-/// `Store::high_water`: per hour asked about, the highest `w` of each sensor's buckets, with
+/// `Store::high_water` and `schema1_high_water`: per hour asked about, the highest mark of
+/// each sensor's buckets (`w.<writer>` of schema 2, or the one `w` of schema-1 buckets), with
 /// one aggregation per hour and up to [`HIGH_WATER_KEYS`] sensors (index `{s, start}`).
 pub(super) async fn high_water(
     inner: &Inner,
+    marks: Marks,
     keys: &[(String, TimestampMs)],
 ) -> Result<Vec<Seq>, StoreError> {
+    let (mark, version) = match marks {
+        Marks::Of(writer) => (d::writer_mark(writer), SCHEMA_VERSION),
+        Marks::Schema1 => (d::HIGH_WATER.to_owned(), 1),
+    };
     let mut by_hour: BTreeMap<TimestampMs, Vec<usize>> = BTreeMap::new();
     for (i, (_, hour)) in keys.iter().enumerate() {
         by_hour.entry(*hour).or_default().push(i);
@@ -45,8 +52,9 @@ pub(super) async fn high_water(
         for part in indices.chunks(HIGH_WATER_KEYS) {
             let sensors: Vec<&str> = part.iter().map(|&i| keys[i].0.as_str()).collect();
             let pipeline = vec![
-                doc! {"$match": {d::SENSOR: {"$in": &sensors}, d::START: d::date(hour)}},
-                doc! {"$group": {d::ID: format!("${}", d::SENSOR), "w": {"$max": format!("${}", d::HIGH_WATER)}}},
+                // A mark is only ever in buckets of its own schema version.
+                doc! {"$match": {d::SENSOR: {"$in": &sensors}, d::START: d::date(hour), d::VERSION: version}},
+                doc! {"$group": {d::ID: format!("${}", d::SENSOR), "w": {"$max": format!("${mark}")}}},
             ];
             let action = inner.buckets.aggregate(pipeline).batch_size(CURSOR_BATCH);
             let found: Vec<Document> =

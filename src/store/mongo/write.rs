@@ -29,7 +29,7 @@ use bson::{Bson, Document, RawArrayBuf, RawDocumentBuf};
 
 use super::document::{self as d, EncodedReading};
 use super::{Inner, error_from_code, error_from_driver, is_too_large};
-use crate::model::{Batch, HOUR_MS};
+use crate::model::{Batch, HOUR_MS, WriterId};
 use crate::store::{BucketLimits, SCHEMA_VERSION, StoreError, WriteReport};
 
 /// Bytes of the `update` command around its statements: the command name and collection,
@@ -57,6 +57,8 @@ struct Work {
 
 struct BatchState<'a> {
     batch: &'a Batch,
+    /// Whose high-water mark the statements raise.
+    writer: WriterId,
     readings: Vec<EncodedReading>,
     report: WriteReport,
     error: Option<StoreError>,
@@ -69,12 +71,14 @@ struct Statement {
 
 pub(super) async fn write(
     inner: &Inner,
+    writer: WriterId,
     batches: &[Batch],
 ) -> Vec<Result<WriteReport, StoreError>> {
     let mut states: Vec<BatchState> = batches
         .iter()
         .map(|batch| BatchState {
             batch,
+            writer,
             readings: batch.readings.iter().map(d::encode_reading).collect(),
             report: WriteReport::default(),
             error: None,
@@ -150,11 +154,13 @@ pub(super) async fn write(
 /// benchmark; `statement_budget` is the server's command size limit less the command overhead.
 pub fn encode_batch(
     batch: &Batch,
+    writer: WriterId,
     limits: BucketLimits,
     statement_budget: u64,
 ) -> Vec<RawDocumentBuf> {
     let state = BatchState {
         batch,
+        writer,
         readings: batch.readings.iter().map(d::encode_reading).collect(),
         report: WriteReport::default(),
         error: None,
@@ -342,7 +348,7 @@ fn statement(state: &BatchState, work: &Work, limits: BucketLimits) -> RawDocume
     if let Some(&seq) = batch.seqs.get(work.readings.end.wrapping_sub(1)) {
         // BSON has no unsigned 64-bit integer; sequence numbers (nanoseconds since 1970 and
         // counting) stay below i64::MAX until the year 2262.
-        max.append(d::HIGH_WATER, i64::try_from(seq).unwrap_or(i64::MAX));
+        max.append(d::writer_mark(state.writer), i64::try_from(seq).unwrap_or(i64::MAX));
     }
     for name in order {
         let s = &stats[name];
@@ -536,6 +542,7 @@ mod tests {
     fn state(batch: &Batch) -> BatchState<'_> {
         BatchState {
             batch,
+            writer: WriterId(1),
             readings: batch.readings.iter().map(d::encode_reading).collect(),
             report: WriteReport::default(),
             error: None,
