@@ -36,14 +36,24 @@ pub struct StatsJson {
     pub count: u64,
     pub min: f64,
     pub max: f64,
-    /// `null` only if the sum overflows f64.
-    pub sum: f64,
-    pub mean: f64,
+    /// `null` only if the sum overflows f64 (values near ±1.8e308).
+    pub sum: Option<f64>,
+    /// `null` when `sum` is.
+    pub mean: Option<f64>,
 }
 
 impl From<&FieldStats> for StatsJson {
     fn from(s: &FieldStats) -> Self {
-        StatsJson { count: s.count, min: s.min, max: s.max, sum: s.sum, mean: s.mean() }
+        // JSON has no infinity; serde_json would write `null` for it anyway, and an `Option`
+        // makes the schema say so.
+        let finite = |v: f64| v.is_finite().then_some(v);
+        StatsJson {
+            count: s.count,
+            min: s.min,
+            max: s.max,
+            sum: finite(s.sum),
+            mean: finite(s.mean()),
+        }
     }
 }
 
