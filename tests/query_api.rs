@@ -370,7 +370,7 @@ async fn the_openapi_document_lists_every_endpoint() {
         ("/write", &["post"]),
         ("/api/v2/write", &["post"]),
         ("/ping", &["get"]),
-        ("/query", &["post"]),
+        ("/query", &["get", "post"]),
         ("/health", &["get"]),
         ("/ready", &["get"]),
         ("/metrics", &["get"]),

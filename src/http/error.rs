@@ -208,6 +208,16 @@ impl InfluxError {
     }
 }
 
+/// The error body of `/api/v2/write`, InfluxDB 2.x's shape. A struct rather than a `json!` so
+/// that the OpenAPI document describes exactly what is sent.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct InfluxV2ErrorBody {
+    /// InfluxDB's error code for the status, e.g. `invalid`, `unavailable`.
+    pub code: &'static str,
+    /// What was wrong, for a person to read.
+    pub message: String,
+}
+
 /// InfluxDB v2's error codes for the statuses bucketd returns.
 fn v2_code(status: StatusCode) -> &'static str {
     match status {
@@ -230,12 +240,13 @@ impl IntoResponse for InfluxError {
             message = "authorization failed".into();
         }
         let body = match self.api {
-            InfluxApi::V1 => Json(json!({ "error": message })),
+            InfluxApi::V1 => Json(json!({ "error": message })).into_response(),
             InfluxApi::V2 => {
-                Json(json!({ "code": v2_code(self.error.status()), "message": message }))
+                let code = v2_code(self.error.status());
+                Json(InfluxV2ErrorBody { code, message }).into_response()
             }
         };
-        self.error.finish(body.into_response())
+        self.error.finish(body)
     }
 }
 

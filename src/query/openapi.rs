@@ -51,6 +51,7 @@ use super::sensors::{SensorJson, SensorsResponse};
         IngestTs,
         IngestBody,
         AcceptedBody,
+        crate::http::error::InfluxV2ErrorBody,
     )),
     tags(
         (name = "query", description = "Reading data back."),

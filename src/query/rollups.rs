@@ -62,11 +62,11 @@ impl From<&FieldStats> for StatsJson {
     path = "/api/v1/rollups",
     tag = "query",
     params(
-        ("sensor" = String, Query, description = "Sensor key."),
+        ("sensor" = String, Query, example = "temp,site=a", description = "Sensor key."),
         ("from" = Option<String>, Query, description = "Start, inclusive: RFC 3339 or epoch milliseconds. Default: `to` minus one hour."),
         ("to" = Option<String>, Query, description = "End, exclusive: RFC 3339 or epoch milliseconds. Default: now."),
-        ("step" = Option<String>, Query, description = "Step length: a number and a unit ms, s, m, h or d, a sum such as `1h30m`, or a bare number of milliseconds (Grafana's `${__interval_ms}`). Default `1h`, minimum `1s`; the range may span at most 10000 steps. Steps are aligned to multiples of the step since the epoch (UTC), so the first row may start before `from` (it only counts readings from `from` on)."),
-        ("fields" = Option<String>, Query, description = "Comma-separated field names; default every numeric field."),
+        ("step" = Option<String>, Query, example = "5m", description = "Step length: a number and a unit ms, s, m, h or d, a sum such as `1h30m`, or a bare number of milliseconds (Grafana's `${__interval_ms}`). Default `1h`, minimum `1s`; the range may span at most 10000 steps. Steps are aligned to multiples of the step since the epoch (UTC), so the first row may start before `from` (it only counts readings from `from` on)."),
+        ("fields" = Option<String>, Query, example = "value", description = "Comma-separated field names; default every numeric field."),
     ),
     responses(
         (status = 200, description = "Statistics per step and numeric field.", body = RollupsResponse),
