@@ -386,6 +386,14 @@ async fn the_openapi_document_lists_every_endpoint() {
         .map(|p| p["name"].as_str().unwrap())
         .collect();
     assert_eq!(readings_params, ["sensor", "from", "to", "order", "limit", "cursor", "format"]);
+    // A refused token is answered in the route's own error shape, and documented so.
+    let schema_401 = |path: &str, method: &str| {
+        paths[path][method]["responses"]["401"]["content"]["application/json"]["schema"]["$ref"]
+            .clone()
+    };
+    assert_eq!(schema_401("/api/v2/write", "post"), "#/components/schemas/InfluxV2ErrorBody");
+    assert_eq!(schema_401("/write", "post"), "#/components/schemas/ErrorBody");
+    assert_eq!(schema_401("/api/v1/rollups", "get"), "#/components/schemas/ErrorBody");
     // Every schema reference resolves.
     let schemas = doc["components"]["schemas"].as_object().unwrap();
     let text = String::from_utf8(body.to_vec()).unwrap();

@@ -192,6 +192,18 @@ pub enum InfluxApi {
     V2,
 }
 
+impl InfluxApi {
+    /// The API the route at `path` imitates, so its error shape; `None` for bucketd's own
+    /// routes. The one list of them, for handlers, middleware and the OpenAPI document alike.
+    pub fn of_route(path: &str) -> Option<InfluxApi> {
+        match path {
+            "/write" | "/query" => Some(InfluxApi::V1),
+            "/api/v2/write" => Some(InfluxApi::V2),
+            _ => None,
+        }
+    }
+}
+
 /// An [`ApiError`] answered in InfluxDB's body shape, same status.
 #[derive(Debug)]
 pub struct InfluxError {

@@ -110,7 +110,7 @@ pub fn router(limits: &HttpLimits) -> Router<AppState> {
             };
             // In the route's own error shape, so that an InfluxDB client reads these as it
             // reads every other error of its endpoint.
-            match influx_api(uri.path()) {
+            match InfluxApi::of_route(uri.path()) {
                 Some(api) => InfluxError { api, error }.into_response(),
                 None => error.into_response(),
             }
@@ -129,15 +129,6 @@ pub fn router(limits: &HttpLimits) -> Router<AppState> {
         .route_layer(guard)
         .route("/ping", get(ping))
         .route("/query", get(influx_query).post(influx_query))
-}
-
-/// Which InfluxDB API a write route imitates; `None` for bucketd's own.
-fn influx_api(path: &str) -> Option<InfluxApi> {
-    match path {
-        "/write" => Some(InfluxApi::V1),
-        "/api/v2/write" => Some(InfluxApi::V2),
-        _ => None,
-    }
 }
 
 fn now_ms() -> TimestampMs {
