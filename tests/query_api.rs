@@ -157,6 +157,39 @@ async fn rollups_of_unknown_and_empty() {
     assert_eq!(v["error"], "store unavailable");
 }
 
+/// Found by the OpenAPI fuzz run: an overflowing sum was written as `null` where the document
+/// promised a number. `null` stays (JSON has no infinity); the document now says so.
+#[tokio::test]
+async fn rollups_whose_sum_overflows_give_null_as_documented() {
+    let app = app(BucketLimits { max_readings: 5, max_bytes: 1 << 20 });
+    let s = series("huge", "huge", &[]);
+    let huge: Vec<Reading> =
+        (0..2).map(|i| reading(BASE + i, vec![("v", FieldValue::Float(1.7e308))])).collect();
+    write(&app.store, &s, &huge).await;
+    app.unflushed.push(&s, reading(BASE + 2, vec![("v", FieldValue::Float(1.7e308))]));
+    // From bucket statistics (whole hours) and from the readings.
+    for (step, to) in [("1h", BASE + HOUR_MS), ("1s", BASE + 1000)] {
+        let (status, v) = get_json(
+            &app.router,
+            &format!("/api/v1/rollups?sensor=huge&from={BASE}&to={to}&step={step}"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        let stats = &v["rows"][0]["fields"]["v"];
+        assert_eq!(stats["count"], 3, "{v}");
+        assert_eq!(stats["max"], 1.7e308, "{v}");
+        assert!(stats["sum"].is_null() && stats["mean"].is_null(), "{v}");
+    }
+
+    let (_, _, body) = get(&app.router, "/api/v1/openapi.json").await;
+    let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let props = &doc["components"]["schemas"]["StatsJson"]["properties"];
+    for name in ["sum", "mean"] {
+        let types = props[name]["type"].as_array().unwrap_or_else(|| panic!("{name}: {props}"));
+        assert!(types.contains(&"null".into()) && types.contains(&"number".into()), "{props}");
+    }
+}
+
 async fn sensor_fixture() -> App {
     let app = app(BucketLimits::default());
     let a1 = series("a1", "temp", &[("floor", "1"), ("site", "a")]);
@@ -337,7 +370,7 @@ async fn the_openapi_document_lists_every_endpoint() {
         ("/write", &["post"]),
         ("/api/v2/write", &["post"]),
         ("/ping", &["get"]),
-        ("/query", &["post"]),
+        ("/query", &["get", "post"]),
         ("/health", &["get"]),
         ("/ready", &["get"]),
         ("/metrics", &["get"]),
@@ -353,6 +386,14 @@ async fn the_openapi_document_lists_every_endpoint() {
         .map(|p| p["name"].as_str().unwrap())
         .collect();
     assert_eq!(readings_params, ["sensor", "from", "to", "order", "limit", "cursor", "format"]);
+    // A refused token is answered in the route's own error shape, and documented so.
+    let schema_401 = |path: &str, method: &str| {
+        paths[path][method]["responses"]["401"]["content"]["application/json"]["schema"]["$ref"]
+            .clone()
+    };
+    assert_eq!(schema_401("/api/v2/write", "post"), "#/components/schemas/InfluxV2ErrorBody");
+    assert_eq!(schema_401("/write", "post"), "#/components/schemas/ErrorBody");
+    assert_eq!(schema_401("/api/v1/rollups", "get"), "#/components/schemas/ErrorBody");
     // Every schema reference resolves.
     let schemas = doc["components"]["schemas"].as_object().unwrap();
     let text = String::from_utf8(body.to_vec()).unwrap();

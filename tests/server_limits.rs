@@ -37,6 +37,30 @@ async fn a_write_that_takes_too_long_gets_408() {
     server.shutdown().await;
 }
 
+/// Found by the OpenAPI fuzz run's review: the timeout and load shedding answered every write
+/// route in bucketd's own shape, where `/api/v2/write` documents (and InfluxDB 2.x clients
+/// read) `{"code", "message"}`.
+#[tokio::test]
+async fn a_v2_write_that_takes_too_long_gets_408_in_the_v2_shape() {
+    let server = TestServer::start(memory_store(), &["--request-timeout", "300ms"]).await;
+    let response = within(
+        "the timed-out request",
+        10,
+        server
+            .client
+            .post(server.url("/api/v2/write"))
+            .body(stalling_body(Duration::from_secs(5)))
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
+    let body = response.json::<Value>().await.unwrap();
+    assert_eq!(body["code"], "request timeout", "{body}");
+    assert!(body["message"].as_str().unwrap().contains("did not complete"), "{body}");
+    server.shutdown().await;
+}
+
 #[tokio::test]
 async fn writes_over_the_concurrency_limit_are_shed_with_503() {
     let server = TestServer::start(

@@ -18,7 +18,7 @@ use base64::Engine as _;
 use sha2::{Digest, Sha256};
 use subtle::{Choice, ConstantTimeEq};
 
-use crate::http::{ApiError, InfluxError};
+use crate::http::{ApiError, InfluxApi, InfluxError};
 
 /// The configured tokens, kept only as digests.
 #[derive(Clone, Default)]
@@ -135,10 +135,9 @@ impl AuthPolicy {
 
 /// The shape a refusal takes: InfluxDB's on its endpoints, bucketd's elsewhere.
 fn refuse(path: &str, error: ApiError) -> Response {
-    match path {
-        "/write" | "/query" => InfluxError::v1(error).into_response(),
-        "/api/v2/write" => InfluxError::v2(error).into_response(),
-        _ => error.into_response(),
+    match InfluxApi::of_route(path) {
+        Some(api) => InfluxError { api, error }.into_response(),
+        None => error.into_response(),
     }
 }
 

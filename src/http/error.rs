@@ -192,6 +192,18 @@ pub enum InfluxApi {
     V2,
 }
 
+impl InfluxApi {
+    /// The API the route at `path` imitates, so its error shape; `None` for bucketd's own
+    /// routes. The one list of them, for handlers, middleware and the OpenAPI document alike.
+    pub fn of_route(path: &str) -> Option<InfluxApi> {
+        match path {
+            "/write" | "/query" => Some(InfluxApi::V1),
+            "/api/v2/write" => Some(InfluxApi::V2),
+            _ => None,
+        }
+    }
+}
+
 /// An [`ApiError`] answered in InfluxDB's body shape, same status.
 #[derive(Debug)]
 pub struct InfluxError {
@@ -206,6 +218,16 @@ impl InfluxError {
     pub fn v2(error: ApiError) -> Self {
         InfluxError { api: InfluxApi::V2, error }
     }
+}
+
+/// The error body of `/api/v2/write`, InfluxDB 2.x's shape. A struct rather than a `json!` so
+/// that the OpenAPI document describes exactly what is sent.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct InfluxV2ErrorBody {
+    /// InfluxDB's error code for the status, e.g. `invalid`, `unavailable`.
+    pub code: &'static str,
+    /// What was wrong, for a person to read.
+    pub message: String,
 }
 
 /// InfluxDB v2's error codes for the statuses bucketd returns.
@@ -230,12 +252,13 @@ impl IntoResponse for InfluxError {
             message = "authorization failed".into();
         }
         let body = match self.api {
-            InfluxApi::V1 => Json(json!({ "error": message })),
+            InfluxApi::V1 => Json(json!({ "error": message })).into_response(),
             InfluxApi::V2 => {
-                Json(json!({ "code": v2_code(self.error.status()), "message": message }))
+                let code = v2_code(self.error.status());
+                Json(InfluxV2ErrorBody { code, message }).into_response()
             }
         };
-        self.error.finish(body.into_response())
+        self.error.finish(body)
     }
 }
 

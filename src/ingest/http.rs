@@ -25,7 +25,7 @@ use axum::body::Body;
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Form, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{BoxError, Json, Router};
@@ -36,7 +36,7 @@ use serde_json::json;
 use tower::ServiceBuilder;
 use tower::limit::GlobalConcurrencyLimitLayer;
 
-use crate::http::error::{MAX_LISTED_ERRORS, RejectedItem, RejectedItems};
+use crate::http::error::{InfluxV2ErrorBody, MAX_LISTED_ERRORS, RejectedItem, RejectedItems};
 use crate::http::{ApiError, AppState, HttpLimits, InfluxApi, InfluxError};
 use crate::ingest::intake::{Intake, IntakeError};
 use crate::ingest::json::{self, ItemError, NdjsonDecoder};
@@ -100,13 +100,19 @@ pub(crate) fn count_rejected(protocol: Protocol, reason: &'static str, n: usize)
 pub fn router(limits: &HttpLimits) -> Router<AppState> {
     let timeout = limits.request_timeout;
     let guard = ServiceBuilder::new()
-        .layer(HandleErrorLayer::new(move |err: BoxError| async move {
-            if err.is::<tower::timeout::error::Elapsed>() {
+        .layer(HandleErrorLayer::new(move |uri: Uri, err: BoxError| async move {
+            let error = if err.is::<tower::timeout::error::Elapsed>() {
                 ApiError::Timeout(timeout)
             } else if err.is::<tower::load_shed::error::Overloaded>() {
                 ApiError::Overloaded
             } else {
                 ApiError::Internal(format!("write middleware: {err}"))
+            };
+            // In the route's own error shape, so that an InfluxDB client reads these as it
+            // reads every other error of its endpoint.
+            match InfluxApi::of_route(uri.path()) {
+                Some(api) => InfluxError { api, error }.into_response(),
+                None => error.into_response(),
             }
         }))
         // Shed rather than queue: a queued write holds its body in memory while it waits.
@@ -377,9 +383,10 @@ impl JsonTally {
     responses(
         (status = 202, description = "Every reading accepted: in the fsync'd write-ahead log (or, with `--ack=buffered`, in memory). `{\"accepted\": N}`.", body = AcceptedBody),
         (status = 400, description = "Some or all readings rejected; the body lists each rejected item by index.", body = ErrorBody),
+        (status = 408, description = "The request, body included, took longer than `--request-timeout`.", body = ErrorBody),
         (status = 413, description = "Body too large, or more readings than the buffers can ever hold.", body = ErrorBody),
         (status = 415, description = "Content type other than JSON or NDJSON, or an encoding other than gzip.", body = ErrorBody),
-        (status = 503, description = "Buffers or write-ahead log full; retry after the `Retry-After` delay.", body = ErrorBody),
+        (status = 503, description = "Buffers or write-ahead log full, or too many writes in progress; retry after the `Retry-After` delay.", body = ErrorBody),
         (status = 500, description = "The write-ahead log cannot be written; nothing was acknowledged.", body = ErrorBody),
     )
 )]
@@ -530,14 +537,16 @@ pub(crate) struct V2Params {
     tag = "ingest",
     params(
         ("db" = Option<String>, Query, description = "Accepted for InfluxDB 1.x compatibility; ignored."),
-        ("precision" = Option<String>, Query, description = "Timestamp precision: n, ns, u, us, ms, s, m, h (default ns)."),
+        ("precision" = Option<String>, Query, pattern = "^(n|ns|u|us|ms|s|m|h)?$", example = "s", description = "Timestamp precision: n, ns, u, us, ms, s, m, h (default ns)."),
     ),
     request_body(description = "InfluxDB line protocol, one point per line; may be gzip-encoded.", content_type = "text/plain", content = String),
     responses(
         (status = 204, description = "Every line accepted."),
         (status = 400, description = "Some or all lines rejected, with 1-based line numbers.", body = ErrorBody),
+        (status = 408, description = "The request, body included, took longer than `--request-timeout`.", body = ErrorBody),
         (status = 413, description = "Body too large.", body = ErrorBody),
-        (status = 503, description = "Buffers or write-ahead log full; retry after the `Retry-After` delay.", body = ErrorBody),
+        (status = 415, description = "A `Content-Encoding` other than gzip.", body = ErrorBody),
+        (status = 503, description = "Buffers or write-ahead log full, or too many writes in progress; retry after the `Retry-After` delay.", body = ErrorBody),
         (status = 500, description = "The write-ahead log cannot be written; nothing was acknowledged.", body = ErrorBody),
     )
 )]
@@ -559,15 +568,17 @@ pub(crate) async fn write_v1(
     params(
         ("org" = Option<String>, Query, description = "Accepted for InfluxDB 2.x compatibility; ignored."),
         ("bucket" = Option<String>, Query, description = "Accepted for InfluxDB 2.x compatibility; ignored."),
-        ("precision" = Option<String>, Query, description = "Timestamp precision: ns, us, ms, s (default ns)."),
+        ("precision" = Option<String>, Query, pattern = "^(ns|us|ms|s)?$", example = "s", description = "Timestamp precision: ns, us, ms, s (default ns)."),
     ),
     request_body(description = "InfluxDB line protocol, one point per line; may be gzip-encoded.", content_type = "text/plain", content = String),
     responses(
         (status = 204, description = "Every line accepted."),
-        (status = 400, description = "Some or all lines rejected, with 1-based line numbers.", body = ErrorBody),
-        (status = 413, description = "Body too large.", body = ErrorBody),
-        (status = 503, description = "Buffers or write-ahead log full; retry after the `Retry-After` delay.", body = ErrorBody),
-        (status = 500, description = "The write-ahead log cannot be written; nothing was acknowledged.", body = ErrorBody),
+        (status = 400, description = "Some or all lines rejected, with 1-based line numbers.", body = InfluxV2ErrorBody),
+        (status = 408, description = "The request, body included, took longer than `--request-timeout`.", body = InfluxV2ErrorBody),
+        (status = 413, description = "Body too large.", body = InfluxV2ErrorBody),
+        (status = 415, description = "A `Content-Encoding` other than gzip.", body = InfluxV2ErrorBody),
+        (status = 503, description = "Buffers or write-ahead log full, or too many writes in progress; retry after the `Retry-After` delay.", body = InfluxV2ErrorBody),
+        (status = 500, description = "The write-ahead log cannot be written; nothing was acknowledged.", body = InfluxV2ErrorBody),
     )
 )]
 pub(crate) async fn write_v2(
@@ -662,10 +673,10 @@ pub(crate) struct QueryParams {
 /// success) because Telegraf's InfluxDB output sends it at start-up and stops if it fails.
 /// `q` may come in the URL or, as Telegraf sends it, in a form body.
 #[utoipa::path(
-    post,
+    method(get, post),
     path = "/query",
     tag = "ingest",
-    params(("q" = String, Query, description = "InfluxQL; only `CREATE DATABASE ...` is answered. May also come as a form body. GET works too.")),
+    params(("q" = String, Query, example = "CREATE DATABASE telegraf", description = "InfluxQL; only `CREATE DATABASE ...` is answered. With POST it may also come as a form body.")),
     responses(
         (status = 200, description = "`CREATE DATABASE` acknowledged as InfluxDB does: `{\"results\":[{\"statement_id\":0}]}`."),
         (status = 400, description = "Any other statement: bucketd's query API is under /api/v1.", body = ErrorBody),

@@ -16,6 +16,7 @@ use utoipa::{OpenApi, ToSchema};
 use super::error::ErrorBody;
 use super::rollups::{RollupRowJson, RollupsResponse, StatsJson};
 use super::sensors::{SensorJson, SensorsResponse};
+use crate::http::InfluxApi;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -51,6 +52,7 @@ use super::sensors::{SensorJson, SensorsResponse};
         IngestTs,
         IngestBody,
         AcceptedBody,
+        crate::http::error::InfluxV2ErrorBody,
     )),
     tags(
         (name = "query", description = "Reading data back."),
@@ -89,16 +91,28 @@ impl utoipa::Modify for AuthDoc {
             .collect();
         components.add_security_schemes_from_iter(schemes);
 
-        let unauthorized = utoipa::openapi::ResponseBuilder::new()
-            .description(
-                "Missing or invalid token (only when tokens are configured; operations routes \
-                 only with `--auth-metrics`).",
-            )
-            .build();
+        // The body in the route's own error shape, as `auth::require_token` sends it.
+        let unauthorized = |path: &str| {
+            let schema = match InfluxApi::of_route(path) {
+                Some(InfluxApi::V2) => "InfluxV2ErrorBody",
+                Some(InfluxApi::V1) | None => "ErrorBody",
+            };
+            let content = utoipa::openapi::ContentBuilder::new()
+                .schema(Some(utoipa::openapi::Ref::from_schema_name(schema)))
+                .build();
+            utoipa::openapi::ResponseBuilder::new()
+                .description(
+                    "Missing or invalid token (only when tokens are configured; operations \
+                     routes only with `--auth-metrics`).",
+                )
+                .content("application/json", content)
+                .build()
+        };
         for (path, item) in doc.paths.paths.iter_mut() {
             if crate::http::auth::ALWAYS_OPEN.contains(&path.as_str()) {
                 continue;
             }
+            let unauthorized = unauthorized(path);
             let operations = [&mut item.get, &mut item.post, &mut item.head];
             for operation in operations.into_iter().flatten() {
                 operation.security = Some(requirements.clone());

@@ -157,13 +157,13 @@ impl Tracker {
     path = "/api/v1/readings",
     tag = "query",
     params(
-        ("sensor" = String, Query, description = "Sensor key (for line protocol: the series key, e.g. `temp,site=a`)."),
+        ("sensor" = String, Query, example = "temp,site=a", description = "Sensor key (for line protocol: the series key, e.g. `temp,site=a`)."),
         ("from" = Option<String>, Query, description = "Start, inclusive: RFC 3339 or epoch milliseconds. Default: `to` minus one hour."),
         ("to" = Option<String>, Query, description = "End, exclusive: RFC 3339 or epoch milliseconds. Default: now."),
-        ("order" = Option<String>, Query, description = "`asc` (default) or `desc`."),
-        ("limit" = Option<usize>, Query, description = "Readings per page, 1 to 100000 (default 1000). Larger values are refused with 400, not clamped."),
+        ("order" = Option<String>, Query, pattern = "^(asc|desc)$", example = "desc", description = "`asc` (default) or `desc`."),
+        ("limit" = Option<usize>, Query, minimum = 1, maximum = 100_000, example = 100, description = "Readings per page, 1 to 100000 (default 1000). Larger values are refused with 400, not clamped."),
         ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page. It carries the range and order; `from`, `to` and `order` may be left out, and if given must match."),
-        ("format" = Option<String>, Query, description = "`json` (default), `ndjson` or `csv`."),
+        ("format" = Option<String>, Query, pattern = "^(json|ndjson|csv)$", example = "csv", description = "`json` (default), `ndjson` or `csv`."),
     ),
     responses(
         (status = 200, description = "One page of readings, ordered by time. JSON carries `next_cursor` last; NDJSON has one `{\"t\",\"fields\"}` object per line, then a final `{\"next_cursor\": \"...\"}` line only when more readings follow; CSV has a header row `t,<field>...` (the union of the page's field names in order of first appearance; missing values are empty cells) and the cursor in `X-Next-Cursor`.",

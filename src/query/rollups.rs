@@ -36,14 +36,24 @@ pub struct StatsJson {
     pub count: u64,
     pub min: f64,
     pub max: f64,
-    /// `null` only if the sum overflows f64.
-    pub sum: f64,
-    pub mean: f64,
+    /// `null` only if the sum overflows f64 (values near ±1.8e308).
+    pub sum: Option<f64>,
+    /// `null` when `sum` is.
+    pub mean: Option<f64>,
 }
 
 impl From<&FieldStats> for StatsJson {
     fn from(s: &FieldStats) -> Self {
-        StatsJson { count: s.count, min: s.min, max: s.max, sum: s.sum, mean: s.mean() }
+        // JSON has no infinity; serde_json would write `null` for it anyway, and an `Option`
+        // makes the schema say so.
+        let finite = |v: f64| v.is_finite().then_some(v);
+        StatsJson {
+            count: s.count,
+            min: s.min,
+            max: s.max,
+            sum: finite(s.sum),
+            mean: finite(s.mean()),
+        }
     }
 }
 
@@ -52,11 +62,11 @@ impl From<&FieldStats> for StatsJson {
     path = "/api/v1/rollups",
     tag = "query",
     params(
-        ("sensor" = String, Query, description = "Sensor key."),
+        ("sensor" = String, Query, example = "temp,site=a", description = "Sensor key."),
         ("from" = Option<String>, Query, description = "Start, inclusive: RFC 3339 or epoch milliseconds. Default: `to` minus one hour."),
         ("to" = Option<String>, Query, description = "End, exclusive: RFC 3339 or epoch milliseconds. Default: now."),
-        ("step" = Option<String>, Query, description = "Step length: a number and a unit ms, s, m, h or d, a sum such as `1h30m`, or a bare number of milliseconds (Grafana's `${__interval_ms}`). Default `1h`, minimum `1s`; the range may span at most 10000 steps. Steps are aligned to multiples of the step since the epoch (UTC), so the first row may start before `from` (it only counts readings from `from` on)."),
-        ("fields" = Option<String>, Query, description = "Comma-separated field names; default every numeric field."),
+        ("step" = Option<String>, Query, example = "5m", description = "Step length: a number and a unit ms, s, m, h or d, a sum such as `1h30m`, or a bare number of milliseconds (Grafana's `${__interval_ms}`). Default `1h`, minimum `1s`; the range may span at most 10000 steps. Steps are aligned to multiples of the step since the epoch (UTC), so the first row may start before `from` (it only counts readings from `from` on)."),
+        ("fields" = Option<String>, Query, example = "value", description = "Comma-separated field names; default every numeric field."),
     ),
     responses(
         (status = 200, description = "Statistics per step and numeric field.", body = RollupsResponse),

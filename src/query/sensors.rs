@@ -43,9 +43,9 @@ fn parse_tag(s: &str) -> Result<(String, String), QueryError> {
     path = "/api/v1/sensors",
     tag = "query",
     params(
-        ("tag" = Option<Vec<String>>, Query, explode = true, description = "`key:value`, split at the first colon; repeat for several tags (all must match)."),
-        ("measurement" = Option<String>, Query, description = "Only sensors of this measurement."),
-        ("limit" = Option<usize>, Query, description = "Sensors per page, 1 to 10000 (default 100); larger values are refused with 400."),
+        ("tag" = Option<Vec<String>>, Query, explode = true, example = json!(["site:a"]), description = "`key:value`, split at the first colon; repeat for several tags (all must match)."),
+        ("measurement" = Option<String>, Query, example = "temp", description = "Only sensors of this measurement."),
+        ("limit" = Option<usize>, Query, minimum = 1, maximum = 10_000, example = 10, description = "Sensors per page, 1 to 10000 (default 100); larger values are refused with 400."),
         ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page."),
     ),
     responses(
