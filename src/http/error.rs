@@ -53,8 +53,18 @@ pub enum ApiError {
     /// The write-ahead log is at `--wal-max-bytes`; `accepted` as for `BuffersFull`.
     #[error("the write-ahead log is full (the store is behind); retry in {RETRY_AFTER_SECS} s")]
     WalFull { accepted: usize },
+    /// The write-ahead log's disk is full (ENOSPC): this piece is not acknowledged, and writes
+    /// are taken again, without a restart, once there is room. `accepted` as for `BuffersFull`.
+    #[error(
+        "no space left on device: the write-ahead log's disk is full, so this write was not \
+         acknowledged; retry once space is freed on the server's disk"
+    )]
+    DiskFull { accepted: usize },
     /// The write-ahead log cannot be written; the detail is logged, not sent.
-    #[error("the write-ahead log cannot be written; readings were not accepted")]
+    #[error(
+        "the write-ahead log cannot be written; readings were not accepted, and writes are \
+         refused until bucketd is restarted"
+    )]
     WalFailed(String),
     #[error("too many write requests in progress; retry in {RETRY_AFTER_SECS} s")]
     Overloaded,
@@ -127,6 +137,7 @@ impl ApiError {
             | ApiError::Overloaded
             | ApiError::NotReady { .. }
             | ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::DiskFull { .. } => StatusCode::INSUFFICIENT_STORAGE,
             ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::NotFound | ApiError::UnknownSensor(_) => StatusCode::NOT_FOUND,
             ApiError::Internal(_) | ApiError::WalFailed(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -143,6 +154,8 @@ impl ApiError {
             ApiError::StoreUnavailable(detail) => {
                 tracing::warn!(error = %detail, "store unavailable for a request");
             }
+            // The log's writer reports the full disk once; every refusal would flood the log.
+            ApiError::DiskFull { .. } => tracing::debug!(error = %self, "request refused"),
             // Expected conditions: the client is told, the operator sees them in metrics.
             _ => tracing::debug!(status = %self.status(), error = %self, "request refused"),
         }
@@ -152,7 +165,11 @@ impl ApiError {
     fn finish(&self, body: Response) -> Response {
         let mut response = body;
         *response.status_mut() = self.status();
-        if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+        // A full disk is temporary too: the log takes writes again once there is room.
+        if matches!(
+            response.status(),
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::INSUFFICIENT_STORAGE
+        ) {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
         }
         if response.status() == StatusCode::UNAUTHORIZED {
@@ -174,7 +191,9 @@ impl IntoResponse for ApiError {
                 "rejected": items.rejected,
                 "rejected_count": items.rejected_count,
             })),
-            ApiError::BuffersFull { accepted } | ApiError::WalFull { accepted } => {
+            ApiError::BuffersFull { accepted }
+            | ApiError::WalFull { accepted }
+            | ApiError::DiskFull { accepted } => {
                 Json(json!({ "error": message, "accepted": accepted }))
             }
             _ => Json(json!({ "error": message })),
@@ -236,7 +255,7 @@ fn v2_code(status: StatusCode) -> &'static str {
         StatusCode::BAD_REQUEST => "invalid",
         StatusCode::PAYLOAD_TOO_LARGE => "request too large",
         StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported media type",
-        StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        StatusCode::SERVICE_UNAVAILABLE | StatusCode::INSUFFICIENT_STORAGE => "unavailable",
         StatusCode::NOT_FOUND => "not found",
         StatusCode::UNAUTHORIZED => "unauthorized",
         StatusCode::REQUEST_TIMEOUT => "request timeout",
@@ -314,9 +333,23 @@ mod tests {
         assert_eq!(s, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(retry, None);
         assert_eq!(
-            body,
-            json!({ "error": "the write-ahead log cannot be written; readings were not accepted" })
+            body["error"],
+            "the write-ahead log cannot be written; readings were not accepted, and writes are \
+             refused until bucketd is restarted"
         );
+    }
+
+    #[tokio::test]
+    async fn a_full_disk_is_507_with_retry_after_and_names_the_cause() {
+        let (s, retry, body) = parts(ApiError::DiskFull { accepted: 4 }.into_response()).await;
+        assert_eq!(s, StatusCode::INSUFFICIENT_STORAGE);
+        assert_eq!(retry.as_deref(), Some("1"));
+        assert_eq!(body["accepted"], 4);
+        assert!(body["error"].as_str().unwrap().starts_with("no space left on device"), "{body}");
+        let (s, _, body) =
+            parts(InfluxError::v2(ApiError::DiskFull { accepted: 0 }).into_response()).await;
+        assert_eq!(s, StatusCode::INSUFFICIENT_STORAGE);
+        assert_eq!(body["code"], "unavailable");
     }
 
     #[tokio::test]

@@ -257,6 +257,10 @@ async fn push(
             count_rejected(protocol, "wal_full", n);
             Err(ApiError::WalFull { accepted: 0 })
         }
+        Err(IntakeError::Wal(crate::wal::WalError::NoSpace(_))) => {
+            count_rejected(protocol, "disk_full", n);
+            Err(ApiError::DiskFull { accepted: 0 })
+        }
         Err(IntakeError::Wal(e)) => {
             count_rejected(protocol, "wal_failed", n);
             Err(ApiError::WalFailed(e.to_string()))
@@ -347,6 +351,10 @@ impl JsonTally {
                 Err(ApiError::WalFull { .. }) => {
                     count_rejected(self.protocol, "wal_full", rest.len());
                     return Err(ApiError::WalFull { accepted: self.accepted });
+                }
+                Err(ApiError::DiskFull { .. }) => {
+                    count_rejected(self.protocol, "disk_full", rest.len());
+                    return Err(ApiError::DiskFull { accepted: self.accepted });
                 }
                 Err(e) => return Err(e),
             }

@@ -67,8 +67,8 @@ impl Intake {
 
     /// For raw TCP, which has no acknowledgement: waits for room (in the log, or with
     /// `--ack=buffered` in the buffers) instead of refusing (flow control: the connection is not
-    /// read meanwhile), and does not wait for the fsync. Fails only when the log has failed or
-    /// closed.
+    /// read meanwhile; a full disk is waited out the same way), and does not wait for the
+    /// fsync. Fails only when the log has failed or closed.
     pub async fn accept_when_room(&self, items: Vec<Item>) -> Result<usize, WalError> {
         let n = items.len();
         let Some(wal) = &self.wal else {
@@ -91,6 +91,10 @@ impl Intake {
                 Ok(_) => return Ok(n),
                 // Another writer took the room first: the record still holds the readings.
                 Err(WalError::Full { .. }) => {
+                    items = record.decode().map_err(|e| WalError::Encode(e.to_string()))?;
+                }
+                Err(WalError::NoSpace(_)) => {
+                    tokio::time::sleep(WAL_ROOM_POLL).await;
                     items = record.decode().map_err(|e| WalError::Encode(e.to_string()))?;
                 }
                 Err(e) => return Err(e),

@@ -26,10 +26,21 @@
 //! writes wait in the log behind them; they are deleted like any other segment once settled.
 //!
 //! # Failure
-//! A failed write or fsync poisons the log: the data may not be on disk, and after a failed
-//! fsync Linux may have dropped the dirty pages, so retrying cannot be trusted. Every waiting
-//! and later append fails ([`WalError::Failed`], HTTP 500); the process keeps flushing what it
-//! holds, and a restart replays what is on disk.
+//! A full disk is not a failure: a `write` (or a segment's creation) that fails with ENOSPC
+//! or EDQUOT has not been synced, so the writer cuts the file back to its last synced length,
+//! removes a segment file it created in that attempt, and writes the same group again once
+//! there is room (retrying with backoff, deleting settled segments meanwhile). While it waits,
+//! new appends are refused at once ([`WalError::NoSpace`], HTTP 507) and keep nothing, and the
+//! requests already waiting for a sync get the same answer at once rather than hang: theirs is
+//! the one case where a refused reading may still be logged and stored later (as after any
+//! failure once a reading is in the buffers). The group is kept, not dropped, because the log
+//! must stay in sequence order for the refill and settling.
+//!
+//! Any other failed write, and every failed fsync, poisons the log: the data may not be on
+//! disk, and after a failed fsync Linux may have dropped the dirty pages, so retrying cannot
+//! be trusted (an fsync that reports ENOSPC included). Every waiting and later append fails
+//! ([`WalError::Failed`], HTTP 500) until a restart; the process keeps flushing what it holds,
+//! and a restart replays what is on disk.
 
 pub mod identity;
 pub mod refill;
@@ -56,6 +67,11 @@ use segment::HEADER_BYTES;
 /// How often the idle writer thread looks for segments to delete.
 const IDLE_CHECK: Duration = Duration::from_millis(500);
 
+/// First and longest wait before writing a group again on a full disk: short enough that
+/// writes resume within a second of space being freed.
+const NO_SPACE_RETRY_MIN: Duration = Duration::from_millis(50);
+const NO_SPACE_RETRY_MAX: Duration = Duration::from_secs(1);
+
 const LOCK_FILE: &str = "LOCK";
 
 #[derive(Clone, Debug)]
@@ -77,7 +93,12 @@ pub enum WalError {
          not yet stored"
     )]
     Full { used: u64, limit: u64 },
-    #[error("the write-ahead log failed and accepts no more writes: {0}")]
+    /// The log's disk is full; the writer retries and appends are refused until it has room.
+    #[error("no space left on the write-ahead log's disk: {0}")]
+    NoSpace(String),
+    #[error(
+        "the write-ahead log failed and accepts no more writes until bucketd is restarted: {0}"
+    )]
     Failed(String),
     #[error("the write-ahead log is closed")]
     Closed,
@@ -108,6 +129,9 @@ struct Shared {
     /// Makes the next group commit fail as a failed fsync would.
     #[cfg(test)]
     fail_next_write: std::sync::atomic::AtomicBool,
+    /// Makes the next group commit's writes fail with ENOSPC this many times.
+    #[cfg(test)]
+    no_space_next_writes: std::sync::atomic::AtomicU32,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -115,6 +139,8 @@ struct Synced {
     /// Every group up to this one is on disk.
     group: u64,
     failed: Option<String>,
+    /// The disk is full: groups after `group` are not confirmed while this is set.
+    no_space: Option<String>,
 }
 
 struct State {
@@ -132,6 +158,8 @@ struct State {
     /// The segment the writer last wrote to: segments before it are completely on disk.
     writing: Option<Seq>,
     failed: Option<String>,
+    /// Set while the writer waits for room on a full disk: appends are refused meanwhile.
+    no_space: Option<String>,
     closing: bool,
 }
 
@@ -217,12 +245,15 @@ impl Wal {
                 active: None,
                 writing: None,
                 failed: None,
+                no_space: None,
                 closing: false,
             }),
             work: Condvar::new(),
             synced,
             #[cfg(test)]
             fail_next_write: std::sync::atomic::AtomicBool::new(false),
+            #[cfg(test)]
+            no_space_next_writes: std::sync::atomic::AtomicU32::new(0),
         });
         shared.publish_gauges(&lock(&shared.state));
         let thread_shared = shared.clone();
@@ -253,6 +284,9 @@ impl Wal {
         }
         if st.closing {
             return Err(WalError::Closed);
+        }
+        if let Some(why) = &st.no_space {
+            return Err(WalError::NoSpace(why.clone()));
         }
         let len = record.encoded_len() as u64;
         let limit = shared.config.max_bytes;
@@ -298,13 +332,15 @@ impl Wal {
     pub async fn synced(&self, ticket: Ticket) -> Result<(), WalError> {
         let mut rx = self.shared.synced.subscribe();
         let synced = rx
-            .wait_for(|s| s.group >= ticket.0 || s.failed.is_some())
+            .wait_for(|s| s.group >= ticket.0 || s.failed.is_some() || s.no_space.is_some())
             .await
             .map_err(|_| WalError::Closed)?;
-        match &synced.failed {
+        match (&synced.failed, &synced.no_space) {
             _ if synced.group >= ticket.0 => Ok(()),
-            Some(why) => Err(WalError::Failed(why.clone())),
-            None => Err(WalError::Closed),
+            (Some(why), _) => Err(WalError::Failed(why.clone())),
+            // Not acknowledged; the writer still writes the group once there is room.
+            (None, Some(why)) => Err(WalError::NoSpace(why.clone())),
+            (None, None) => Err(WalError::Closed),
         }
     }
 
@@ -514,7 +550,7 @@ impl Writer {
 
             let started = Instant::now();
             self.last_sync = Some(started);
-            if let Err(e) = self.write(&bytes, &starts) {
+            if let Err(e) = self.write_until_room(&bytes, &starts) {
                 shared.fail(e);
                 return;
             }
@@ -534,11 +570,93 @@ impl Writer {
         }
     }
 
+    /// Writes and syncs one group. On a full disk it undoes the attempt, refuses appends, and
+    /// tries again (deleting settled segments meanwhile) until the group is written; fails on
+    /// any other error, or when the log closes while the disk is still full.
+    fn write_until_room(&mut self, bytes: &[u8], starts: &[(usize, Seq)]) -> Result<(), String> {
+        let shared = self.shared.clone();
+        let mut backoff = NO_SPACE_RETRY_MIN;
+        let mut full_since: Option<Instant> = None;
+        loop {
+            let before = self.file.as_ref().map(|(seq, _)| *seq);
+            let before_len = self.file_len;
+            let why = match self.write(bytes, starts) {
+                Ok(()) => break,
+                Err(WriteError::Failed(why)) => return Err(why),
+                Err(WriteError::NoSpace(why)) => why,
+            };
+            self.undo(before, before_len, starts)?;
+            if full_since.is_none() {
+                full_since = Some(Instant::now());
+                tracing::warn!(error = %why, dir = %shared.config.dir.display(), "the write-ahead log's disk is full; writes are refused (507) until there is room");
+            }
+            let mut st = lock(&shared.state);
+            st.no_space = Some(why.clone());
+            shared.synced.send_modify(|s| s.no_space = Some(why.clone()));
+            if st.closing {
+                return Err(format!("closed while the disk was full: {why}"));
+            }
+            let doomed = deletable(&mut st);
+            if doomed.is_empty() {
+                drop(shared.work.wait_timeout(st, backoff).unwrap_or_else(|e| e.into_inner()));
+                backoff = (backoff * 2).min(NO_SPACE_RETRY_MAX);
+            } else {
+                drop(st);
+                self.delete(doomed);
+            }
+        }
+        if let Some(since) = full_since {
+            lock(&shared.state).no_space = None;
+            // Cleared with the group's own confirmation, which follows at once: its waiters
+            // were answered already, and later tickets wait for their own groups.
+            shared.synced.send_modify(|s| s.no_space = None);
+            tracing::info!(after = ?since.elapsed(), "the write-ahead log's disk has room again; writes are accepted");
+        }
+        Ok(())
+    }
+
+    /// Undoes a group's attempt that ran out of space: nothing of it was synced (an fsync
+    /// error never gets here), so the segment files it created go and the file it appended to
+    /// is cut back to `len`, its length after the previous group.
+    fn undo(
+        &mut self,
+        before: Option<Seq>,
+        len: u64,
+        starts: &[(usize, Seq)],
+    ) -> Result<(), String> {
+        let dir = self.shared.config.dir.clone();
+        self.synced.clear();
+        self.file = None;
+        let mut removed = false;
+        for &(_, first) in starts {
+            let path = segment::path_in(&dir, first);
+            match std::fs::remove_file(&path) {
+                Ok(()) => removed = true,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(format!("cannot remove {}: {e}", path.display())),
+            }
+        }
+        if removed {
+            sync_dir(&dir)?;
+        }
+        if let Some(seq) = before {
+            let path = segment::path_in(&dir, seq);
+            let file = OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .and_then(|f| f.set_len(len).map(|()| f))
+                .map_err(|e| format!("cannot cut {} back to {len} bytes: {e}", path.display()))?;
+            self.file = Some((seq, file));
+        }
+        self.file_len = len;
+        Ok(())
+    }
+
     /// Writes one group, starting new segment files where `starts` says, and syncs it.
-    fn write(&mut self, bytes: &[u8], starts: &[(usize, Seq)]) -> Result<(), String> {
+    fn write(&mut self, bytes: &[u8], starts: &[(usize, Seq)]) -> Result<(), WriteError> {
         #[cfg(test)]
         if self.shared.fail_next_write.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            return Err("injected: fsync failed (EIO)".into());
+            return Err(WriteError::Failed("injected: fsync failed (EIO)".into()));
         }
         let dir = self.shared.config.dir.clone();
         let mut at = 0;
@@ -546,7 +664,7 @@ impl Writer {
             self.append(&bytes[at..offset])?;
             if let Some((seq, file)) = &self.file {
                 let path = segment::path_in(&dir, *seq);
-                file.sync_data().map_err(|e| format!("fsync {}: {e}", path.display()))?;
+                file.sync_data().map_err(|e| fsync_error(&path, &e))?;
                 self.synced.push((*seq, self.file_len));
             }
             let path = segment::path_in(&dir, first);
@@ -554,10 +672,10 @@ impl Writer {
                 .create_new(true)
                 .append(true)
                 .open(&path)
-                .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+                .map_err(|e| WriteError::io(format!("cannot create {}", path.display()), e))?;
             file.write_all(&segment::header())
-                .map_err(|e| format!("write {}: {e}", path.display()))?;
-            sync_dir(&dir)?;
+                .map_err(|e| WriteError::io(format!("write {}", path.display()), e))?;
+            sync_dir(&dir).map_err(WriteError::Failed)?;
             self.file = Some((first, file));
             self.file_len = HEADER_BYTES as u64;
             at = offset;
@@ -565,22 +683,38 @@ impl Writer {
         self.append(&bytes[at..])?;
         if let Some((seq, file)) = &self.file {
             let path = segment::path_in(&dir, *seq);
-            file.sync_data().map_err(|e| format!("fsync {}: {e}", path.display()))?;
+            file.sync_data().map_err(|e| fsync_error(&path, &e))?;
             self.synced.push((*seq, self.file_len));
         }
         Ok(())
     }
 
-    fn append(&mut self, bytes: &[u8]) -> Result<(), String> {
+    fn append(&mut self, bytes: &[u8]) -> Result<(), WriteError> {
         if bytes.is_empty() {
             return Ok(());
         }
         let Some((seq, file)) = &mut self.file else {
-            return Err("bytes queued before any segment was started".into());
+            return Err(WriteError::Failed("bytes queued before any segment was started".into()));
         };
-        file.write_all(bytes).map_err(|e| {
-            format!("write {}: {e}", segment::path_in(&self.shared.config.dir, *seq).display())
-        })?;
+        let path = || segment::path_in(&self.shared.config.dir, *seq);
+        #[cfg(test)]
+        if self
+            .shared
+            .no_space_next_writes
+            .fetch_update(
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+                |n| n.checked_sub(1),
+            )
+            .is_ok()
+        {
+            // Half of it lands, as when the disk fills in the middle of a write.
+            file.write_all(&bytes[..bytes.len() / 2]).expect("test write");
+            let e = std::io::Error::from(std::io::ErrorKind::StorageFull);
+            return Err(WriteError::io(format!("write {} (injected)", path().display()), e));
+        }
+        file.write_all(bytes)
+            .map_err(|e| WriteError::io(format!("write {}", path().display()), e))?;
         self.file_len += bytes.len() as u64;
         Ok(())
     }
@@ -645,6 +779,31 @@ fn deletable(st: &mut State) -> Vec<Seq> {
         ::metrics::gauge!(WAL_SEGMENTS).set(st.segments.len() as f64);
     }
     doomed
+}
+
+/// Why a group could not be written.
+enum WriteError {
+    /// The disk is full and nothing of the attempt was synced: it can be undone and retried.
+    NoSpace(String),
+    /// Anything else: the log cannot be trusted any more.
+    Failed(String),
+}
+
+impl WriteError {
+    /// A failed `write` or file creation: out of space (or quota) is retriable.
+    fn io(what: String, e: std::io::Error) -> WriteError {
+        use std::io::ErrorKind::{QuotaExceeded, StorageFull};
+        match e.kind() {
+            StorageFull | QuotaExceeded => WriteError::NoSpace(format!("{what}: {e}")),
+            _ => WriteError::Failed(format!("{what}: {e}")),
+        }
+    }
+}
+
+/// A failed fsync is never retried, whatever its error (ENOSPC included): the kernel may have
+/// dropped the pages it could not write.
+fn fsync_error(path: &Path, e: &std::io::Error) -> WriteError {
+    WriteError::Failed(format!("fsync {}: {e}", path.display()))
 }
 
 /// Makes a file's creation or removal durable.

@@ -392,3 +392,55 @@ async fn the_refill_keeps_the_memory_bound() {
     task.await.unwrap();
     flusher.shutdown(Duration::from_secs(5)).await;
 }
+
+/// A full disk is waited out: the group whose write ran out of space is undone (no torn half
+/// record, no stray segment file), its waiters and later appends are refused meanwhile, and
+/// once there is room the group is written and the log takes appends again.
+#[tokio::test]
+async fn a_full_disk_refuses_appends_and_the_log_resumes_once_there_is_room() {
+    use std::sync::atomic::Ordering::SeqCst;
+    // A large segment (the group appends to the synced one) and a tiny one (the group starts
+    // a new segment file).
+    for segment_bytes in [1 << 20, 1] {
+        let dir = tempfile::tempdir().unwrap();
+        let (wal, _) = Wal::open(config(dir.path(), 1 << 20, segment_bytes)).unwrap();
+        let before = append(&wal, &[item(1, 1)], 1);
+        wal.synced(before).await.unwrap();
+        wal.shared.no_space_next_writes.store(u32::MAX, SeqCst);
+        let waiting = append(&wal, &[item(1, 2), item(1, 3)], 2);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while lock(&wal.shared.state).no_space.is_none() {
+            assert!(Instant::now() < deadline, "the writer did not meet the full disk");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let refused = wal.append(&Record::encode(&[item(1, 9)]).unwrap(), 9).unwrap_err();
+        assert!(
+            matches!(refused, WalError::NoSpace(ref why) if why.contains("injected")),
+            "{refused:?}"
+        );
+        let unconfirmed = wal.synced(waiting).await.unwrap_err();
+        assert!(matches!(unconfirmed, WalError::NoSpace(_)), "{unconfirmed:?}");
+        assert_eq!(segment_files(dir.path()), vec![1], "no segment file left by the attempt");
+        wal.shared.no_space_next_writes.store(0, SeqCst);
+        // Kept and written once there is room, in log order.
+        let deadline_room = Instant::now() + Duration::from_secs(5);
+        while wal.synced(waiting).await.is_err() {
+            assert!(
+                Instant::now() < deadline_room,
+                "the group was not written once there was room"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(Instant::now() < deadline);
+        let after = append(&wal, &[item(1, 4)], 4);
+        wal.synced(after).await.unwrap();
+        let mut got = Vec::new();
+        for first in segment_files(dir.path()) {
+            let data = std::fs::read(segment::path_in(dir.path(), first)).unwrap();
+            let read = segment::read(Path::new("x"), &data).unwrap();
+            assert!(read.damage.is_none(), "segment {first}: {:?}", read.damage);
+            got.extend(read.records.iter().map(|r| (r.first_seq, r.items.len())));
+        }
+        assert_eq!(got, vec![(1, 1), (2, 2), (4, 1)], "segment_bytes {segment_bytes}");
+    }
+}

@@ -142,6 +142,12 @@ impl From<EmbeddedError> for StoreError {
                 StoreError::Corrupt(e.to_string())
             }
             EmbeddedError::Locked { .. } => StoreError::Unavailable(e.to_string()),
+            // redb latches a failed write (ENOSPC included) until the file is reopened. Still
+            // retried: acknowledged readings stay in the write-ahead log meanwhile.
+            EmbeddedError::Db(redb::Error::PreviousIo) => StoreError::Internal(format!(
+                "the embedded store refuses every write since a disk write failed (a full \
+                 disk?); restart bucketd once the disk has room: {e}"
+            )),
             _ => StoreError::Internal(e.to_string()),
         }
     }
@@ -268,6 +274,14 @@ impl Store for EmbeddedStore {
     async fn ping(&self) -> Result<(), StoreError> {
         self.blocking(|db| {
             db.begin_read()?;
+            // Reads can go on from the cache after a failed disk write (a full disk) has made
+            // redb refuse every write; only a write transaction shows it. `try_` does not wait
+            // for a flush in progress (which shows it as well).
+            match db.try_begin_write() {
+                Ok(txn) => txn.abort()?,
+                Err(redb::TransactionError::WouldBlock) => {}
+                Err(e) => return Err(e.into()),
+            }
             Ok(())
         })
         .await
