@@ -40,6 +40,10 @@ struct Setup {
 }
 
 async fn setup(flush_interval: &str) -> Setup {
+    setup_with(&["--flush-interval", flush_interval]).await
+}
+
+async fn setup_with(args: &[&str]) -> Setup {
     let backend = MongoBackend::start();
     let proxy = FaultProxy::in_front_of(&backend.uri);
     let mut config = MongoConfig::new(
@@ -51,7 +55,7 @@ async fn setup(flush_interval: &str) -> Setup {
         Arc::new(within("connect", 60, MongoStore::connect_with(config)).await.expect("connect"));
     let direct = MongoConfig::new(backend.uri.clone(), backend.database.clone());
     let direct = Arc::new(MongoStore::connect_with(direct).await.unwrap());
-    let server = TestServer::start(through_proxy, &["--flush-interval", flush_interval]).await;
+    let server = TestServer::start(through_proxy, args).await;
     Setup { proxy, server, direct, _backend: backend }
 }
 
@@ -354,5 +358,47 @@ async fn another_writers_newer_marks_do_not_cover_this_writers_unwritten_reading
 
     let expected: Vec<i64> = (0..30).chain(1000..1020).collect();
     assert_exactly(&direct, "cover", SENSORS, &expected).await;
+    server.shutdown().await;
+}
+
+/// The memory bound is a guarantee, the log's refill included: with 500 readings of room and
+/// MongoDB down, 5,000 readings are acknowledged into the log; when it returns, the refill
+/// brings them back in pieces that fit the room left, so the buffers' own peak (which no
+/// sampling can miss) stays within the bound, and every reading lands once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_bound_holds_while_the_log_is_refilled() {
+    let _serial = one_at_a_time().await;
+    const BOUND: usize = 500;
+    const SENSORS: i64 = 5;
+    const PER_SENSOR: i64 = 1_000;
+    let bound = BOUND.to_string();
+    let Setup { proxy, server, direct, _backend } =
+        setup_with(&["--flush-interval", "50ms", "--max-buffered-readings", &bound]).await;
+    proxy.set_down(true);
+    // 200 lines a request: one request larger than the whole bound would be refused (413).
+    for part in 0..PER_SENSOR / 40 {
+        let body: String = (0..SENSORS)
+            .flat_map(|s| (part * 40..(part + 1) * 40).map(move |v| (s, v)))
+            .map(|(s, v)| format!("refill,sensor=s{s} v={v}i {}\n", T0_MS + v))
+            .collect();
+        let response = server.post("/write?precision=ms", "text/plain", body).await;
+        assert_eq!(response.status(), StatusCode::NO_CONTENT, "acknowledged into the log");
+    }
+    let logged = metric(&server, "bucketd_wal_unsettled_readings").await;
+    assert_eq!(logged, (SENSORS * PER_SENSOR) as f64, "everything waits in the log");
+    proxy.set_down(false);
+    wait_for("the log is refilled and stored", 240, async || {
+        metric(&server, "bucketd_readings_buffered").await == 0.0
+            && metric(&server, "bucketd_wal_unsettled_readings").await == 0.0
+    })
+    .await;
+    let peak = server.buffers.peak();
+    let gauge = metric(&server, "bucketd_buffered_readings_peak").await;
+    eprintln!("peak of readings held: {peak} (gauge {gauge}), bound {BOUND}");
+    assert!(peak <= BOUND, "peak {peak} > bound {BOUND}");
+    assert!(peak > BOUND / 2, "the refill filled the buffers: the test exercised the bound");
+    assert_eq!(gauge, peak as f64, "the gauge is the buffers' own peak");
+    let expected: Vec<i64> = (0..PER_SENSOR).collect();
+    assert_exactly(&direct, "refill", SENSORS, &expected).await;
     server.shutdown().await;
 }
