@@ -163,11 +163,12 @@ async fn a_30_second_outage_loses_nothing_and_everything_lands_once() {
         })
     };
 
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let before = acked.lock().unwrap().len();
-    assert!(before > 10, "the load runs");
+    wait_for("the load runs", 60, async || acked.lock().unwrap().len() > 10).await;
     proxy.set_down(true);
     let outage_started = Instant::now();
+    // Every connection to MongoDB is closed now: nothing acknowledged from here on can be
+    // stored until the outage ends, except the one request that may be in flight.
+    let before = acked.lock().unwrap().len();
 
     wait_for("/ready reports the store down", 20, async || {
         server.get("/ready").await.status() == StatusCode::SERVICE_UNAVAILABLE
@@ -181,11 +182,18 @@ async fn a_30_second_outage_loses_nothing_and_everything_lands_once() {
     .await;
     let remaining = OUTAGE.saturating_sub(outage_started.elapsed());
     tokio::time::sleep(remaining).await;
-    let during = acked.lock().unwrap().len() - before;
-    assert!(during >= 200, "writes kept being acknowledged during the outage: {during}");
+    // However slow the machine, writes are still acknowledged after 30 s without MongoDB
+    // (far past the driver's timeouts).
+    let late = acked.lock().unwrap().len();
+    wait_for("a write is acknowledged after 30 s of outage", 60, async || {
+        acked.lock().unwrap().len() > late
+    })
+    .await;
     assert_eq!(server.get("/ready").await.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let during = acked.lock().unwrap().len() - before;
     let backlog = metric(&server, "bucketd_wal_unsettled_readings").await;
-    assert!(backlog >= (during as f64) * SENSORS as f64 * 0.9, "backlog {backlog}");
+    let unstorable = (during - 1) * SENSORS as usize;
+    assert!(backlog >= unstorable as f64, "backlog {backlog} < {unstorable} acknowledged");
 
     proxy.set_down(false);
     tokio::time::sleep(Duration::from_secs(3)).await;

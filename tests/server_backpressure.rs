@@ -299,32 +299,29 @@ async fn with_ack_buffered_a_store_down_past_the_deadline_is_reported_as_loss() 
     assert_eq!(report.unflushed, 10);
 
     // The binary's entry point, `server::run`, turns that into an error (a non-zero exit).
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr = format!("127.0.0.1:{port}");
+    // It binds port 0 too; its "bucketd listening" event says where (the test runtime has one
+    // thread, so a thread-local subscriber sees the spawned task's events).
+    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+    let _subscriber = {
+        use tracing_subscriber::layer::SubscriberExt;
+        let layer = ListeningAddr(Mutex::new(Some(addr_tx)));
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(layer))
+    };
     let config =
-        Config::from_args([&["bucketd", "--http-addr", addr.as_str()][..], &buffered].concat())
+        Config::from_args([&["bucketd", "--http-addr", "127.0.0.1:0"][..], &buffered].concat())
             .unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let run = tokio::spawn(bucketd::server::run(config, flaky.clone(), async move {
         let _ = stopped.await;
     }));
-    let client = reqwest::Client::new();
-    let url = format!("http://{addr}/api/v1/readings");
-    let response = within("the server to listen", 10, async {
-        loop {
-            let sent = client
-                .post(&url)
-                .header("content-type", "application/json")
-                .body(array("lost", T0, 5))
-                .send()
-                .await;
-            match sent {
-                Ok(response) => break response,
-                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-            }
-        }
-    })
-    .await;
+    let addr = within("the server to listen", 10, addr_rx).await.unwrap();
+    let response = reqwest::Client::new()
+        .post(format!("http://{addr}/api/v1/readings"))
+        .header("content-type", "application/json")
+        .body(array("lost", T0, 5))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::ACCEPTED);
     stop.send(()).unwrap();
     let err = within("shutdown", 10, run).await.unwrap().unwrap_err();
@@ -402,4 +399,34 @@ async fn with_the_wal_a_store_down_past_the_deadline_loses_nothing() {
         .filter(|e| e.path().extension().is_some_and(|x| x == "wal"))
         .collect();
     assert!(left.is_empty(), "settled segments are deleted: {left:?}");
+}
+
+/// Hands on the `http` address of the first "bucketd listening" event.
+struct ListeningAddr(Mutex<Option<tokio::sync::oneshot::Sender<String>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for ListeningAddr {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        #[derive(Default)]
+        struct Fields {
+            message: String,
+            http: Option<String>,
+        }
+        impl tracing::field::Visit for Fields {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                match field.name() {
+                    "message" => self.message = format!("{value:?}"),
+                    "http" => self.http = Some(format!("{value:?}")),
+                    _ => {}
+                }
+            }
+        }
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        if fields.message == "bucketd listening"
+            && let Some(http) = fields.http
+            && let Some(tx) = self.0.lock().unwrap().take()
+        {
+            let _ = tx.send(http);
+        }
+    }
 }

@@ -107,6 +107,10 @@ struct Shared {
     /// Makes the next group commit fail as a failed fsync would.
     #[cfg(test)]
     fail_next_write: std::sync::atomic::AtomicBool,
+    /// While a test holds it, the writer thread takes no pending group: appends made
+    /// meanwhile queue up as they would behind a slow fsync.
+    #[cfg(test)]
+    hold_writer: Mutex<()>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -222,6 +226,8 @@ impl Wal {
             synced,
             #[cfg(test)]
             fail_next_write: std::sync::atomic::AtomicBool::new(false),
+            #[cfg(test)]
+            hold_writer: Mutex::new(()),
         });
         shared.publish_gauges(&lock(&shared.state));
         let thread_shared = shared.clone();
@@ -504,6 +510,12 @@ impl Writer {
                     std::thread::sleep(due - now);
                     st = lock(&shared.state);
                 }
+            }
+            #[cfg(test)]
+            {
+                drop(st);
+                drop(shared.hold_writer.lock().unwrap_or_else(|e| e.into_inner()));
+                st = lock(&shared.state);
             }
             let bytes = std::mem::take(&mut st.pending);
             let starts = std::mem::take(&mut st.pending_starts);
