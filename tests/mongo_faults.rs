@@ -4,7 +4,11 @@
 //!   twice, statistics not doubled;
 //! - MongoDB gone for 30 s under a steady load: writes keep being acknowledged (into the
 //!   write-ahead log), `/ready` says 503, the metrics show the backlog, and once MongoDB is back
-//!   every acknowledged reading lands exactly once.
+//!   every acknowledged reading lands exactly once;
+//! - every `update` command carries `maxTimeMS` = the operation timeout, so a command the
+//!   client gave up on cannot land after the flusher asked what landed.
+//!
+//! The tests read process-wide metrics, so they run one at a time.
 
 #[path = "support/mongo_standin.rs"]
 mod mongo_standin;
@@ -36,6 +40,9 @@ struct Setup {
     direct: Arc<MongoStore>,
     _backend: MongoBackend,
 }
+
+/// Held by each test: the metrics are process-wide.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn setup(flush_interval: &str) -> Setup {
     let backend = MongoBackend::start();
@@ -91,6 +98,7 @@ async fn wait_for(what: &str, secs: u64, mut cond: impl AsyncFnMut() -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_update_reply_is_not_written_twice() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let Setup { proxy, server, direct, _backend } = setup("50ms").await;
 
     proxy.drop_reply_after_apply(1);
@@ -133,6 +141,7 @@ async fn a_lost_update_reply_is_not_written_twice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_30_second_outage_loses_nothing_and_everything_lands_once() {
+    let _one = ONE_AT_A_TIME.lock().await;
     const SENSORS: i64 = 10;
     const OUTAGE: Duration = Duration::from_secs(30);
     let Setup { proxy, server, direct, _backend } = setup("200ms").await;
@@ -222,4 +231,30 @@ async fn a_30_second_outage_loses_nothing_and_everything_lands_once() {
     }
     let server = Arc::into_inner(server).expect("only the test holds the server");
     server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_commands_carry_max_time_ms() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Setup { proxy: _proxy, server, direct: _, _backend: backend } = setup("50ms").await;
+    if backend.is_real_server() {
+        eprintln!("skipped: only the stand-in reports the commands it received");
+        return;
+    }
+    let body: String = (0..10).map(|s| format!("mt,sensor=s{s} v={s}i {}\n", T0_MS + s)).collect();
+    let response = server.post("/write?precision=ms", "text/plain", body).await;
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    wait_for("everything is flushed", 60, async || server.buffers.buffered() == 0).await;
+    server.shutdown().await;
+
+    let client = mongodb::Client::with_uri_str(&backend.uri).await.expect("client");
+    let stats = client
+        .database("admin")
+        .run_command(mongodb::bson::doc! {"bridgeStats": 1})
+        .await
+        .expect("bridgeStats");
+    let by_value = stats.get_document("updateMaxTimeMS").expect("updateMaxTimeMS").clone();
+    // setup() sets the operation timeout to 5 s.
+    let values: Vec<&str> = by_value.keys().map(String::as_str).collect();
+    assert_eq!(values, ["5000"], "maxTimeMS of the update commands, by value: {by_value}");
 }
