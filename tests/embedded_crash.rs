@@ -116,7 +116,8 @@ fn kill_a_writer(dir: &Path, round: u64) -> i64 {
     });
     // Kill only once the writer is demonstrably writing, then at a random point of the next
     // ~1.5 s, which lands in the middle of a commit often enough.
-    rx.recv_timeout(Duration::from_secs(20)).expect("writer acknowledged a first write");
+    // A guard against a writer that hangs, not a bound on its speed.
+    rx.recv_timeout(Duration::from_secs(120)).expect("writer acknowledged a first write");
     std::thread::sleep(Duration::from_millis(random_below(1500)));
     assert!(child.try_wait().unwrap().is_none(), "writer exited by itself");
     child.kill().expect("SIGKILL writer");
@@ -130,7 +131,6 @@ fn writer_killed_at_random_loses_nothing_acknowledged() {
         let round = std::env::var(ROUND_ENV).unwrap().parse().unwrap();
         run_writer(Path::new(&dir), round);
     }
-    let started = Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mut acknowledged = Vec::new();
@@ -145,7 +145,6 @@ fn writer_killed_at_random_loses_nothing_acknowledged() {
             acknowledged[round as usize] + 1
         );
     }
-    assert!(started.elapsed() < Duration::from_secs(120));
 }
 
 /// Every write of `round` up to `acked` is present in full; at most one more write (committed

@@ -126,9 +126,8 @@ async fn a_copied_data_directory_is_refused_at_start() {
     assert!(server.terminate().success());
     copy_dir(&original, &copy);
 
-    let port = binary::free_port();
     let output = Command::new(env!("CARGO_BIN_EXE_bucketd"))
-        .args(["--http-addr", &format!("127.0.0.1:{port}")])
+        .args(["--http-addr", "127.0.0.1:0"])
         .arg("--data-dir")
         .arg(&copy)
         .stdin(Stdio::null())

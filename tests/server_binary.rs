@@ -49,8 +49,19 @@ async fn sigterm_flushes_everything_and_a_restart_finds_it() {
         .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let text = response.text().await.unwrap();
-    let readings = text.lines().filter(|l| !l.contains("next_cursor")).count();
-    assert_eq!(readings, 500, "{text}");
+    // Reading i was sent at t0 + i with v = i: in time order, the values are each sent one
+    // exactly once and nothing else.
+    let values: Vec<i64> = text
+        .lines()
+        .filter(|l| !l.contains("next_cursor"))
+        .map(|l| {
+            let v = serde_json::from_str::<serde_json::Value>(l).unwrap()["fields"]["v"].clone();
+            let v = v.as_f64().unwrap_or_else(|| panic!("numeric field v in {l}"));
+            assert_eq!(v.fract(), 0.0, "{l}");
+            v as i64
+        })
+        .collect();
+    assert_eq!(values, (0..500).collect::<Vec<_>>(), "{text}");
     second.terminate();
 }
 
@@ -87,8 +98,12 @@ async fn kill_9_during_writes_loses_no_acknowledged_reading() {
                 .json(&json!({"sensor": "k9", "ts": t0 + j, "value": j}))
                 .send()
                 .await;
-            if sent.is_err() {
-                return j;
+            // Only a 202 is an acknowledgement; the kill shows as a failed request, never
+            // as a status.
+            match sent {
+                Ok(r) if r.status() == StatusCode::ACCEPTED => {}
+                Ok(r) => panic!("reading {j} answered {}", r.status()),
+                Err(_) => return j,
             }
         }
         i + 100_000

@@ -243,29 +243,21 @@ fn rfc3339_ms(t: &str) -> Option<i64> {
 
 /// `Bucketd::spawn_args`, with the server's log (stdout) kept in `log` to be shown at the end.
 fn spawn(data_dir: &Path, args: &[&str], log: &Path) -> Bucketd {
-    let port = binary::free_port();
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_bucketd"))
-        .args(["--http-addr", &format!("127.0.0.1:{port}")])
-        .arg("--data-dir")
-        .arg(data_dir)
-        .args(["--flush-interval", "100ms"])
-        .args(args)
-        .stdout(log)
-        .stderr(std::process::Stdio::inherit())
-        .spawn()
-        .expect("bucketd starts");
-    Bucketd { child, base: format!("http://127.0.0.1:{port}") }
+    Bucketd::spawn_logged(data_dir, "100ms", args, Some(log))
 }
 
 /// The server's warnings and errors, each distinct message once with its count.
 fn log_summary(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-    for line in text.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")) {
-        // Drop the timestamp so that repeats count as one.
-        let message = line.split_once(' ').map_or(line, |(_, rest)| rest).trim();
-        *counts.entry(message.chars().take(400).collect()).or_default() += 1;
+    for line in text.lines() {
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let level = event["level"].as_str().unwrap_or_default();
+        if level == "WARN" || level == "ERROR" {
+            // Without the timestamp, so that repeats count as one.
+            let message = format!("{level} {}", event["fields"]);
+            *counts.entry(message.chars().take(400).collect()).or_default() += 1;
+        }
     }
     counts.iter().map(|(m, n)| format!("  {n} x {m}\n")).collect()
 }

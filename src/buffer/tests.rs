@@ -391,18 +391,22 @@ fn the_gauge_follows_reservations_and_releases() {
 #[test]
 fn concurrent_pushes_never_exceed_the_bound_and_lose_nothing() {
     let b = Buffers::new(config(5000, 100));
-    let accepted: usize = std::thread::scope(|s| {
+    // Each reading's seq field is unique: (thread, push, index).
+    let id = |t: i64, i: i64, j: i64| t * 10_000 + i * 10 + j;
+    let accepted: Vec<(String, i64, i64)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..4)
             .map(|t| {
                 let b = &b;
                 s.spawn(move || {
-                    let mut ok = 0;
+                    let mut ok = Vec::new();
                     for i in 0..200 {
-                        let items: Vec<_> = (0..10)
-                            .map(|j| item(&format!("s{}", j % 3), i, t * 10_000 + j))
-                            .collect();
+                        let items: Vec<_> =
+                            (0..10).map(|j| item(&format!("s{}", j % 3), i, id(t, i, j))).collect();
+                        let sent: Vec<_> =
+                            items.iter().map(|(m, r)| (m.key.clone(), r.ts, seq(r))).collect();
                         if let Ok(n) = b.push(items) {
-                            ok += n;
+                            assert_eq!(n, 10, "a push is all or nothing");
+                            ok.extend(sent);
                         }
                         assert!(b.buffered() <= 5000);
                     }
@@ -410,10 +414,17 @@ fn concurrent_pushes_never_exceed_the_bound_and_lose_nothing() {
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).sum()
+        handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
     });
-    assert_eq!(accepted, 5000, "exactly the bound's worth of 10-reading pushes fit");
+    assert_eq!(accepted.len(), 5000, "exactly the bound's worth of 10-reading pushes fit");
     assert_eq!(b.buffered(), 5000);
-    let total: usize = ["s0", "s1", "s2"].iter().map(|k| b.unflushed(k, 0, 1000).len()).sum();
-    assert_eq!(total, 5000);
+    // Every accepted reading is buffered once, and nothing of a refused push.
+    let mut buffered: Vec<(String, i64, i64)> = ["s0", "s1", "s2"]
+        .iter()
+        .flat_map(|k| b.unflushed(k, 0, 1000).into_iter().map(|r| (k.to_string(), r.ts, seq(&r))))
+        .collect();
+    buffered.sort();
+    let mut accepted = accepted;
+    accepted.sort();
+    assert_eq!(buffered, accepted);
 }

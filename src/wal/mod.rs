@@ -132,6 +132,10 @@ struct Shared {
     /// Makes the next group commit's writes fail with ENOSPC this many times.
     #[cfg(test)]
     no_space_next_writes: std::sync::atomic::AtomicU32,
+    /// While a test holds it, the writer thread takes no pending group: appends made
+    /// meanwhile queue up as they would behind a slow fsync.
+    #[cfg(test)]
+    hold_writer: Mutex<()>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -254,6 +258,8 @@ impl Wal {
             fail_next_write: std::sync::atomic::AtomicBool::new(false),
             #[cfg(test)]
             no_space_next_writes: std::sync::atomic::AtomicU32::new(0),
+            #[cfg(test)]
+            hold_writer: Mutex::new(()),
         });
         shared.publish_gauges(&lock(&shared.state));
         let thread_shared = shared.clone();
@@ -541,6 +547,12 @@ impl Writer {
                     std::thread::sleep(due - now);
                     st = lock(&shared.state);
                 }
+            }
+            #[cfg(test)]
+            {
+                drop(st);
+                drop(shared.hold_writer.lock().unwrap_or_else(|e| e.into_inner()));
+                st = lock(&shared.state);
             }
             let bytes = std::mem::take(&mut st.pending);
             let starts = std::mem::take(&mut st.pending_starts);

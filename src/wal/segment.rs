@@ -99,30 +99,6 @@ pub(super) struct Logged {
     pub items: Vec<Item>,
 }
 
-/// What reading a whole segment found.
-#[cfg(test)]
-#[derive(Debug)]
-pub(super) struct SegmentRead {
-    pub records: Vec<Logged>,
-    /// Bytes of valid records (header included).
-    pub valid_bytes: usize,
-    /// Why reading stopped before the end of the file, if it did.
-    pub damage: Option<String>,
-}
-
-/// Reads every intact record of a segment file's contents.
-#[cfg(test)]
-pub(super) fn read(path: &Path, data: &[u8]) -> Result<SegmentRead, String> {
-    // An empty file is a segment created just before a crash, before its header was written:
-    // nothing was acknowledged from it.
-    if data.is_empty() {
-        return Ok(SegmentRead { records: Vec::new(), valid_bytes: 0, damage: None });
-    }
-    check_header(path, data)?;
-    let (records, valid_bytes, damage) = parse_records(data, HEADER_BYTES, usize::MAX);
-    Ok(SegmentRead { records, valid_bytes, damage })
-}
-
 fn check_header(path: &Path, data: &[u8]) -> Result<(), String> {
     if data.len() < HEADER_BYTES || &data[..8] != MAGIC {
         return Err(format!("{} is not a bucketd WAL segment", path.display()));
@@ -200,7 +176,9 @@ pub(super) struct Chunk {
 const CHUNK_READ_BYTES: u64 = 8 << 20;
 
 /// Reads the intact records in `[offset, limit)` of the segment file at `path`, up to about
-/// `max_readings` readings. `limit` is what is known to be on disk (synced).
+/// `max_readings` readings. `limit` is what is known to be on disk (synced). A file shorter
+/// than its header is a segment created just before a crash, before its header was written:
+/// nothing was acknowledged from it, and nothing is read.
 pub(super) fn read_chunk(
     path: &Path,
     offset: u64,
@@ -274,63 +252,135 @@ mod tests {
             .collect()
     }
 
-    fn segment(records: &[(Seq, Vec<Item>)]) -> Vec<u8> {
+    /// A segment's bytes, and where each record ends.
+    fn segment(records: &[(Seq, Vec<Item>)]) -> (Vec<u8>, Vec<usize>) {
         let mut data = header().to_vec();
+        let mut ends = Vec::new();
         for (seq, items) in records {
             Record::encode(items).unwrap().finish_into(*seq, &mut data);
+            ends.push(data.len());
         }
-        data
+        (data, ends)
+    }
+
+    /// What replay reads of a segment file holding `data`: `read_chunk` from the start, chunk
+    /// after chunk of at most `max_readings` readings, as the refill calls it.
+    struct Replayed {
+        records: Vec<Logged>,
+        /// Where reading stopped.
+        end: u64,
+        damage: Option<String>,
+    }
+
+    fn replay(dir: &Path, data: &[u8], max_readings: usize) -> Result<Replayed, String> {
+        let path = path_in(dir, 1);
+        std::fs::write(&path, data).unwrap();
+        let limit = data.len() as u64;
+        let mut out = Replayed { records: Vec::new(), end: 0, damage: None };
+        loop {
+            let chunk = read_chunk(&path, out.end, limit, max_readings)?;
+            let progressed = chunk.next_offset > out.end.max(HEADER_BYTES as u64);
+            out.records.extend(chunk.records);
+            out.end = chunk.next_offset;
+            if chunk.damage.is_some() || !progressed || out.end >= limit {
+                out.damage = chunk.damage;
+                return Ok(out);
+            }
+        }
+    }
+
+    fn seqs(records: &[Logged]) -> Vec<(Seq, usize)> {
+        records.iter().map(|r| (r.first_seq, r.items.len())).collect()
     }
 
     #[test]
     fn records_round_trip() {
-        let data = segment(&[(10, items(3)), (13, items(1)), (14, Vec::new())]);
-        let read = read(Path::new("x.wal"), &data).unwrap();
-        assert!(read.damage.is_none());
-        assert_eq!(read.valid_bytes, data.len());
-        let got: Vec<(Seq, usize)> =
-            read.records.iter().map(|r| (r.first_seq, r.items.len())).collect();
-        assert_eq!(got, vec![(10, 3), (13, 1), (14, 0)]);
-        assert_eq!(read.records[0].items, items(3));
-    }
-
-    #[test]
-    fn a_torn_tail_ends_the_segment_at_the_last_intact_record() {
-        let whole = segment(&[(1, items(2)), (3, items(2))]);
-        let first_end = segment(&[(1, items(2))]).len();
-        for cut in first_end..whole.len() {
-            let read = read(Path::new("x.wal"), &whole[..cut]).unwrap();
-            assert_eq!(read.records.len(), 1, "cut at {cut}");
-            assert_eq!(read.valid_bytes, first_end);
-            assert_eq!(read.damage.is_some(), cut > first_end, "cut at {cut}");
+        let dir = tempfile::tempdir().unwrap();
+        let (data, _) =
+            segment(&[(10, items(3)), (13, items(1)), (14, Vec::new()), (14, items(2))]);
+        for max_readings in [usize::MAX, 1, 2] {
+            let read = replay(dir.path(), &data, max_readings).unwrap();
+            assert!(read.damage.is_none(), "{:?}", read.damage);
+            assert_eq!(read.end, data.len() as u64);
+            assert_eq!(seqs(&read.records), vec![(10, 3), (13, 1), (14, 0), (14, 2)]);
+            assert_eq!(read.records[0].items, items(3));
+            assert_eq!(read.records[3].items, items(2));
         }
     }
 
     #[test]
-    fn a_flipped_bit_fails_the_checksum() {
-        let mut data = segment(&[(1, items(2)), (3, items(2))]);
-        let last = data.len() - 3;
-        data[last] ^= 0x20;
-        let read = read(Path::new("x.wal"), &data).unwrap();
-        assert_eq!(read.records.len(), 1);
-        assert!(read.damage.unwrap().contains("checksum"));
-        // The sequence number is covered too.
-        let mut data = segment(&[(1, items(1))]);
-        data[HEADER_BYTES + 9] ^= 1;
-        assert!(read_damage(&data).contains("checksum"));
-    }
-
-    fn read_damage(data: &[u8]) -> String {
-        read(Path::new("x.wal"), data).unwrap().damage.unwrap_or_default()
+    fn a_torn_tail_at_any_byte_ends_the_segment_at_the_last_intact_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let (whole, ends) = segment(&[(1, items(2)), (3, items(1)), (4, items(3))]);
+        for cut in 0..=whole.len() {
+            let read = replay(dir.path(), &whole[..cut], usize::MAX).unwrap();
+            // A segment cut inside its header: created, never written to.
+            let intact = ends.iter().filter(|&&end| end <= cut).count();
+            assert_eq!(read.records.len(), intact, "cut at {cut}");
+            let last_end = if intact == 0 { HEADER_BYTES } else { ends[intact - 1] };
+            if cut >= HEADER_BYTES {
+                assert_eq!(read.end, last_end as u64, "cut at {cut}");
+            }
+            let at_boundary = cut <= HEADER_BYTES || ends.contains(&cut);
+            assert_eq!(read.damage.is_some(), !at_boundary, "cut at {cut}: {:?}", read.damage);
+        }
     }
 
     #[test]
-    fn foreign_files_are_refused_and_empty_ones_are_empty() {
-        assert!(read(Path::new("x.wal"), b"hello world, not a wal").is_err());
-        assert!(read(Path::new("x.wal"), b"").unwrap().records.is_empty());
-        let mut newer = header();
+    fn a_flipped_bit_anywhere_in_a_record_ends_the_segment_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (data, ends) = segment(&[(1, items(2)), (3, items(1)), (4, items(2))]);
+        for at in HEADER_BYTES..data.len() {
+            for bit in 0..8 {
+                let mut damaged = data.clone();
+                damaged[at] ^= 1 << bit;
+                let read = replay(dir.path(), &damaged, usize::MAX).unwrap();
+                let before = ends.iter().filter(|&&end| end <= at).count();
+                assert_eq!(read.records.len(), before, "bit {bit} of byte {at}");
+                assert!(read.damage.is_some(), "bit {bit} of byte {at}");
+            }
+        }
+        // The sequence number is covered by the checksum.
+        let mut damaged = data.clone();
+        damaged[HEADER_BYTES + 9] ^= 1;
+        let damage = replay(dir.path(), &damaged, usize::MAX).unwrap().damage.unwrap();
+        assert!(damage.contains("checksum"), "{damage}");
+    }
+
+    #[test]
+    fn a_record_larger_than_a_read_step_is_read_whole_or_found_torn() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut big = items(1);
+        big[0].1.fields[2].1 = FieldValue::Str("x".repeat(CHUNK_READ_BYTES as usize + 4096));
+        let (data, ends) = segment(&[(1, items(2)), (3, big.clone()), (4, items(1))]);
+        assert!(ends[1] - ends[0] > CHUNK_READ_BYTES as usize);
+        for max_readings in [usize::MAX, 1] {
+            let read = replay(dir.path(), &data, max_readings).unwrap();
+            assert!(read.damage.is_none(), "{:?}", read.damage);
+            assert_eq!(seqs(&read.records), vec![(1, 2), (3, 1), (4, 1)]);
+            assert_eq!(read.records[1].items, big);
+        }
+        let read = replay(dir.path(), &data[..ends[1] - 1], usize::MAX).unwrap();
+        assert_eq!(seqs(&read.records), vec![(1, 2)]);
+        assert!(read.damage.is_some());
+    }
+
+    #[test]
+    fn a_bad_header_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (data, _) = segment(&[(1, items(1))]);
+        let err = replay(dir.path(), b"hello world, not a wal", usize::MAX).err().unwrap();
+        assert!(err.contains("not a bucketd WAL segment"), "{err}");
+        // Magic and version; the reserved bytes are not checked.
+        for at in 0..12 {
+            let mut damaged = data.clone();
+            damaged[at] ^= 0x10;
+            assert!(replay(dir.path(), &damaged, usize::MAX).is_err(), "byte {at}");
+        }
+        let mut newer = data.clone();
         newer[8] = 9;
-        assert!(read(Path::new("x.wal"), &newer).unwrap_err().contains("version 9"));
+        let err = replay(dir.path(), &newer, usize::MAX).err().unwrap();
+        assert!(err.contains("version 9"), "{err}");
     }
 
     #[test]

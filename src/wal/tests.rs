@@ -51,9 +51,11 @@ async fn appended_records_are_on_disk_once_synced() {
     wal.synced(t1).await.unwrap();
     let files = segment_files(dir.path());
     assert_eq!(files, vec![100]);
-    let data = std::fs::read(segment::path_in(dir.path(), 100)).unwrap();
-    let read = segment::read(Path::new("x"), &data).unwrap();
+    let path = segment::path_in(dir.path(), 100);
+    let len = std::fs::metadata(&path).unwrap().len();
+    let read = segment::read_chunk(&path, 0, len, usize::MAX).unwrap();
     assert!(read.damage.is_none());
+    assert_eq!(read.next_offset, len);
     let got: Vec<(Seq, usize)> =
         read.records.iter().map(|r| (r.first_seq, r.items.len())).collect();
     assert_eq!(got, vec![(100, 2), (102, 1)]);
@@ -61,19 +63,29 @@ async fn appended_records_are_on_disk_once_synced() {
 }
 
 #[tokio::test]
-async fn concurrent_appends_share_fsyncs() {
+async fn appends_made_while_the_writer_is_busy_share_one_fsync() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path(), 1 << 30, 1 << 30);
-    cfg.sync_interval = Duration::from_millis(20);
-    let (wal, _) = Wal::open(cfg).unwrap();
+    let (wal, _) = Wal::open(config(dir.path(), 1 << 30, 1 << 30)).unwrap();
+    let first = append(&wal, &[item(0, 0)], 1);
+    wal.synced(first).await.unwrap();
+    // The writer is held as if in a long fsync; 200 appends arrive meanwhile.
+    let held = wal.shared.hold_writer.lock().unwrap();
     let tickets: Vec<Ticket> =
-        (0..200u64).map(|i| append(&wal, &[item(i as usize, i as i64)], i + 1)).collect();
-    let max = *tickets.iter().max().unwrap();
-    for t in tickets {
+        (1..=200u64).map(|i| append(&wal, &[item(i as usize, i as i64)], i + 1)).collect();
+    drop(held);
+    for &t in &tickets {
         wal.synced(t).await.unwrap();
     }
-    // 200 appends in a burst: a handful of groups, not 200 fsyncs.
-    assert!(max.0 <= 5, "{} groups for 200 appends", max.0);
+    // One group, one write and fsync, for all of them: once the writer has stopped, the
+    // group after the first is the last.
+    assert!(tickets.iter().all(|&t| t == tickets[0]), "{tickets:?}");
+    assert_eq!(tickets[0].0, first.0 + 1);
+    wal.close();
+    assert_eq!(wal.shared.synced.borrow().group, tickets[0].0);
+    let path = segment::path_in(dir.path(), 1);
+    let len = std::fs::metadata(&path).unwrap().len();
+    let chunk = segment::read_chunk(&path, 0, len, usize::MAX).unwrap();
+    assert_eq!(chunk.records.len(), 201);
 }
 
 #[tokio::test]
@@ -436,8 +448,9 @@ async fn a_full_disk_refuses_appends_and_the_log_resumes_once_there_is_room() {
         wal.synced(after).await.unwrap();
         let mut got = Vec::new();
         for first in segment_files(dir.path()) {
-            let data = std::fs::read(segment::path_in(dir.path(), first)).unwrap();
-            let read = segment::read(Path::new("x"), &data).unwrap();
+            let path = segment::path_in(dir.path(), first);
+            let len = std::fs::metadata(&path).unwrap().len();
+            let read = segment::read_chunk(&path, 0, len, usize::MAX).unwrap();
             assert!(read.damage.is_none(), "segment {first}: {:?}", read.damage);
             got.extend(read.records.iter().map(|r| (r.first_seq, r.items.len())));
         }

@@ -21,7 +21,8 @@ Fault injection, only with --faults (so the store's error mapping can be tested)
 
 Test hooks: --max-bson N reports and enforces a smaller maxBsonObjectSize (documents and,
 plus 16 KiB, commands), --max-write-batch N a smaller maxWriteBatchSize; the `bridgeStats`
-command reports how many commands were refused as too large.
+command reports how many commands were refused as too large, the commands received by name,
+and the `maxTimeMS` of the update commands received (by value; "None" when absent).
 
 Usage: python bridge.py [--faults] [--max-bson N] [--max-write-batch N]
 Prints "PORT <n>" on stdout once listening on 127.0.0.1; exits when stdin closes, so a test
@@ -143,6 +144,8 @@ class Bridge:
         self.refused_commands = 0
         # Commands received, by name: the tests count round trips with it.
         self.command_counts = collections.Counter()
+        # The maxTimeMS of each update command received ("None" when absent), by value.
+        self.update_max_time_ms = collections.Counter()
         self.cursors = {}
         self.cursor_ids = itertools.count(1)
         self.connection_ids = itertools.count(1)
@@ -152,6 +155,8 @@ class Bridge:
         name = request.command_name
         doc = request.doc
         self.command_counts[name] += 1
+        if name and name.lower() == "update":
+            self.update_max_time_ms[str(doc.get("maxTimeMS"))] += 1
         try:
             reply = self.dispatch(name, doc, request)
         except OperationFailure as e:
@@ -171,7 +176,8 @@ class Bridge:
             return {"ok": 1}
         if key == "bridgestats":
             return {"ok": 1, "refusedCommands": self.refused_commands,
-                    "commands": dict(self.command_counts)}
+                    "commands": dict(self.command_counts),
+                    "updateMaxTimeMS": dict(self.update_max_time_ms)}
         if key == "buildinfo":
             return {"ok": 1, "version": "7.0.0", "versionArray": [7, 0, 0, 0]}
         db = request.namespace.split(".")[0] if request.namespace else doc.get("$db", "test")

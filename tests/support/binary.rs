@@ -1,18 +1,21 @@
 //! The real `bucketd` binary as a child process, for tests that signal or kill it.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
+/// A bucketd child process. It binds port 0 and the test learns the address from its
+/// "bucketd listening" log line (JSON logs on stdout), so no port is ever picked by the test,
+/// released and bound again by the child, racing other tests for it.
 pub struct Bucketd {
     pub child: Child,
+    /// `http://<address>`: set by [`Bucketd::wait_ready`].
     pub base: String,
+    listening: mpsc::Receiver<String>,
 }
 
 impl Bucketd {
@@ -26,22 +29,73 @@ impl Bucketd {
     }
 
     pub fn spawn_args(data_dir: &std::path::Path, flush_interval: &str, args: &[&str]) -> Bucketd {
-        let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_bucketd"))
-            .args(["--http-addr", &format!("127.0.0.1:{port}")])
+        Self::spawn_logged(data_dir, flush_interval, args, None)
+    }
+
+    /// Like `spawn_args`, also appending every log line (JSON) to `log` when given.
+    pub fn spawn_logged(
+        data_dir: &std::path::Path,
+        flush_interval: &str,
+        args: &[&str],
+        log: Option<&std::path::Path>,
+    ) -> Bucketd {
+        let mut log = log.map(|path| {
+            std::fs::OpenOptions::new().create(true).append(true).open(path).expect("log file")
+        });
+        let mut child = Command::new(env!("CARGO_BIN_EXE_bucketd"))
+            .args(["--http-addr", "127.0.0.1:0", "--log-format", "json"])
             .arg("--data-dir")
             .arg(data_dir)
             .args(["--flush-interval", flush_interval])
             .args(args)
-            .stdout(Stdio::null())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("bucketd starts");
-        Bucketd { child, base: format!("http://127.0.0.1:{port}") }
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (tx, listening) = mpsc::channel();
+        // Reads the log to its end, so the child never blocks on a full pipe; passes on
+        // warnings and errors.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if let Some(file) = &mut log {
+                    let _ = writeln!(file, "{line}");
+                }
+                let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
+                    eprintln!("bucketd: {line}");
+                    continue;
+                };
+                let fields = &event["fields"];
+                if fields["message"] == "bucketd listening"
+                    && let Some(http) = fields["http"].as_str()
+                {
+                    let _ = tx.send(http.to_owned());
+                } else if !matches!(event["level"].as_str(), Some("INFO" | "DEBUG" | "TRACE")) {
+                    eprintln!("bucketd: {line}");
+                }
+            }
+        });
+        Bucketd { child, base: String::new(), listening }
     }
 
+    /// Waits until bucketd has said where it listens and `/ready` answers 200.
     pub async fn wait_ready(&mut self, client: &reqwest::Client) {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        // A guard against a hang, not a performance bound.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.base.is_empty() {
+            match self.listening.try_recv() {
+                Ok(http) => self.base = format!("http://{http}"),
+                Err(mpsc::TryRecvError::Empty) => {}
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    let status = self.child.wait().unwrap();
+                    panic!("bucketd exited before it listened: {status}");
+                }
+            }
+            assert!(Instant::now() < deadline, "bucketd did not listen within 60 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 panic!("bucketd exited before it was ready: {status}");
@@ -51,7 +105,7 @@ impl Bucketd {
             {
                 return;
             }
-            assert!(Instant::now() < deadline, "bucketd not ready within 20 s");
+            assert!(Instant::now() < deadline, "bucketd not ready within 60 s");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

@@ -2,6 +2,7 @@
 //! Included by each `tests/server_*.rs` as `#[path = "support/server.rs"] mod support;`.
 #![allow(dead_code)]
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use async_trait::async_trait;
 use bucketd::buffer::Buffers;
 use bucketd::config::Config;
 use bucketd::flush::ShutdownReport;
-use bucketd::model::{Batch, Reading, Seq, TimestampMs, WriterId};
+use bucketd::model::{Batch, FieldValue, Reading, Seq, TimestampMs, WriterId};
 use bucketd::server::Server;
 use bucketd::store::memory::MemoryStore;
 use bucketd::store::{
@@ -135,6 +136,77 @@ pub async fn stored(store: &dyn Store, sensor: &str) -> Vec<Reading> {
         limit: None,
     };
     store.readings(query).map(|r| r.expect("store read")).collect().await
+}
+
+/// What tells one reading from another in "exactly once" checks: sensor key, timestamp (ms)
+/// and fields as text (numbers as `f64`, so a JSON integer and a line-protocol float of the
+/// same value compare equal). Comparing these as multisets, unlike comparing totals, catches a
+/// lost reading that a duplicate makes up for.
+pub type Identity = (String, i64, String);
+
+pub fn identity(sensor: &str, ts_ms: i64, fields: &[(&str, f64)]) -> Identity {
+    let text: Vec<String> = fields.iter().map(|(name, v)| format!("{name}={v}")).collect();
+    (sensor.to_owned(), ts_ms, text.join(","))
+}
+
+fn identity_of(sensor: &str, reading: &Reading) -> Identity {
+    let text: Vec<String> = reading
+        .fields
+        .iter()
+        .map(|(name, value)| match (value.as_f64(), value) {
+            (Some(v), _) => format!("{}={v}", name.as_str()),
+            (None, FieldValue::Str(s)) => format!("{}={s:?}", name.as_str()),
+            (None, other) => format!("{}={other:?}", name.as_str()),
+        })
+        .collect();
+    (sensor.to_owned(), reading.ts, text.join(","))
+}
+
+/// Every reading of every sensor in `store`, with how many times each is stored.
+pub async fn stored_identities(store: &dyn Store) -> BTreeMap<Identity, usize> {
+    let mut out = BTreeMap::new();
+    let mut after = None;
+    loop {
+        let query = SensorQuery { tags: Vec::new(), measurement: None, after, limit: 1000 };
+        let sensors = store.sensors(query).await.expect("store lists sensors");
+        let Some(last) = sensors.last() else { break };
+        after = Some(last.key.clone());
+        for sensor in &sensors {
+            for reading in stored(store, &sensor.key).await {
+                *out.entry(identity_of(&sensor.key, &reading)).or_insert(0) += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Every reading of `expected` is stored exactly once and nothing else is stored.
+pub async fn assert_stored_exactly(store: &dyn Store, expected: &BTreeSet<Identity>) {
+    assert_stored_once(store, expected, &BTreeSet::new()).await;
+}
+
+/// Every reading of `acked` is stored exactly once; readings of `maybe` (sent, never
+/// acknowledged) at most once; nothing else.
+pub async fn assert_stored_once(
+    store: &dyn Store,
+    acked: &BTreeSet<Identity>,
+    maybe: &BTreeSet<Identity>,
+) {
+    let stored = stored_identities(store).await;
+    let twice: Vec<_> = stored.iter().filter(|(_, n)| **n > 1).take(5).collect();
+    let missing: Vec<_> = acked.iter().filter(|i| !stored.contains_key(*i)).collect();
+    let extra: Vec<_> =
+        stored.keys().filter(|i| !acked.contains(*i) && !maybe.contains(*i)).collect();
+    assert!(
+        twice.is_empty() && missing.is_empty() && extra.is_empty(),
+        "{} readings stored more than once (e.g. {twice:?}), {} acknowledged ones missing \
+         (e.g. {:?}), {} stored that were never sent or were refused (e.g. {:?})",
+        stored.values().filter(|n| **n > 1).count(),
+        missing.len(),
+        &missing[..missing.len().min(5)],
+        extra.len(),
+        &extra[..extra.len().min(5)],
+    );
 }
 
 /// One JSON reading as bucketd's JSON API takes it.
