@@ -262,8 +262,10 @@ impl Config {
             sync_interval: self.wal_sync_interval,
             max_bytes,
             // Small enough that settled readings free disk soon, large enough that a busy log
-            // does not churn files: a sixteenth of the bound, within [1 MiB, 64 MiB].
-            segment_bytes: (max_bytes / 16).clamp(1 << 20, 64 << 20),
+            // does not churn files: a sixteenth of the bound, within [1 MiB, 64 MiB], and at
+            // most half the bound: only a segment no longer appended to is ever deleted, so a
+            // log of one segment would stay full for good once it filled.
+            segment_bytes: (max_bytes / 16).clamp(1 << 20, 64 << 20).min(max_bytes / 2),
         }
     }
 
@@ -408,6 +410,17 @@ mod tests {
         let mut args = vec!["bucketd"];
         args.extend_from_slice(extra);
         Config::from_args(args)
+    }
+
+    /// Only a segment no longer appended to is deleted, so a log must hold at least two:
+    /// with one, a small `--wal-max-bytes` that filled stayed full after everything was stored.
+    #[test]
+    fn a_log_always_has_room_for_two_segments() {
+        for max in ["64KiB", "96KiB", "1MiB", "2MiB", "16MiB", "1GiB", "8GiB"] {
+            let w = parse(&["--wal-max-bytes", max]).unwrap().wal_config();
+            assert!(w.segment_bytes * 2 <= w.max_bytes, "{max}: {} segment bytes", w.segment_bytes);
+        }
+        assert_eq!(parse(&[]).unwrap().wal_config().segment_bytes, 64 << 20);
     }
 
     #[test]

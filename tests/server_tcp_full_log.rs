@@ -2,11 +2,6 @@
 //! the store is down and the log is at `--wal-max-bytes`, the connection is not read (TCP
 //! flow control holds the sender back); once the store is back it is read again and every
 //! line lands once. A test binary of its own: it reads process-wide metrics.
-//!
-//! The log is 2 MiB: segments are at least 1 MiB and the log frees room only by deleting a
-//! segment no longer appended to, so a log of less than about two segments stays full for
-//! good once it fills, even after the store is back (a bug of its own, not this test's
-//! subject).
 
 #[path = "support/server.rs"]
 mod support;

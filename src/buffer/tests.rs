@@ -418,6 +418,7 @@ fn concurrent_pushes_never_exceed_the_bound_and_lose_nothing() {
     });
     assert_eq!(accepted.len(), 5000, "exactly the bound's worth of 10-reading pushes fit");
     assert_eq!(b.buffered(), 5000);
+    assert_eq!(b.peak(), 5000, "the high-water count, which no sample can miss, never passed it");
     // Every accepted reading is buffered once, and nothing of a refused push.
     let mut buffered: Vec<(String, i64, i64)> = ["s0", "s1", "s2"]
         .iter()
