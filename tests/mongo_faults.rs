@@ -6,13 +6,16 @@
 //!   write-ahead log), `/ready` says 503, the metrics show the backlog, and once MongoDB is back
 //!   every acknowledged reading lands exactly once;
 //! - with another writer in the same buckets, a lost reply or an outage of this one still lands
-//!   each of its readings once: its check reads its own high-water mark, not the other's;
+//!   each of its readings once: its check reads its own high-water mark, not the other's (the
+//!   lost reply also with two real bucketd processes);
 //! - every `update` command carries `maxTimeMS` = the operation timeout, so a command the
 //!   client gave up on cannot land after the flusher asked what landed;
 //! - the memory bound holds while the log is refilled after an outage.
 //!
 //! The tests read process-wide metrics, so they run one at a time.
 
+#[path = "support/binary.rs"]
+mod binary;
 #[path = "support/mongo_standin.rs"]
 mod mongo_standin;
 #[path = "support/proxy.rs"]
@@ -24,6 +27,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use binary::Bucketd;
 use bucketd::model::{Batch, FieldValue, HOUR_MS, Reading, SeriesMeta, WriterId};
 use bucketd::store::mongo::{MongoConfig, MongoStore};
 use bucketd::store::{Order, RangeQuery, RollupQuery, Store};
@@ -436,4 +440,85 @@ async fn update_commands_carry_max_time_ms() {
     // setup() sets the operation timeout to 5 s.
     let values: Vec<&str> = by_value.keys().map(String::as_str).collect();
     assert_eq!(values, ["5000"], "maxTimeMS of the update commands, by value: {by_value}");
+}
+
+/// The same through two real bucketd processes on one MongoDB: the first reaches it through
+/// the proxy, which drops the reply to its first update after MongoDB applied it, while the
+/// second writes the same sensor-hours (the same buckets) directly, before and meanwhile.
+/// The first cuts each sensor's 30 readings into buckets of about 10, so the lost update carried
+/// only the first of them; the second's newer readings land in between, with higher numbers. Its check
+/// must find exactly those by its own mark (a shared mark would have covered all 30).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_a_lost_reply_for_one_while_the_other_writes_the_same_buckets() {
+    const SENSORS: i64 = 5;
+    let backend = MongoBackend::start();
+    let proxy = FaultProxy::in_front_of(&backend.uri);
+    let db = backend.database.clone();
+    let through_proxy =
+        proxy.uri_with(&[("serverSelectionTimeoutMS", "2000"), ("connectTimeoutMS", "2000")]);
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
+    let mut a = Bucketd::spawn_args(
+        dir_a.path(),
+        "2s",
+        &[
+            "--mongodb-uri",
+            &through_proxy,
+            "--mongodb-database",
+            &db,
+            // About ten readings a bucket (by size: a count cap would make the buffer due
+            // at once).
+            "--bucket-max-bytes",
+            "400",
+        ],
+    );
+    let mut b = Bucketd::spawn_args(
+        dir_b.path(),
+        "50ms",
+        &["--mongodb-uri", &backend.uri, "--mongodb-database", &db],
+    );
+    a.wait_ready(&client).await;
+    b.wait_ready(&client).await;
+    let body = |values: std::ops::Range<i64>| -> String {
+        (0..SENSORS)
+            .flat_map(|s| values.clone().map(move |v| (s, v)))
+            .map(|(s, v)| format!("pair,sensor=s{s} v={v}i {}\n", T0_MS + v))
+            .collect()
+    };
+    let write = async |server: &Bucketd, values: std::ops::Range<i64>| {
+        let url = format!("{}/write?precision=ms", server.base);
+        let response = client.post(url).body(body(values)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    };
+    let settled = async |server: &Bucketd| {
+        process_metric(&client, &server.base, "bucketd_readings_buffered").await == Some(0.0)
+            && process_metric(&client, &server.base, "bucketd_wal_unsettled_readings").await
+                == Some(0.0)
+    };
+
+    write(&b, 1000..1020).await;
+    wait_for("the second process's readings land", 60, async || settled(&b).await).await;
+    proxy.drop_reply_after_apply(1);
+    write(&a, 0..30).await;
+    // Numbered after the first's, and stored before its flush (2 s) is due.
+    write(&b, 2000..2020).await;
+    wait_for("the second process's newer readings land", 60, async || settled(&b).await).await;
+    wait_for("the first process settles", 120, async || settled(&a).await).await;
+    assert_eq!(proxy.dropped_replies(), 1, "the fault fired");
+    let landed = "bucketd_readings_landed_despite_error_total";
+    assert!(process_metric(&client, &a.base, landed).await.unwrap_or(0.0) >= 1.0);
+
+    let direct = MongoConfig::new(backend.uri.clone(), db.clone());
+    let direct = MongoStore::connect_with(direct).await.unwrap();
+    let expected: Vec<i64> = (0..30).chain(1000..1020).chain(2000..2020).collect();
+    assert_exactly(&direct, "pair", SENSORS, &expected).await;
+    assert!(a.terminate().success() && b.terminate().success());
+}
+
+/// A metric of a bucketd process, by exact name (unlabelled).
+async fn process_metric(client: &reqwest::Client, base: &str, name: &str) -> Option<f64> {
+    let text = client.get(format!("{base}/metrics")).send().await.ok()?.text().await.ok()?;
+    text.lines()
+        .find(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(' ')))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
