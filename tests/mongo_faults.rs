@@ -129,24 +129,8 @@ async fn a_lost_update_reply_is_not_written_twice() {
         "the flusher found the landed write through the high-water mark"
     );
 
-    for s in 0..10 {
-        let sensor = format!("lost,sensor=s{s}");
-        let readings = stored(&*direct, &sensor).await;
-        let values: Vec<i64> = readings.iter().map(|r| int_field(r, "v")).collect();
-        assert_eq!(values, (0..30).collect::<Vec<_>>(), "{sensor}: each reading exactly once");
-        let rollup = direct
-            .rollups(RollupQuery {
-                sensor: sensor.clone(),
-                from: T0_MS,
-                to: T0_MS + HOUR_MS,
-                step_ms: HOUR_MS,
-                fields: None,
-            })
-            .await
-            .unwrap();
-        let stats = rollup[0].fields["v"];
-        assert_eq!((stats.count, stats.sum), (30, 435.0), "{sensor}: statistics not doubled");
-    }
+    // Each reading exactly once, and statistics not doubled.
+    assert_exactly(&direct, "lost", 10, &(0..30).collect::<Vec<_>>()).await;
     server.shutdown().await;
 }
 

@@ -162,6 +162,31 @@ async fn a_second_log_on_the_same_directory_is_refused() {
     assert!(e.to_string().contains("already in use"), "{e}");
 }
 
+/// Reopens the log in `dir` and starts replaying what it holds into buffers of 100 readings
+/// that are never due by age.
+#[allow(clippy::type_complexity)]
+fn replay(
+    dir: &Path,
+    store: Arc<MemoryStore>,
+) -> (
+    Arc<Wal>,
+    Vec<Seq>,
+    Arc<Buffers>,
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<()>,
+) {
+    let (wal, recovered) = Wal::open(config(dir, 1 << 20, 1 << 20)).unwrap();
+    let buffers = Buffers::new(BufferConfig {
+        max_buffered_readings: 100,
+        max_batch_readings: 100,
+        flush_interval: Duration::from_secs(3600),
+    });
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task =
+        refill::spawn(wal.clone(), store, buffers.clone(), IDENTITY, &recovered, stop.clone());
+    (wal, recovered, buffers, stop, task)
+}
+
 /// What a crashed process left is replayed with its sequence numbers, minus what the store
 /// already holds, while new pushes wait in the log behind it; the recovered segment goes once
 /// all of it is stored.
@@ -186,16 +211,8 @@ async fn the_refill_replays_what_the_store_lacks_before_newer_pushes() {
     };
     assert!(store.write(WriterId(1), &[stored]).await[0].is_ok());
 
-    let (wal, recovered) = Wal::open(config(dir.path(), 1 << 20, 1 << 20)).unwrap();
+    let (wal, recovered, buffers, stop, task) = replay(dir.path(), store);
     assert_eq!(recovered, vec![1000]);
-    let buffers = Buffers::new(BufferConfig {
-        max_buffered_readings: 100,
-        max_batch_readings: 100,
-        flush_interval: Duration::from_secs(3600),
-    });
-    let stop = tokio_util::sync::CancellationToken::new();
-    let task =
-        refill::spawn(wal.clone(), store, buffers.clone(), IDENTITY, &recovered, stop.clone());
     // A push right away is logged but waits behind the replay.
     let record = Record::encode(&[item(0, 50)]).unwrap();
     let (ticket, placement) =
@@ -327,15 +344,7 @@ async fn the_replay_ignores_other_writers_marks() {
     };
     assert!(store.write(WriterId(2), &[theirs]).await[0].is_ok());
 
-    let (wal, recovered) = Wal::open(config(dir.path(), 1 << 20, 1 << 20)).unwrap();
-    let buffers = Buffers::new(BufferConfig {
-        max_buffered_readings: 100,
-        max_batch_readings: 100,
-        flush_interval: Duration::from_secs(3600),
-    });
-    let stop = tokio_util::sync::CancellationToken::new();
-    let task =
-        refill::spawn(wal.clone(), store, buffers.clone(), IDENTITY, &recovered, stop.clone());
+    let (_wal, _, buffers, stop, task) = replay(dir.path(), store);
     let deadline = Instant::now() + Duration::from_secs(5);
     while buffers.spilled_from().is_some() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
