@@ -118,6 +118,11 @@ struct Args {
     /// Also write the summary as one JSON object to this file (for scripts).
     #[arg(long)]
     summary_json: Option<std::path::PathBuf>,
+
+    /// Length of the slices the summary reports the accepted rate and the failed requests of,
+    /// so that a stall in a sustained run shows (whole seconds).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    slice: Duration,
 }
 
 /// What every worker adds to; read by the progress printer and the summary.
@@ -132,6 +137,8 @@ struct Stats {
     accepted_ranges: Mutex<Vec<(u64, u64)>>,
     /// Ranges of requests that failed: their readings may or may not have been taken.
     failed_ranges: Mutex<Vec<(u64, u64)>>,
+    /// (accepted readings, failed requests) so far, at the end of every second of the run.
+    per_second: Mutex<Vec<(u64, u64)>>,
 }
 
 impl Stats {
@@ -145,6 +152,7 @@ impl Stats {
             errors: Mutex::new(BTreeMap::new()),
             accepted_ranges: Mutex::new(Vec::new()),
             failed_ranges: Mutex::new(Vec::new()),
+            per_second: Mutex::new(Vec::new()),
         }
     }
 
@@ -308,6 +316,15 @@ async fn main() -> anyhow::Result<()> {
     if args.verify {
         let report = verify::run(&client, &base, &args, &layout, &stats, started + elapsed).await?;
         println!("{}", report.text);
+        // The landed rate: what was acknowledged, over the time until all of it was stored.
+        if let Some(drained_ms) = report.json["drained_after_ms"].as_u64() {
+            let secs = elapsed.as_secs_f64() + drained_ms as f64 / 1000.0;
+            let landed = stats.accepted.load(Ordering::Relaxed) as f64 / secs;
+            println!(
+                "landed readings/s: {landed:.0} (all in the store {drained_ms} ms after the load)"
+            );
+            json["landed_per_s"] = serde_json::json!(landed);
+        }
         json["verify"] = report.json;
         if let Some(path) = &args.summary_json {
             std::fs::write(path, serde_json::to_vec_pretty(&json)?)?;
@@ -392,6 +409,8 @@ async fn progress(stats: Arc<Stats>, started: Instant) {
     loop {
         tick.tick().await;
         let accepted = stats.accepted.load(Ordering::Relaxed);
+        let failed = stats.failed_requests.load(Ordering::Relaxed);
+        stats.per_second.lock().unwrap().push((accepted, failed));
         let (p50, p99) = {
             let h = stats.latency_us.lock().unwrap();
             (h.value_at_quantile(0.5), h.value_at_quantile(0.99))
@@ -402,7 +421,7 @@ async fn progress(stats: Arc<Stats>, started: Instant) {
             accepted,
             accepted - last,
             stats.requests.load(Ordering::Relaxed),
-            stats.failed_requests.load(Ordering::Relaxed),
+            failed,
             p50 as f64 / 1000.0,
             p99 as f64 / 1000.0,
         );
@@ -437,6 +456,19 @@ fn summarize(args: &Args, stats: &Stats, elapsed: Duration) -> Summary {
     for (k, v) in &errors {
         text.push_str(&format!(" {k}={v}"));
     }
+    let slices = slices(&stats.per_second.lock().unwrap(), args.slice);
+    if !slices.is_empty() {
+        text.push_str(&format!(
+            "\naccepted readings/s per {} slice:",
+            humantime::format_duration(args.slice)
+        ));
+        for s in &slices {
+            text.push_str(&format!(" {:.0}", s.accepted_per_s));
+            if s.failed_requests > 0 {
+                text.push_str(&format!(" ({} failed)", s.failed_requests));
+            }
+        }
+    }
     let json = serde_json::json!({
         "protocol": format!("{:?}", args.protocol),
         "sensors": args.sensors,
@@ -449,6 +481,61 @@ fn summarize(args: &Args, stats: &Stats, elapsed: Duration) -> Summary {
         "accepted_per_s": rate,
         "latency_ms": {"p50": p50, "p99": p99, "p999": p999, "max": max},
         "errors": errors,
+        "slices": slices.iter().map(|s| serde_json::json!({
+            "from_s": s.from_s,
+            "accepted_per_s": s.accepted_per_s,
+            "failed_requests": s.failed_requests,
+        })).collect::<Vec<_>>(),
     });
     Summary { text, json }
+}
+
+struct Slice {
+    from_s: u64,
+    accepted_per_s: f64,
+    failed_requests: u64,
+}
+
+/// Whole slices of `slice` seconds from the per-second totals (a last, shorter one is left
+/// out: its rate would mix the load's end into it).
+fn slices(per_second: &[(u64, u64)], slice: Duration) -> Vec<Slice> {
+    let n = slice.as_secs().max(1) as usize;
+    let mut out = Vec::new();
+    let mut before = (0, 0);
+    for (i, chunk) in per_second.chunks_exact(n).enumerate() {
+        let after = chunk[n - 1];
+        out.push(Slice {
+            from_s: (i * n) as u64,
+            accepted_per_s: (after.0 - before.0) as f64 / n as f64,
+            failed_requests: after.1 - before.1,
+        });
+        before = after;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slices_are_whole_and_show_a_stall() {
+        // Per-second totals: 100/s for 4 s, nothing accepted for 4 s (40 requests failed),
+        // then 50/s for 3 s.
+        let mut totals = Vec::new();
+        let (mut accepted, mut failed) = (0, 0);
+        for s in 0..11 {
+            match s {
+                0..4 => accepted += 100,
+                4..8 => failed += 10,
+                _ => accepted += 50,
+            }
+            totals.push((accepted, failed));
+        }
+        let got = slices(&totals, Duration::from_secs(4));
+        let rates: Vec<f64> = got.iter().map(|s| s.accepted_per_s).collect();
+        assert_eq!(rates, vec![100.0, 0.0], "the last 3 s are not a whole slice");
+        assert_eq!(got.iter().map(|s| s.failed_requests).collect::<Vec<_>>(), vec![0, 40]);
+        assert_eq!(got[1].from_s, 4);
+    }
 }
