@@ -13,12 +13,13 @@
 //! halves. Only a single reading that cannot fit any document is rejected.
 //!
 //! # Order within a batch
-//! Every statement `$max`es the bucket's `w` to the sequence number of its last reading, in the
-//! same atomic document update as its readings. A batch larger than one bucket becomes several
-//! statements ("runs"); they are sent one per round, in order, and a batch stops at its first
-//! failed run. So what a failed batch leaves behind is always a prefix, and the hour's highest
-//! `w` says exactly how long it is ([`crate::store::Store::high_water`]). A flush whose batches
-//! each fit one bucket, the common case, is still a single round.
+//! Every statement `$max`es the bucket's `w.<writer>` to the sequence number of its last
+//! reading, in the same atomic document update as its readings. A batch larger than one bucket
+//! becomes several statements ("runs"); they are sent one per round, in order, and a batch stops
+//! at its first failed run. So what a failed batch leaves behind is always a prefix, and the
+//! hour's highest `w.<writer>` says exactly how long it is
+//! ([`crate::store::Store::high_water`]). A flush whose batches each fit one bucket, the common
+//! case, is still a single round.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ops::Range;
