@@ -110,10 +110,7 @@ pub fn router(limits: &HttpLimits) -> Router<AppState> {
             };
             // In the route's own error shape, so that an InfluxDB client reads these as it
             // reads every other error of its endpoint.
-            match InfluxApi::of_route(uri.path()) {
-                Some(api) => InfluxError { api, error }.into_response(),
-                None => error.into_response(),
-            }
+            error.into_response_for(uri.path())
         }))
         // Shed rather than queue: a queued write holds its body in memory while it waits.
         .load_shed()
@@ -395,6 +392,7 @@ impl JsonTally {
         (status = 413, description = "Body too large, or more readings than the buffers can ever hold.", body = ErrorBody),
         (status = 415, description = "Content type other than JSON or NDJSON, or an encoding other than gzip.", body = ErrorBody),
         (status = 503, description = "Buffers or write-ahead log full, or too many writes in progress; retry after the `Retry-After` delay.", body = ErrorBody),
+        (status = 507, description = "The write-ahead log's disk is full: not acknowledged; writes are taken again, without a restart, once there is room (`Retry-After`).", body = ErrorBody),
         (status = 500, description = "The write-ahead log cannot be written; nothing was acknowledged.", body = ErrorBody),
     )
 )]
@@ -555,6 +553,7 @@ pub(crate) struct V2Params {
         (status = 413, description = "Body too large.", body = ErrorBody),
         (status = 415, description = "A `Content-Encoding` other than gzip.", body = ErrorBody),
         (status = 503, description = "Buffers or write-ahead log full, or too many writes in progress; retry after the `Retry-After` delay.", body = ErrorBody),
+        (status = 507, description = "The write-ahead log's disk is full: not acknowledged; writes are taken again, without a restart, once there is room (`Retry-After`).", body = ErrorBody),
         (status = 500, description = "The write-ahead log cannot be written; nothing was acknowledged.", body = ErrorBody),
     )
 )]
@@ -586,6 +585,7 @@ pub(crate) async fn write_v1(
         (status = 413, description = "Body too large.", body = InfluxV2ErrorBody),
         (status = 415, description = "A `Content-Encoding` other than gzip.", body = InfluxV2ErrorBody),
         (status = 503, description = "Buffers or write-ahead log full, or too many writes in progress; retry after the `Retry-After` delay.", body = InfluxV2ErrorBody),
+        (status = 507, description = "The write-ahead log's disk is full: not acknowledged; writes are taken again, without a restart, once there is room (`Retry-After`).", body = InfluxV2ErrorBody),
         (status = 500, description = "The write-ahead log cannot be written; nothing was acknowledged.", body = InfluxV2ErrorBody),
     )
 )]
