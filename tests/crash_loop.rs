@@ -38,6 +38,18 @@ fn body(first: i64) -> String {
 struct Lcg(u64);
 
 impl Lcg {
+    /// Seeded from `CRASH_SEED`, or from the clock and pid; the seed is printed.
+    fn seeded(what: &str) -> Lcg {
+        let seed =
+            std::env::var("CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+                let now =
+                    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+                now.as_nanos() as u64 ^ u64::from(std::process::id())
+            });
+        eprintln!("{what} seed {seed} (set CRASH_SEED to repeat)");
+        Lcg(seed)
+    }
+
     fn next_in(&mut self, lo: u64, hi: u64) -> u64 {
         self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         lo + (self.0 >> 33) % (hi - lo)
@@ -53,12 +65,7 @@ struct Ledger {
 /// `pause` between a writer's requests keeps the volume within what the MongoDB stand-in
 /// (hundreds of operations a second) reads back in time.
 async fn crash_loop(data_dir: &Path, args: &[&str], rounds: usize, pause: Duration) {
-    let seed = std::env::var("CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
-        now.as_nanos() as u64 ^ u64::from(std::process::id())
-    });
-    eprintln!("crash loop seed {seed} (set CRASH_SEED to repeat)");
-    let mut rng = Lcg(seed);
+    let mut rng = Lcg::seeded("crash loop");
     let client = reqwest::Client::builder().timeout(Duration::from_secs(120)).build().unwrap();
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let next = Arc::new(AtomicI64::new(0));
@@ -145,12 +152,7 @@ fn check_exactly_once(ledger: &Ledger, stored: &BTreeMap<i64, usize>) {
 /// marks: with one mark per (series, hour) for every writer, the second's newer marks covered
 /// the first's unwritten readings and its replay dropped them as stored.
 async fn two_writer_crash_loop(mongo: &[&str], rounds: usize, pause: Duration) {
-    let seed = std::env::var("CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
-        now.as_nanos() as u64 ^ u64::from(std::process::id())
-    });
-    eprintln!("two-writer crash loop seed {seed} (set CRASH_SEED to repeat)");
-    let mut rng = Lcg(seed);
+    let mut rng = Lcg::seeded("two-writer crash loop");
     let client = reqwest::Client::builder().timeout(Duration::from_secs(120)).build().unwrap();
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let next = Arc::new(AtomicI64::new(0));
@@ -213,7 +215,7 @@ async fn two_writer_crash_loop(mongo: &[&str], rounds: usize, pause: Duration) {
 
     // A clean stop of both writes everything; a reader on a fresh directory reads the store.
     for (i, slot) in servers.iter_mut().enumerate() {
-        let mut server = match slot.take() {
+        let server = match slot.take() {
             Some(server) => server,
             None => {
                 let mut s = Bucketd::spawn_args(dirs[i].path(), intervals[i], mongo);
@@ -221,7 +223,7 @@ async fn two_writer_crash_loop(mongo: &[&str], rounds: usize, pause: Duration) {
                 s
             }
         };
-        wait_until_settled(&client, &mut server).await;
+        server.wait_settled(&client, 180).await;
         assert!(server.terminate().success(), "clean stop of instance {i}");
     }
     let reader_dir = tempfile::tempdir().unwrap();
@@ -230,30 +232,6 @@ async fn two_writer_crash_loop(mongo: &[&str], rounds: usize, pause: Duration) {
     let stored = read_all(&client, &reader.base).await;
     reader.terminate();
     check_exactly_once(&ledger.lock().unwrap(), &stored);
-}
-
-/// Waits until everything this instance logged is stored (its replay included).
-async fn wait_until_settled(client: &reqwest::Client, server: &mut Bucketd) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(180);
-    loop {
-        let text = client
-            .get(format!("{}/metrics", server.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let unsettled = text
-            .lines()
-            .find(|l| l.starts_with("bucketd_wal_unsettled_readings "))
-            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
-        if unsettled == Some(0.0) {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "log not settled within 180 s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Every stored reading, by number, with how often it is stored.

@@ -91,14 +91,6 @@ fn int_field(r: &Reading, name: &str) -> i64 {
     }
 }
 
-async fn metric(server: &TestServer, name: &str) -> f64 {
-    let text = server.get("/metrics").await.text().await.unwrap();
-    text.lines()
-        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 async fn wait_for(what: &str, secs: u64, mut cond: impl AsyncFnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while !cond().await {
@@ -120,12 +112,12 @@ async fn a_lost_update_reply_is_not_written_twice() {
     let response = server.post("/write?precision=ms", "text/plain", body).await;
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
     wait_for("everything is flushed", 60, async || {
-        metric(&server, "bucketd_readings_buffered").await == 0.0
+        server.metric("bucketd_readings_buffered").await == 0.0
     })
     .await;
     assert_eq!(proxy.dropped_replies(), 1, "the fault fired");
     assert!(
-        metric(&server, "bucketd_readings_landed_despite_error_total").await >= 1.0,
+        server.metric("bucketd_readings_landed_despite_error_total").await >= 1.0,
         "the flusher found the landed write through the high-water mark"
     );
 
@@ -179,9 +171,9 @@ async fn a_30_second_outage_loses_nothing_and_everything_lands_once() {
     })
     .await;
     wait_for("the backlog shows in the metrics", 20, async || {
-        metric(&server, "bucketd_wal_unsettled_readings").await >= 50.0
-            && metric(&server, "bucketd_readings_buffered").await >= 50.0
-            && metric(&server, "bucketd_wal_bytes").await > 0.0
+        server.metric("bucketd_wal_unsettled_readings").await >= 50.0
+            && server.metric("bucketd_readings_buffered").await >= 50.0
+            && server.metric("bucketd_wal_bytes").await > 0.0
     })
     .await;
     let remaining = OUTAGE.saturating_sub(outage_started.elapsed());
@@ -195,7 +187,7 @@ async fn a_30_second_outage_loses_nothing_and_everything_lands_once() {
     .await;
     assert_eq!(server.get("/ready").await.status(), StatusCode::SERVICE_UNAVAILABLE);
     let during = acked.lock().unwrap().len() - before;
-    let backlog = metric(&server, "bucketd_wal_unsettled_readings").await;
+    let backlog = server.metric("bucketd_wal_unsettled_readings").await;
     let unstorable = (during - 1) * SENSORS as usize;
     assert!(backlog >= unstorable as f64, "backlog {backlog} < {unstorable} acknowledged");
 
@@ -205,8 +197,8 @@ async fn a_30_second_outage_loses_nothing_and_everything_lands_once() {
     let refused = writer.await.unwrap();
     assert_eq!(refused, 0, "nothing refused: the log and the buffers had room");
     wait_for("the backlog drains", 120, async || {
-        metric(&server, "bucketd_readings_buffered").await == 0.0
-            && metric(&server, "bucketd_wal_unsettled_readings").await == 0.0
+        server.metric("bucketd_readings_buffered").await == 0.0
+            && server.metric("bucketd_wal_unsettled_readings").await == 0.0
     })
     .await;
     wait_for("/ready recovers", 20, async || server.get("/ready").await.status() == StatusCode::OK)
@@ -313,11 +305,11 @@ async fn a_lost_reply_while_another_writer_writes_the_same_buckets() {
     let response = server.post("/write?precision=ms", "text/plain", body).await;
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
     wait_for("this server's flush settles", 60, async || {
-        metric(&server, "bucketd_readings_buffered").await == 0.0
+        server.metric("bucketd_readings_buffered").await == 0.0
     })
     .await;
     assert_eq!(proxy.dropped_replies(), 1, "the fault fired");
-    assert!(metric(&server, "bucketd_readings_landed_despite_error_total").await >= 1.0);
+    assert!(server.metric("bucketd_readings_landed_despite_error_total").await >= 1.0);
     other.write("shared", SENSORS, 2000..2020).await;
 
     let expected: Vec<i64> = (0..30).chain(1000..1020).chain(2000..2020).collect();
@@ -342,14 +334,14 @@ async fn another_writers_newer_marks_do_not_cover_this_writers_unwritten_reading
     let response = server.post("/write?precision=ms", "text/plain", body).await;
     assert_eq!(response.status(), StatusCode::NO_CONTENT, "acknowledged into the log");
     wait_for("this server's flush has failed", 60, async || {
-        metric(&server, "bucketd_store_errors_total").await >= 1.0
+        server.metric("bucketd_store_errors_total").await >= 1.0
     })
     .await;
     other.write("cover", SENSORS, 1000..1020).await;
     proxy.set_down(false);
     wait_for("this server's backlog lands", 120, async || {
-        metric(&server, "bucketd_readings_buffered").await == 0.0
-            && metric(&server, "bucketd_wal_unsettled_readings").await == 0.0
+        server.metric("bucketd_readings_buffered").await == 0.0
+            && server.metric("bucketd_wal_unsettled_readings").await == 0.0
     })
     .await;
 
@@ -381,16 +373,16 @@ async fn the_memory_bound_holds_while_the_log_is_refilled() {
         let response = server.post("/write?precision=ms", "text/plain", body).await;
         assert_eq!(response.status(), StatusCode::NO_CONTENT, "acknowledged into the log");
     }
-    let logged = metric(&server, "bucketd_wal_unsettled_readings").await;
+    let logged = server.metric("bucketd_wal_unsettled_readings").await;
     assert_eq!(logged, (SENSORS * PER_SENSOR) as f64, "everything waits in the log");
     proxy.set_down(false);
     wait_for("the log is refilled and stored", 240, async || {
-        metric(&server, "bucketd_readings_buffered").await == 0.0
-            && metric(&server, "bucketd_wal_unsettled_readings").await == 0.0
+        server.metric("bucketd_readings_buffered").await == 0.0
+            && server.metric("bucketd_wal_unsettled_readings").await == 0.0
     })
     .await;
     let peak = server.buffers.peak();
-    let gauge = metric(&server, "bucketd_buffered_readings_peak").await;
+    let gauge = server.metric("bucketd_buffered_readings_peak").await;
     eprintln!("peak of readings held: {peak} (gauge {gauge}), bound {BOUND}");
     assert!(peak <= BOUND, "peak {peak} > bound {BOUND}");
     assert!(peak > BOUND / 2, "the refill filled the buffers: the test exercised the bound");
@@ -474,35 +466,22 @@ async fn two_processes_a_lost_reply_for_one_while_the_other_writes_the_same_buck
         let response = client.post(url).body(body(values)).send().await.unwrap();
         assert_eq!(response.status(), StatusCode::NO_CONTENT);
     };
-    let settled = async |server: &Bucketd| {
-        process_metric(&client, &server.base, "bucketd_readings_buffered").await == Some(0.0)
-            && process_metric(&client, &server.base, "bucketd_wal_unsettled_readings").await
-                == Some(0.0)
-    };
 
     write(&b, 1000..1020).await;
-    wait_for("the second process's readings land", 60, async || settled(&b).await).await;
+    b.wait_settled(&client, 60).await;
     proxy.drop_reply_after_apply(1);
     write(&a, 0..30).await;
     // Numbered after the first's, and stored before its flush (2 s) is due.
     write(&b, 2000..2020).await;
-    wait_for("the second process's newer readings land", 60, async || settled(&b).await).await;
-    wait_for("the first process settles", 120, async || settled(&a).await).await;
+    b.wait_settled(&client, 60).await;
+    a.wait_settled(&client, 120).await;
     assert_eq!(proxy.dropped_replies(), 1, "the fault fired");
     let landed = "bucketd_readings_landed_despite_error_total";
-    assert!(process_metric(&client, &a.base, landed).await.unwrap_or(0.0) >= 1.0);
+    assert!(a.metric(&client, landed).await.unwrap_or(0.0) >= 1.0);
 
     let direct = MongoConfig::new(backend.uri.clone(), db.clone());
     let direct = MongoStore::connect_with(direct).await.unwrap();
     let expected: Vec<i64> = (0..30).chain(1000..1020).chain(2000..2020).collect();
     assert_exactly(&direct, "pair", SENSORS, &expected).await;
     assert!(a.terminate().success() && b.terminate().success());
-}
-
-/// A metric of a bucketd process, by exact name (unlabelled).
-async fn process_metric(client: &reqwest::Client, base: &str, name: &str) -> Option<f64> {
-    let text = client.get(format!("{base}/metrics")).send().await.ok()?.text().await.ok()?;
-    text.lines()
-        .find(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(' ')))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }

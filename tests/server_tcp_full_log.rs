@@ -18,14 +18,6 @@ const WAL_MAX: f64 = 2.0 * 1024.0 * 1024.0;
 /// Each reading carries this much text, so a few thousand lines fill the log.
 const PAD: usize = 1000;
 
-async fn metric(server: &TestServer, name: &str) -> f64 {
-    let text = server.get("/metrics").await.text().await.unwrap();
-    text.lines()
-        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[tokio::test]
 async fn a_full_log_pauses_a_tcp_connection_and_nothing_is_lost() {
     let flaky = FlakyStore::new(memory_store());
@@ -50,7 +42,7 @@ async fn a_full_log_pauses_a_tcp_connection_and_nothing_is_lost() {
     let accepted = r#"bucketd_readings_accepted_total{protocol="lp_tcp"}"#;
     within("the log to fill", 60, async {
         // Within one record (at most 100 readings) of the bound.
-        while metric(&server, "bucketd_wal_bytes").await < WAL_MAX - 120.0 * PAD as f64 {
+        while server.metric("bucketd_wal_bytes").await < WAL_MAX - 120.0 * PAD as f64 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
@@ -59,11 +51,11 @@ async fn a_full_log_pauses_a_tcp_connection_and_nothing_is_lost() {
     // however long we look, the server has taken only what the log holds, dropped nothing,
     // and the rest of the lines wait in the socket.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let taken = metric(&server, accepted).await;
+    let taken = server.metric(accepted).await;
     assert!(taken > 0.0 && taken < LINES as f64, "{taken} of {LINES} lines taken");
-    assert!(metric(&server, "bucketd_wal_bytes").await <= WAL_MAX);
-    assert_eq!(metric(&server, "bucketd_readings_rejected_total").await, 0.0);
-    assert_eq!(metric(&server, "bucketd_readings_dropped_total").await, 0.0);
+    assert!(server.metric("bucketd_wal_bytes").await <= WAL_MAX);
+    assert_eq!(server.metric("bucketd_readings_rejected_total").await, 0.0);
+    assert_eq!(server.metric("bucketd_readings_dropped_total").await, 0.0);
     assert_eq!(flaky.inner.reading_count(), 0);
 
     flaky.set_down(false);

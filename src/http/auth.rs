@@ -13,12 +13,12 @@ use std::sync::Arc;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 use subtle::{Choice, ConstantTimeEq};
 
-use crate::http::{ApiError, InfluxApi, InfluxError};
+use crate::http::ApiError;
 
 /// The configured tokens, kept only as digests.
 #[derive(Clone, Default)]
@@ -133,14 +133,6 @@ impl AuthPolicy {
     }
 }
 
-/// The shape a refusal takes: InfluxDB's on its endpoints, bucketd's elsewhere.
-fn refuse(path: &str, error: ApiError) -> Response {
-    match InfluxApi::of_route(path) {
-        Some(api) => InfluxError { api, error }.into_response(),
-        None => error.into_response(),
-    }
-}
-
 /// Middleware: lets the request through only with a valid token. Installed only when tokens
 /// are configured.
 pub async fn require_token(
@@ -165,7 +157,7 @@ pub async fn require_token(
             .to_owned(),
         Credential::Malformed(why) => why.to_owned(),
     };
-    refuse(request.uri().path(), ApiError::Unauthorized(refusal))
+    ApiError::Unauthorized(refusal).into_response_for(request.uri().path())
 }
 
 #[cfg(test)]

@@ -181,6 +181,18 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The response for a request to `path`, in that route's own error shape: InfluxDB's on
+    /// the endpoints that imitate it ([`InfluxApi::of_route`]), bucketd's elsewhere. For the
+    /// layers that refuse a request before its handler (auth, timeout, load shedding).
+    pub fn into_response_for(self, path: &str) -> Response {
+        match InfluxApi::of_route(path) {
+            Some(api) => InfluxError { api, error: self }.into_response(),
+            None => self.into_response(),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let message = self.log_and_public_message();

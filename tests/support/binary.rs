@@ -110,6 +110,31 @@ impl Bucketd {
         }
     }
 
+    /// An unlabelled metric of this process, by its exact name; `None` when it cannot be read.
+    pub async fn metric(&self, client: &reqwest::Client, name: &str) -> Option<f64> {
+        let url = format!("{}/metrics", self.base);
+        let text = client.get(url).send().await.ok()?.text().await.ok()?;
+        text.lines()
+            .find(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(' ')))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+
+    /// Whether everything this process took is in the store: nothing buffered, nothing in its
+    /// log unsettled (its replay included).
+    pub async fn settled(&self, client: &reqwest::Client) -> bool {
+        self.metric(client, "bucketd_readings_buffered").await == Some(0.0)
+            && self.metric(client, "bucketd_wal_unsettled_readings").await == Some(0.0)
+    }
+
+    /// Waits until [`Bucketd::settled`]; `secs` guards against a hang.
+    pub async fn wait_settled(&self, client: &reqwest::Client, secs: u64) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while !self.settled(client).await {
+            assert!(Instant::now() < deadline, "{} not settled within {secs} s", self.base);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     pub fn terminate(mut self) -> std::process::ExitStatus {
         let status = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])

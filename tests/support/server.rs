@@ -100,6 +100,11 @@ impl TestServer {
         self.client.get(self.url(path)).send().await.expect("request sent")
     }
 
+    /// The sum of a metric's samples, every label set included.
+    pub async fn metric(&self, name: &str) -> f64 {
+        metric_sum(&self.get("/metrics").await.text().await.unwrap(), name)
+    }
+
     /// Signals shutdown and waits for the server to finish its final flush.
     pub async fn shutdown(self) -> ShutdownReport {
         let _ = self.stop.send(());
@@ -207,6 +212,15 @@ pub async fn assert_stored_once(
         extra.len(),
         &extra[..extra.len().min(5)],
     );
+}
+
+/// The sum of the samples of metric `name` in Prometheus text: the name exactly, with or
+/// without labels (so `bucketd_readings_buffered` is not also `..._buffered_peak`).
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with([' ', '{'])))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// One JSON reading as bucketd's JSON API takes it.
