@@ -60,8 +60,11 @@ pub struct Config {
     #[arg(long, env = "BUCKETD_RETENTION", value_parser = parse_duration)]
     pub retention: Option<Duration>,
 
-    /// A buffer whose oldest reading is this old is flushed to the store, e.g. `250ms`, `1s`.
-    #[arg(long, env = "BUCKETD_FLUSH_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    /// The longest a reading waits in memory before it is written to the store, e.g. `250ms`,
+    /// `10s`. Buffers are written sooner when they hold a bucket's worth of readings, when
+    /// memory runs short, or when no write came in for a while; waiting longer makes fewer,
+    /// larger store writes (the log keeps the readings safe and queries see them meanwhile).
+    #[arg(long, env = "BUCKETD_FLUSH_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     pub flush_interval: Duration,
 
     /// A bucket document holds at most this many readings; a buffer this full is flushed at
@@ -271,12 +274,7 @@ impl Config {
 
     /// `writer`: this process's identity (`wal::identity`), which the flusher writes under.
     pub fn flush_config(&self, writer: WriterId) -> FlushConfig {
-        FlushConfig {
-            writer,
-            flush_interval: self.flush_interval,
-            min_backoff: FLUSH_MIN_BACKOFF,
-            max_backoff: FLUSH_MAX_BACKOFF,
-        }
+        FlushConfig { writer, min_backoff: FLUSH_MIN_BACKOFF, max_backoff: FLUSH_MAX_BACKOFF }
     }
 
     /// The input limits, with a fresh series bound: call once per server, since the bound
@@ -431,7 +429,7 @@ mod tests {
         assert_eq!(c.data_dir, PathBuf::from("./bucketd-data"));
         assert_eq!(c.mongodb_database, "bucketd");
         assert_eq!(c.retention, None);
-        assert_eq!(c.flush_interval, Duration::from_secs(1));
+        assert_eq!(c.flush_interval, Duration::from_secs(10));
         assert_eq!(c.bucket_limits(), BucketLimits { max_readings: 1000, max_bytes: 128_000 });
         assert_eq!(c.max_buffered_readings, 1_000_000);
         assert_eq!(c.shutdown_timeout, Duration::from_secs(30));

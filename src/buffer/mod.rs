@@ -45,7 +45,7 @@
 
 mod group;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -67,6 +67,12 @@ pub struct BufferConfig {
     /// A buffer whose oldest reading is this old is due.
     pub flush_interval: Duration,
 }
+
+/// The flusher's tick is kept within these (see [`Buffers::tick`]).
+const MIN_TICK: Duration = Duration::from_millis(10);
+const MAX_TICK: Duration = Duration::from_millis(250);
+/// See [`Buffers::quiet_after`].
+const QUIET_AT_MOST: Duration = Duration::from_secs(1);
 
 /// Full-policy: the caller is told, nothing is dropped. HTTP turns this into 503 with
 /// `Retry-After`; TCP waits for room instead (see [`Buffers::push_when_room`]).
@@ -93,8 +99,13 @@ pub struct Buffers {
     peak_publish: Mutex<()>,
     /// Woken (all waiters) whenever the flusher releases readings.
     room: Notify,
-    /// Woken (one permit) when a push makes a buffer reach `max_batch_readings`.
+    /// Woken (one permit) when a push makes a buffer reach `max_batch_readings`, or finds the
+    /// buffers under memory pressure.
     due: Notify,
+    /// When a push last inserted, in milliseconds since `epoch`: a quiet server flushes at
+    /// once (see [`Buffers::take`]).
+    last_push_ms: AtomicU64,
+    epoch: Instant,
     /// The next sequence number and the spill state; held while a push is logged and
     /// inserted (module doc).
     order: Mutex<Order>,
@@ -190,7 +201,9 @@ pub(crate) struct Released {
 /// Which buffers [`Buffers::take`] takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TakeMode {
-    /// Buffers at `max_batch_readings`, or whose oldest reading waited `flush_interval`.
+    /// Buffers at `max_batch_readings`; whose oldest reading is within a tick of
+    /// `flush_interval`; under memory pressure (half the bound held), those at least as long
+    /// as the average sensor's; and every buffer once no push came for `quiet_after`.
     Due,
     /// Every buffer with readings (shutdown drain).
     All,
@@ -211,6 +224,8 @@ impl Buffers {
             peak_publish: Mutex::new(()),
             room: Notify::new(),
             due: Notify::new(),
+            last_push_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
             order: Mutex::new(Order { next: 0, spilled_from: None }),
         })
     }
@@ -484,8 +499,27 @@ impl Buffers {
         self.due.notified().await
     }
 
-    pub(crate) fn flush_interval(&self) -> Duration {
-        self.config.flush_interval
+    /// How often the flusher looks for due buffers: a fortieth of the flush interval, between
+    /// 10 ms and 250 ms. A buffer is taken when its oldest reading is within one tick of the
+    /// interval, so the interval bounds the wait rather than being its minimum.
+    pub(crate) fn tick(&self) -> Duration {
+        (self.config.flush_interval / 40).clamp(MIN_TICK, MAX_TICK)
+    }
+
+    /// A server that received nothing for this long writes everything it holds: the wait
+    /// exists to gather more readings per statement, and none are coming.
+    fn quiet_after(&self) -> Duration {
+        (self.config.flush_interval / 10).clamp(self.tick(), QUIET_AT_MOST)
+    }
+
+    /// From this many readings held on, the flusher writes the larger buffers before they are
+    /// due, so that the bound is reached only when the store cannot keep up.
+    fn pressure_level(&self) -> usize {
+        (self.config.max_buffered_readings / 2).max(1)
+    }
+
+    fn millis_since_epoch(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Reserves room for `n` readings, all or nothing. With `oversize`, a push larger than the
@@ -520,7 +554,10 @@ impl Buffers {
         let arrived =
             if overdue { now.checked_sub(self.config.flush_interval).unwrap_or(now) } else { now };
         let batch = self.config.max_batch_readings;
-        let mut wake = overdue;
+        let mut wake = overdue || self.held.load(Ordering::Relaxed) >= self.pressure_level();
+        if !overdue {
+            self.last_push_ms.store(self.millis_since_epoch(now), Ordering::Relaxed);
+        }
         for Group { meta, hour, readings, positions, span } in groups {
             let seqs = positions.into_iter().map(&seq_of);
             let mut entry = match self.map.get_mut(meta.key.as_str()) {
@@ -575,6 +612,17 @@ impl Buffers {
         let now = Instant::now();
         let batch_size = self.config.max_batch_readings;
         let interval = self.config.flush_interval;
+        let old_enough = interval.saturating_sub(self.tick());
+        let quiet = self.millis_since_epoch(now)
+            >= self.last_push_ms.load(Ordering::Relaxed) + self.quiet_after().as_millis() as u64;
+        let held = self.held.load(Ordering::Relaxed);
+        // Under pressure, a buffer at least as long as the average sensor's is due.
+        let pressing = if held >= self.pressure_level() {
+            (held / self.map.len().max(1)).max(1)
+        } else {
+            usize::MAX
+        };
+        let mode = if quiet { TakeMode::All } else { mode };
         let cycle: Arc<Cycle> = Arc::new(OnceLock::new());
         // Publishes on drop, so even an unwinding scan never leaves a query waiting forever.
         let mut publish = Publish { cycle: &cycle, batches: Vec::new() };
@@ -602,8 +650,8 @@ impl Buffers {
                     continue;
                 }
                 let due = mode == TakeMode::All
-                    || len >= batch_size
-                    || now.saturating_duration_since(hb.since) >= interval;
+                    || len >= batch_size.min(pressing)
+                    || now.saturating_duration_since(hb.since) >= old_enough;
                 if !due {
                     continue;
                 }

@@ -222,8 +222,10 @@ async fn a_buffer_taken_whole_stays_until_idle_for_an_interval() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_buffer_is_due_by_size_at_once_and_by_age_after_the_interval() {
+async fn a_buffer_is_due_by_size_at_once_and_by_age_within_a_tick_of_the_interval() {
     let b = Buffers::new(config(1000, 10));
+    let tick = b.tick();
+    assert_eq!(tick, Duration::from_millis(25), "a fortieth of the 1 s interval");
     b.push((0..9).map(|i| item("a", i, i)).collect()).unwrap();
     assert!(b.take(TakeMode::Due, usize::MAX).is_none(), "neither full nor old");
     assert!(b.due_notified().now_or_never().is_none(), "no early wake-up below the size");
@@ -234,16 +236,50 @@ async fn a_buffer_is_due_by_size_at_once_and_by_age_after_the_interval() {
     assert_eq!(seqs(&taken.batches()[0].readings), (0..10).collect::<Vec<_>>());
     b.complete(taken, &[Outcome::Written]);
 
+    // Pushes keep coming (every 50 ms, under the 100 ms quiet period), so only age decides.
+    let b = Buffers::new(config(1000, 1000));
     b.push(vec![item("b", 0, 0)]).unwrap();
-    tokio::time::advance(Duration::from_millis(999)).await;
+    let mut waited = Duration::ZERO;
+    while waited + Duration::from_millis(50) < Duration::from_secs(1) - tick {
+        tokio::time::advance(Duration::from_millis(50)).await;
+        waited += Duration::from_millis(50);
+        b.push(vec![item("c", 0, 0)]).unwrap();
+        assert!(b.take(TakeMode::Due, usize::MAX).is_none(), "b is not due at {waited:?}");
+    }
+    tokio::time::advance(Duration::from_secs(1) - tick - waited).await;
     b.push(vec![item("c", 0, 0)]).unwrap();
-    assert!(b.take(TakeMode::Due, usize::MAX).is_none());
-    tokio::time::advance(Duration::from_millis(1)).await;
-    let taken = b.take(TakeMode::Due, usize::MAX).expect("b is due by age");
+    let taken = b.take(TakeMode::Due, usize::MAX).expect("b is due a tick before the interval");
     assert_eq!(taken.batches().len(), 1, "c is younger");
     assert_eq!(taken.batches()[0].series.key, "b");
     b.complete(taken, &[Outcome::Written]);
     assert!(b.take(TakeMode::All, usize::MAX).is_some(), "All ignores age");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quiet_server_writes_everything_it_holds() {
+    let b = Buffers::new(config(1000, 1000));
+    b.push(vec![item("a", 0, 0), item("b", 0, 1)]).unwrap();
+    tokio::time::advance(Duration::from_millis(99)).await;
+    assert!(b.take(TakeMode::Due, usize::MAX).is_none(), "a push came 99 ms ago");
+    tokio::time::advance(Duration::from_millis(1)).await;
+    let taken = b.take(TakeMode::Due, usize::MAX).expect("quiet for a tenth of the interval");
+    assert_eq!(taken.readings(), 2);
+    b.complete(taken, &[Outcome::Written, Outcome::Written]);
+}
+
+#[test]
+fn under_memory_pressure_the_longer_buffers_are_due() {
+    let b = Buffers::new(config(100, 1000));
+    b.push((0..40).map(|i| item("a", i, i)).collect()).unwrap();
+    b.push(vec![item("b", 0, 40)]).unwrap();
+    assert!(b.due_notified().now_or_never().is_none(), "41 of 100: no pressure yet");
+    assert!(b.take(TakeMode::Due, usize::MAX).is_none());
+    b.push((0..9).map(|i| item("c", i, 41 + i)).collect()).unwrap();
+    assert!(b.due_notified().now_or_never().is_some(), "half the bound held wakes the flusher");
+    let taken = b.take(TakeMode::Due, usize::MAX).expect("50 of 100 held");
+    let keys: Vec<&str> = taken.batches().iter().map(|t| t.series.key.as_str()).collect();
+    assert_eq!(keys, vec!["a"], "only a holds at least the average (50 / 3 sensors)");
+    b.complete(taken, &[Outcome::Written]);
 }
 
 #[test]

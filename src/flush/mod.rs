@@ -3,10 +3,12 @@
 //! everything on shutdown.
 //!
 //! # Cycle
-//! The task wakes every `max(flush_interval / 4, 10 ms)`, or early when a push filled a buffer
-//! to the batch size. Each cycle takes the due buffers (at `max_batch_readings`, or oldest
-//! reading older than `flush_interval`), at most [`MAX_READINGS_PER_WRITE`] readings, and writes
-//! them with ONE `Store::write` call; another cycle follows at once while more is due.
+//! The task wakes every tick ([`Buffers::tick`]: a fortieth of the flush interval, 10 to
+//! 250 ms), or early when a push filled a buffer to the batch size or found the buffers under
+//! memory pressure. Each cycle takes the due buffers ([`Buffers::take`]: full, within a tick of
+//! the flush interval, larger than average under pressure, or all of them once no push came
+//! for a while), at most [`MAX_READINGS_PER_WRITE`] readings, and writes them with ONE
+//! `Store::write` call; another cycle follows at once while more is due.
 //!
 //! # Failures
 //! A retriable error may hide a write that landed (a timeout, a lost reply) or half landed (a
@@ -54,9 +56,6 @@ pub trait Settle: Send + Sync {
 /// and its encoding) and keeps a MongoDB bulk command well under its limits.
 pub const MAX_READINGS_PER_WRITE: usize = 100_000;
 
-/// The shortest wait between cycles, so a tiny flush interval cannot make the task spin.
-const MIN_TICK: Duration = Duration::from_millis(10);
-
 /// At most one log line per kind of failure per this period; the rest are counted into it.
 const LOG_EVERY: Duration = Duration::from_secs(1);
 
@@ -64,7 +63,6 @@ const LOG_EVERY: Duration = Duration::from_secs(1);
 pub struct FlushConfig {
     /// Whose high-water marks the writes raise and the after-failure check reads.
     pub writer: WriterId,
-    pub flush_interval: Duration,
     /// First retry delay after a retriable store failure; doubles up to `max_backoff`.
     pub min_backoff: Duration,
     pub max_backoff: Duration,
@@ -106,12 +104,11 @@ impl Flusher {
     ) -> Flusher {
         let stop = CancellationToken::new();
         let written = Arc::new(AtomicUsize::new(0));
-        let interval = config.flush_interval.min(buffers.flush_interval());
         let worker = Worker {
             buffers: buffers.clone(),
             store,
             writer: config.writer,
-            tick: (interval / 4).max(MIN_TICK),
+            tick: buffers.tick(),
             backoff: Backoff::new(config.min_backoff, config.max_backoff),
             written: written.clone(),
             settle,

@@ -29,7 +29,6 @@ fn setup(
         store.clone(),
         FlushConfig {
             writer: WriterId(1),
-            flush_interval: interval,
             min_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(1),
         },
@@ -76,15 +75,34 @@ async fn a_full_buffer_wakes_the_flusher_early() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_old_buffer_is_flushed_after_the_interval_and_not_before() {
+async fn an_old_buffer_is_flushed_within_the_interval_and_not_long_before() {
     let (buffers, store, _flusher) = setup(1000, 1000, Duration::from_secs(1), FakeStore::new());
     buffers.push((0..5).map(|i| item("a", i, i)).collect()).unwrap();
-    sleep(Duration::from_millis(900)).await;
-    assert_eq!(store.written_readings(), 0);
-    assert_eq!(buffers.buffered(), 5);
-    // Due at 1 s; the flusher looks every 250 ms.
-    sleep(Duration::from_millis(400)).await;
-    assert_eq!(seqs(&store.written()[0].readings), vec![0, 1, 2, 3, 4]);
+    // Another sensor keeps writing, so the server is never quiet: only age makes `a` due.
+    let mut others = 5;
+    for _ in 0..18 {
+        sleep(Duration::from_millis(50)).await;
+        buffers.push(vec![item("b", others, others)]).unwrap();
+        others += 1;
+    }
+    assert!(store.written().iter().all(|b| b.series.key != "a"), "not at 900 ms");
+    // Due a tick (25 ms) before 1 s, found by the next tick.
+    for _ in 0..2 {
+        sleep(Duration::from_millis(50)).await;
+        buffers.push(vec![item("b", others, others)]).unwrap();
+        others += 1;
+    }
+    let a: Vec<_> = store.written().into_iter().filter(|b| b.series.key == "a").collect();
+    assert_eq!(a.len(), 1, "one batch");
+    assert_eq!(seqs(&a[0].readings), vec![0, 1, 2, 3, 4]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quiet_server_is_flushed_at_once() {
+    let (buffers, store, _flusher) = setup(1000, 1000, Duration::from_secs(3600), FakeStore::new());
+    buffers.push((0..5).map(|i| item("a", i, i)).collect()).unwrap();
+    // Quiet after a tenth of the interval, at most 1 s; the tick is 250 ms.
+    assert!(wait_until(Duration::from_millis(1300), || store.written_readings() == 5).await);
     assert_eq!(buffers.buffered(), 0);
     assert_eq!(store.calls().len(), 1, "one write call for the cycle");
 }
@@ -328,7 +346,6 @@ proptest! {
             });
             let flusher = Flusher::spawn(buffers.clone(), store.clone(), FlushConfig {
                 writer: WriterId(1),
-                flush_interval: Duration::from_millis(100),
                 min_backoff: Duration::from_millis(1),
                 max_backoff: Duration::from_millis(50),
             });

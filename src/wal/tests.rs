@@ -384,7 +384,6 @@ async fn the_refill_keeps_the_memory_bound() {
         store.clone(),
         crate::flush::FlushConfig {
             writer: IDENTITY.writer,
-            flush_interval: Duration::from_millis(10),
             min_backoff: Duration::from_millis(10),
             max_backoff: Duration::from_millis(100),
         },
