@@ -174,7 +174,7 @@ fn help_lists_every_flag_with_its_default_and_env() {
         ("--mongodb-uri", None),
         ("--mongodb-database", Some("bucketd")),
         ("--retention", None),
-        ("--flush-interval", Some("1s")),
+        ("--flush-interval", Some("10s")),
         ("--bucket-max-readings", Some("1000")),
         ("--bucket-max-bytes", Some("128000")),
         ("--max-buffered-readings", Some("1000000")),

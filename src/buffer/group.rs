@@ -38,10 +38,10 @@ impl Span {
         self.last = self.last.max(other.last);
     }
 
-    pub fn of(readings: &[Reading]) -> Span {
+    pub fn of(timestamps: &[TimestampMs]) -> Span {
         let mut span = Span::EMPTY;
-        for r in readings {
-            span.include(r.ts);
+        for &ts in timestamps {
+            span.include(ts);
         }
         span
     }

@@ -43,6 +43,7 @@
 //! Every function that takes a dashmap guard is synchronous, so no guard can live across an
 //! `.await` (dashmap's guards are `Send`, so the compiler would not catch one).
 
+mod columns;
 mod group;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -56,6 +57,7 @@ use tokio::time::Instant;
 use crate::metrics::{READINGS_BUFFERED, READINGS_BUFFERED_PEAK};
 use crate::model::{Batch, HOUR_MS, Item, Reading, Seq, SeriesMeta, TimestampMs};
 use crate::store::SensorInfo;
+use columns::Columns;
 use group::{Group, Span};
 
 #[derive(Clone, Debug)]
@@ -139,10 +141,8 @@ struct SensorBuffers {
 
 struct HourBuffer {
     hour: TimestampMs,
-    /// Arrival order.
-    readings: Vec<Reading>,
-    /// One per reading, increasing.
-    seqs: Vec<Seq>,
+    /// Arrival order, with one increasing sequence number per reading.
+    readings: Columns,
     /// Of `readings`; `Span::EMPTY` when there are none.
     span: Span,
     /// When the oldest of `readings` arrived; while `readings` is empty, when it was emptied
@@ -451,7 +451,11 @@ impl Buffers {
                     in_flight.push((f.cycle.clone(), f.index));
                 }
                 if hb.span.overlaps(from, to) {
-                    buffered.extend(hb.readings.iter().filter(in_range).cloned());
+                    let rows = hb.readings.timestamps().iter().enumerate();
+                    buffered.extend(
+                        rows.filter(|&(_, &ts)| ts >= from && ts < to)
+                            .map(|(row, _)| hb.readings.reading(row)),
+                    );
                 }
             }
         }
@@ -575,8 +579,7 @@ impl Buffers {
                         i,
                         HourBuffer {
                             hour,
-                            readings: Vec::new(),
-                            seqs: Vec::new(),
+                            readings: Columns::default(),
                             span: Span::EMPTY,
                             since: arrived,
                             in_flight: None,
@@ -588,14 +591,10 @@ impl Buffers {
             let hb = &mut hours[i];
             let was_due = hb.readings.len() >= batch;
             if hb.readings.is_empty() {
-                // Adopt the group's vector rather than copying into an empty one (one reading,
-                // held inline, moves into a new one).
-                hb.readings = readings.into_vec();
-                hb.seqs = seqs.collect();
                 hb.since = arrived;
-            } else {
-                hb.readings.extend(readings);
-                hb.seqs.extend(seqs);
+            }
+            for (reading, seq) in readings.into_iter().zip(seqs) {
+                hb.readings.push(reading, seq);
             }
             hb.span.merge(span);
             wake |= !was_due && hb.readings.len() >= batch;
@@ -660,20 +659,16 @@ impl Buffers {
                 }
                 let k = len.min(max_readings - total);
                 let since = hb.since;
-                let (readings, seqs, span) = if k == len {
+                let (taken, span) = if k == len {
                     hb.since = now;
-                    (
-                        std::mem::take(&mut hb.readings),
-                        std::mem::take(&mut hb.seqs),
-                        std::mem::replace(&mut hb.span, Span::EMPTY),
-                    )
+                    (std::mem::take(&mut hb.readings), std::mem::replace(&mut hb.span, Span::EMPTY))
                 } else {
-                    let taken: Vec<Reading> = hb.readings.drain(..k).collect();
-                    let seqs: Vec<Seq> = hb.seqs.drain(..k).collect();
-                    hb.span = Span::of(&hb.readings);
-                    let span = Span::of(&taken);
-                    (taken, seqs, span)
+                    let taken = hb.readings.split_front(k);
+                    hb.span = Span::of(hb.readings.timestamps());
+                    let span = Span::of(taken.timestamps());
+                    (taken, span)
                 };
+                let (readings, seqs) = taken.into_readings();
                 hb.in_flight = Some(InFlight {
                     cycle: cycle.clone(),
                     index: publish.batches.len(),
@@ -738,18 +733,15 @@ impl Buffers {
                 continue;
             };
             if matches!(outcome, Outcome::Retry { .. }) && landed < n {
-                // Cloned because the cycle's batches stay shared until every marker is
+                // Copied because the cycle's batches stay shared until every marker is
                 // gone; this costs one copy per failed attempt, which backoff spaces out.
-                let mut back = batch.readings[landed..].to_vec();
                 hb.since = if hb.readings.is_empty() { f.since } else { hb.since.min(f.since) };
-                back.append(&mut hb.readings);
-                hb.readings = back;
-                if !batch.seqs.is_empty() {
-                    let mut seqs = batch.seqs[landed..].to_vec();
-                    seqs.append(&mut hb.seqs);
-                    hb.seqs = seqs;
-                }
-                hb.span.merge(if landed == 0 { f.span } else { Span::of(&hb.readings) });
+                hb.readings.prepend(&batch.readings[landed..], &batch.seqs[landed..]);
+                hb.span.merge(if landed == 0 {
+                    f.span
+                } else {
+                    Span::of(hb.readings.timestamps())
+                });
             }
             // An emptied buffer stays until a take finds it idle for a flush interval.
         }
