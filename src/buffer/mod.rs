@@ -108,6 +108,8 @@ pub struct Buffers {
     /// once (see [`Buffers::take`]).
     last_push_ms: AtomicU64,
     epoch: Instant,
+    /// Whether the flusher's last write met a retriable failure (see `push_or_spill`).
+    store_failing: std::sync::atomic::AtomicBool,
     /// The next sequence number and the spill state; held while a push is logged and
     /// inserted (module doc).
     order: Mutex<Order>,
@@ -226,6 +228,7 @@ impl Buffers {
             due: Notify::new(),
             last_push_ms: AtomicU64::new(0),
             epoch: Instant::now(),
+            store_failing: Default::default(),
             order: Mutex::new(Order { next: 0, spilled_from: None }),
         })
     }
@@ -259,8 +262,14 @@ impl Buffers {
     /// be brought in later by [`Buffers::push_recovered`] (the refill), in order. When `log`
     /// fails nothing is kept. Keep `log` short: every push waits for it.
     ///
-    /// Full-policy: spill to the log; the log's own bound then refuses.
-    pub fn push_or_spill<T, E>(
+    /// Full-policy, by the store's state (ARCHITECTURE.md, "Overload"):
+    /// - the store is writing (its last write had no retriable failure) but slower than ingest:
+    ///   refuse at once with [`BufferFull`], nothing logged. Spilling would only move the
+    ///   backlog into the log, to be read back at a higher cost than the direct path.
+    /// - the store is failing ([`Buffers::set_store_failing`]): spill to the log, which rides
+    ///   out the outage; the log's own bound then refuses. Once spilled, every push is logged
+    ///   only until the refill has caught up, whatever the store's state.
+    pub fn push_or_spill<T, E: From<BufferFull>>(
         &self,
         items: Vec<Item>,
         log: impl FnOnce(Seq) -> Result<T, E>,
@@ -270,7 +279,15 @@ impl Buffers {
         // One hold of the mutex from the decision to the insert: a push deciding to buffer must
         // not overtake one that spills.
         let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
-        let buffered = order.spilled_from.is_none() && self.reserve(n, false).is_ok();
+        let spilling = order.spilled_from.is_some();
+        let buffered = match spilling {
+            true => false,
+            false => match self.reserve(n, false) {
+                Ok(()) => true,
+                Err(full) if !self.store_failing.load(Ordering::Acquire) => return Err(full.into()),
+                Err(_) => false,
+            },
+        };
         let first = order.next.max(wall_clock_nanos());
         let logged = match log(first) {
             Ok(logged) => logged,
@@ -289,6 +306,17 @@ impl Buffers {
         }
         order.spilled_from.get_or_insert(first);
         Ok((logged, Placement::Spilled))
+    }
+
+    /// Resolves when the flusher next releases readings.
+    pub async fn room_freed(&self) {
+        self.room.notified().await
+    }
+
+    /// Told by the flusher after every write: whether it met a retriable failure. Decides what
+    /// full buffers do in [`Buffers::push_or_spill`].
+    pub(crate) fn set_store_failing(&self, failing: bool) {
+        self.store_failing.store(failing, Ordering::Release);
     }
 
     /// From now on pushes go to the log only, as after a spill: at start-up, so that the

@@ -465,3 +465,27 @@ fn concurrent_pushes_never_exceed_the_bound_and_lose_nothing() {
     accepted.sort();
     assert_eq!(buffered, accepted);
 }
+
+#[test]
+fn full_buffers_refuse_while_the_store_writes_and_spill_while_it_fails() {
+    let b = Buffers::new(config(10, 1000));
+    let logged = std::cell::Cell::new(0usize);
+    let log = |_first: Seq| -> Result<(), BufferFull> {
+        logged.set(logged.get() + 1);
+        Ok(())
+    };
+    let (_, placement) = b.push_or_spill((0..10).map(|i| item("a", i, i)).collect(), log).unwrap();
+    assert_eq!(placement, Placement::Buffered);
+    let refused = b.push_or_spill(vec![item("a", 10, 10)], log).unwrap_err();
+    assert_eq!((refused.buffered, refused.limit), (10, 10));
+    assert_eq!(logged.get(), 1, "a refused push is not logged");
+    assert_eq!(b.spilled_from(), None);
+
+    b.set_store_failing(true);
+    let (_, placement) = b.push_or_spill(vec![item("a", 10, 10)], log).unwrap();
+    assert_eq!(placement, Placement::Spilled, "a failing store: the log rides it out");
+    b.set_store_failing(false);
+    let (_, placement) = b.push_or_spill(vec![item("a", 11, 11)], log).unwrap();
+    assert_eq!(placement, Placement::Spilled, "once spilled, logged until the refill caught up");
+    assert_eq!(logged.get(), 3);
+}

@@ -268,6 +268,7 @@ impl Worker {
                 .collect();
             settle.settle(&runs);
         }
+        self.buffers.set_store_failing(retried > 0);
         let released = self.buffers.complete(taken, &outcomes);
         self.written.fetch_add(released.written, Ordering::AcqRel);
 

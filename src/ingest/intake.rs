@@ -46,9 +46,10 @@ impl Intake {
     }
 
     /// Accepts all of `items` or none, and returns once they are as durable as the ack mode
-    /// promises. Refuses at once (the caller answers 503) when the log is full, or, with
-    /// `--ack=buffered`, when the buffers are: with the log, full buffers spill into it and the
-    /// refill brings the readings in as the store drains them.
+    /// promises. Refuses at once (the caller answers 503) when the buffers are full and the
+    /// store is writing (it is only slower than ingest), or when the log is full. While the
+    /// store is failing, full buffers spill into the log instead and the refill brings the
+    /// readings in as the store drains them (`Buffers::push_or_spill`).
     pub async fn accept(&self, items: Vec<Item>) -> Result<usize, IntakeError> {
         let n = items.len();
         if n == 0 {
@@ -59,8 +60,9 @@ impl Intake {
             return Ok(n);
         };
         let record = Record::encode(&items).map_err(|e| WalError::Encode(e.to_string()))?;
-        // Full buffers spill into the log: only the log's bound refuses.
-        let (ticket, _) = self.buffers.push_or_spill(items, |first| wal.append(&record, first))?;
+        let (ticket, _) = self
+            .buffers
+            .push_or_spill(items, |first| wal.append(&record, first).map_err(IntakeError::from))?;
         wal.synced(ticket).await?;
         Ok(n)
     }
@@ -87,18 +89,24 @@ impl Intake {
             while wal.used_bytes() + record.encoded_len() as u64 > limit {
                 tokio::time::sleep(WAL_ROOM_POLL).await;
             }
-            match self.buffers.push_or_spill(items, |first| wal.append(&record, first)) {
+            let pushed = self.buffers.push_or_spill(items, |first| {
+                wal.append(&record, first).map_err(IntakeError::from)
+            });
+            match pushed {
                 Ok(_) => return Ok(n),
                 // Another writer took the room first: the record still holds the readings.
-                Err(WalError::Full { .. }) => {
-                    items = record.decode().map_err(|e| WalError::Encode(e.to_string()))?;
+                Err(IntakeError::Wal(WalError::Full { .. })) => {}
+                Err(IntakeError::BuffersFull(_)) => {
+                    // Released room wakes this early; the timeout covers a release between
+                    // the refusal and the wait.
+                    let _ = tokio::time::timeout(WAL_ROOM_POLL, self.buffers.room_freed()).await;
                 }
-                Err(WalError::NoSpace(_)) => {
+                Err(IntakeError::Wal(WalError::NoSpace(_))) => {
                     tokio::time::sleep(WAL_ROOM_POLL).await;
-                    items = record.decode().map_err(|e| WalError::Encode(e.to_string()))?;
                 }
-                Err(e) => return Err(e),
+                Err(IntakeError::Wal(e)) => return Err(e),
             }
+            items = record.decode().map_err(|e| WalError::Encode(e.to_string()))?;
         }
     }
 }

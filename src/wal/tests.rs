@@ -3,6 +3,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::buffer::{BufferConfig, Buffers};
+use crate::ingest::intake::IntakeError;
 use crate::model::{Batch, FieldValue, Item, Reading, SeriesMeta, WriterId};
 use crate::store::memory::MemoryStore;
 use crate::store::{BucketLimits, Store};
@@ -215,8 +216,11 @@ async fn the_refill_replays_what_the_store_lacks_before_newer_pushes() {
     assert_eq!(recovered, vec![1000]);
     // A push right away is logged but waits behind the replay.
     let record = Record::encode(&[item(0, 50)]).unwrap();
-    let (ticket, placement) =
-        buffers.push_or_spill(vec![item(0, 50)], |first| wal.append(&record, first)).unwrap();
+    let (ticket, placement) = buffers
+        .push_or_spill(vec![item(0, 50)], |first| {
+            wal.append(&record, first).map_err(IntakeError::from)
+        })
+        .unwrap();
     assert_eq!(placement, crate::buffer::Placement::Spilled);
     wal.synced(ticket).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -250,7 +254,7 @@ async fn the_refill_replays_what_the_store_lacks_before_newer_pushes() {
     task.await.unwrap();
 }
 
-/// Full buffers spill into the log instead of refusing; the refill brings the readings in as
+/// While the store fails, full buffers spill into the log instead of refusing; the refill brings the readings in as
 /// room frees up, in order, and then pushes go straight to the buffers again.
 #[tokio::test]
 async fn full_buffers_spill_into_the_log_and_come_back_in_order() {
@@ -262,14 +266,17 @@ async fn full_buffers_spill_into_the_log_and_come_back_in_order() {
         max_batch_readings: 1000,
         flush_interval: Duration::from_secs(3600),
     });
+    // A failing store: with a healthy one, full buffers refuse instead of spilling.
+    buffers.set_store_failing(true);
     let stop = tokio_util::sync::CancellationToken::new();
     let task = refill::spawn(wal.clone(), store, buffers.clone(), IDENTITY, &[], stop.clone());
     let mut placements = Vec::new();
     for ts in 0..40 {
         let push = vec![item(0, ts)];
         let record = Record::encode(&push).unwrap();
-        let (ticket, placement) =
-            buffers.push_or_spill(push, |first| wal.append(&record, first)).unwrap();
+        let (ticket, placement) = buffers
+            .push_or_spill(push, |first| wal.append(&record, first).map_err(IntakeError::from))
+            .unwrap();
         wal.synced(ticket).await.unwrap();
         placements.push(placement);
     }
@@ -299,7 +306,9 @@ async fn full_buffers_spill_into_the_log_and_come_back_in_order() {
     assert!(buffers.spilled_from().is_none(), "caught up: pushes go to the buffers again");
     let push = vec![item(0, 99)];
     let record = Record::encode(&push).unwrap();
-    let (_, placement) = buffers.push_or_spill(push, |first| wal.append(&record, first)).unwrap();
+    let (_, placement) = buffers
+        .push_or_spill(push, |first| wal.append(&record, first).map_err(IntakeError::from))
+        .unwrap();
     assert_eq!(placement, Buffered);
     stop.cancel();
     task.await.unwrap();
