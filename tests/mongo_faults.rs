@@ -365,7 +365,15 @@ async fn the_memory_bound_holds_while_the_log_is_refilled() {
         setup_with(&["--flush-interval", "50ms", "--max-buffered-readings", &bound]).await;
     proxy.set_down(true);
     // 200 lines a request: one request larger than the whole bound would be refused (413).
+    // Full buffers spill into the log only once the flusher has met the outage (before that
+    // they refuse, 503), so the first request waits for it.
     for part in 0..PER_SENSOR / 40 {
+        if part == 1 {
+            wait_for("the flusher has met the outage", 60, async || {
+                server.metric("bucketd_store_errors_total").await >= 1.0
+            })
+            .await;
+        }
         let body: String = (0..SENSORS)
             .flat_map(|s| (part * 40..(part + 1) * 40).map(move |v| (s, v)))
             .map(|(s, v)| format!("refill,sensor=s{s} v={v}i {}\n", T0_MS + v))

@@ -253,6 +253,8 @@ impl Worker {
         ::metrics::counter!(BUCKETS_CREATED).increment(spilled);
         ::metrics::counter!(READINGS_DROPPED, "reason" => "rejected").increment(dropped_readings);
 
+        // Before the check below, which waits for a failing store to answer.
+        self.buffers.set_store_failing(retried > 0);
         if retried > 0 {
             self.count_landed(batches, &mut outcomes).await;
         }
@@ -268,7 +270,6 @@ impl Worker {
                 .collect();
             settle.settle(&runs);
         }
-        self.buffers.set_store_failing(retried > 0);
         let released = self.buffers.complete(taken, &outcomes);
         self.written.fetch_add(released.written, Ordering::AcqRel);
 
