@@ -1,6 +1,6 @@
-//! One (sensor, hour) buffer's readings in columns: timestamps, sequence numbers, and per field
-//! a kind and 64 value bits for each reading. A buffered reading so costs 16 bytes plus 9 per
-//! field (a `Reading` in a vector costs about 120), which is what lets buffers wait for a
+//! One (sensor, hour) buffer's readings as typed slots: a timestamp, a sequence number, and per
+//! field a kind and 64 value bits for each reading. A buffered reading so costs 24 bytes plus 8
+//! per field (a `Reading` in a vector costs about 120), which is what lets buffers wait for a
 //! longer flush interval within the same memory.
 //!
 //! A field's column holds one slot per reading; readings that lack the field have an absent
@@ -9,21 +9,17 @@
 //! met each name: a reading that sent its fields in another order returns them reordered, the
 //! same names and values.
 
+use super::group::Span;
 use crate::model::{FieldName, FieldValue, Fields, Reading, Seq, TimestampMs};
 
+/// The readings, row after row in one vector, so that appending a reading writes one place in
+/// memory (a buffer per sensor is thousands of buffers, each append a likely cache miss; one
+/// vector per column made it six). A row is `[ts, seq, kinds.., bits..]`: the kinds of the
+/// fields packed a byte each into `kind_words` words, then one word of value bits per field.
 #[derive(Default)]
 pub(super) struct Columns {
-    ts: Vec<TimestampMs>,
-    seqs: Vec<Seq>,
-    fields: Vec<Column>,
-}
-
-struct Column {
-    name: FieldName,
-    /// One per reading: [`ABSENT`] or the kind of the value.
-    kinds: Vec<u8>,
-    /// One per reading: the value's bits; for a string, its index in `strs`.
-    bits: Vec<u64>,
+    names: Vec<FieldName>,
+    words: Vec<u64>,
     strs: Vec<String>,
 }
 
@@ -34,121 +30,144 @@ const UINT: u8 = 3;
 const BOOL: u8 = 4;
 const STR: u8 = 5;
 
-impl Column {
-    fn new(name: FieldName, absent_rows: usize) -> Column {
-        Column {
-            name,
-            kinds: vec![ABSENT; absent_rows],
-            bits: vec![0; absent_rows],
-            strs: Vec::new(),
-        }
-    }
+fn kind_words(fields: usize) -> usize {
+    fields.div_ceil(8)
+}
 
-    fn push(&mut self, value: FieldValue) {
-        let (kind, bits) = match value {
-            FieldValue::Float(v) => (FLOAT, v.to_bits()),
-            FieldValue::Int(v) => (INT, v as u64),
-            FieldValue::UInt(v) => (UINT, v),
-            FieldValue::Bool(v) => (BOOL, u64::from(v)),
-            FieldValue::Str(s) => {
-                self.strs.push(s);
-                (STR, (self.strs.len() - 1) as u64)
-            }
-        };
-        self.kinds.push(kind);
-        self.bits.push(bits);
-    }
-
-    fn value(&self, row: usize) -> Option<FieldValue> {
-        let bits = self.bits[row];
-        Some(match self.kinds[row] {
-            ABSENT => return None,
-            FLOAT => FieldValue::Float(f64::from_bits(bits)),
-            INT => FieldValue::Int(bits as i64),
-            UINT => FieldValue::UInt(bits),
-            BOOL => FieldValue::Bool(bits != 0),
-            _ => FieldValue::Str(self.strs[bits as usize].clone()),
-        })
-    }
+fn stride(fields: usize) -> usize {
+    2 + kind_words(fields) + fields
 }
 
 impl Columns {
+    fn stride(&self) -> usize {
+        stride(self.names.len())
+    }
+
     pub fn len(&self) -> usize {
-        self.ts.len()
+        self.words.len() / self.stride()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ts.is_empty()
+        self.words.is_empty()
     }
 
-    pub fn timestamps(&self) -> &[TimestampMs] {
-        &self.ts
+    fn row(&self, row: usize) -> &[u64] {
+        let stride = self.stride();
+        &self.words[row * stride..(row + 1) * stride]
+    }
+
+    pub fn ts(&self, row: usize) -> TimestampMs {
+        self.words[row * self.stride()] as TimestampMs
+    }
+
+    fn seq(&self, row: usize) -> Seq {
+        self.words[row * self.stride() + 1]
+    }
+
+    /// First and last timestamp held.
+    pub fn span(&self) -> Span {
+        let mut span = Span::EMPTY;
+        for row in self.words.chunks_exact(self.stride()) {
+            span.include(row[0] as TimestampMs);
+        }
+        span
+    }
+
+    /// The column of `name`, added (every held row gets it absent) when new.
+    fn column(&mut self, j: usize, name: &FieldName) -> usize {
+        // Sensors send the same fields in the same order: the j-th field is column j.
+        if self.names.get(j).is_some_and(|n| n == name) {
+            return j;
+        }
+        if let Some(c) = self.names.iter().position(|n| n == name) {
+            return c;
+        }
+        let (old, new) = (self.stride(), stride(self.names.len() + 1));
+        if !self.words.is_empty() {
+            let (kw_old, kw_new) = (kind_words(self.names.len()), kind_words(self.names.len() + 1));
+            let mut words = Vec::with_capacity(self.words.len() / old * new);
+            for row in self.words.chunks_exact(old) {
+                words.extend_from_slice(&row[..2 + kw_old]);
+                words.extend(std::iter::repeat_n(0, kw_new - kw_old));
+                words.extend_from_slice(&row[2 + kw_old..]);
+                words.push(0);
+            }
+            self.words = words;
+        }
+        self.names.push(name.clone());
+        self.names.len() - 1
     }
 
     /// Appends one reading. A field named twice in one reading keeps its last value (ingest
-    /// refuses such readings, so this only keeps the columns aligned).
+    /// refuses such readings).
     pub fn push(&mut self, reading: Reading, seq: Seq) {
-        let row = self.ts.len();
-        self.ts.push(reading.ts);
-        self.seqs.push(seq);
-        for (j, (name, value)) in reading.fields.into_iter().enumerate() {
-            // Sensors send the same fields in the same order: the j-th field is column j.
-            let c = match self.fields.get(j) {
-                Some(col) if col.name == name => j,
-                _ => match self.fields.iter().position(|col| col.name == name) {
-                    Some(c) => c,
-                    None => {
-                        self.fields.push(Column::new(name, row));
-                        self.fields.len() - 1
-                    }
-                },
+        let cols: smallvec::SmallVec<[usize; 8]> =
+            reading.fields.iter().enumerate().map(|(j, (name, _))| self.column(j, name)).collect();
+        let fields = self.names.len();
+        let kw = kind_words(fields);
+        let at = self.words.len();
+        self.words.resize(at + stride(fields), 0);
+        let row = &mut self.words[at..];
+        row[0] = reading.ts as u64;
+        row[1] = seq;
+        for (c, (_, value)) in cols.into_iter().zip(reading.fields) {
+            let (kind, bits) = match value {
+                FieldValue::Float(v) => (FLOAT, v.to_bits()),
+                FieldValue::Int(v) => (INT, v as u64),
+                FieldValue::UInt(v) => (UINT, v),
+                FieldValue::Bool(v) => (BOOL, u64::from(v)),
+                FieldValue::Str(s) => {
+                    self.strs.push(s);
+                    (STR, (self.strs.len() - 1) as u64)
+                }
             };
-            let col = &mut self.fields[c];
-            if col.kinds.len() > row {
-                col.kinds.truncate(row);
-                col.bits.truncate(row);
-            }
-            col.push(value);
-        }
-        for col in &mut self.fields {
-            if col.kinds.len() == row {
-                col.kinds.push(ABSENT);
-                col.bits.push(0);
-            }
+            let shift = (c % 8) * 8;
+            let word = &mut row[2 + c / 8];
+            *word = (*word & !(0xff << shift)) | (u64::from(kind) << shift);
+            row[2 + kw + c] = bits;
         }
     }
 
     /// The reading in `row`, its fields in column order.
     pub fn reading(&self, row: usize) -> Reading {
+        let words = self.row(row);
+        let kw = kind_words(self.names.len());
         let fields: Fields = self
-            .fields
+            .names
             .iter()
-            .filter_map(|col| col.value(row).map(|v| (col.name.clone(), v)))
+            .enumerate()
+            .filter_map(|(c, name)| {
+                let kind = (words[2 + c / 8] >> ((c % 8) * 8)) as u8;
+                let bits = words[2 + kw + c];
+                let value = match kind {
+                    ABSENT => return None,
+                    FLOAT => FieldValue::Float(f64::from_bits(bits)),
+                    INT => FieldValue::Int(bits as i64),
+                    UINT => FieldValue::UInt(bits),
+                    BOOL => FieldValue::Bool(bits != 0),
+                    _ => FieldValue::Str(self.strs[bits as usize].clone()),
+                };
+                Some((name.clone(), value))
+            })
             .collect();
-        Reading { ts: self.ts[row], fields }
+        Reading { ts: words[0] as TimestampMs, fields }
     }
 
     /// Every reading and its sequence number, in order.
     pub fn into_readings(self) -> (Vec<Reading>, Vec<Seq>) {
-        let readings = (0..self.len()).map(|row| self.reading(row)).collect();
-        (readings, self.seqs)
+        let n = self.len();
+        ((0..n).map(|row| self.reading(row)).collect(), (0..n).map(|row| self.seq(row)).collect())
     }
 
     /// Moves the first `k` readings out, in order.
     pub fn split_front(&mut self, k: usize) -> Columns {
-        let rest = (k..self.len()).fold(Columns::default(), |mut rest, row| {
-            rest.push(self.reading(row), self.seqs[row]);
-            rest
-        });
-        let mut front = std::mem::replace(self, rest);
-        front.ts.truncate(k);
-        front.seqs.truncate(k);
-        for col in &mut front.fields {
-            col.kinds.truncate(k);
-            col.bits.truncate(k);
+        let rest = self.words.split_off(k * self.stride());
+        // Strings stay where they are indexed; both halves keep the list.
+        Columns {
+            names: self.names.clone(),
+            words: std::mem::replace(&mut self.words, rest),
+            strs: self.strs.clone(),
         }
-        front.fields.retain(|col| col.kinds.iter().any(|&kind| kind != ABSENT));
-        front
     }
 
     /// Puts `readings` (with their sequence numbers) before the ones held.
@@ -159,7 +178,7 @@ impl Columns {
             front.push(reading.clone(), seq);
         }
         for row in 0..self.len() {
-            front.push(self.reading(row), self.seqs[row]);
+            front.push(self.reading(row), self.seq(row));
         }
         *self = front;
     }

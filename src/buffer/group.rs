@@ -38,14 +38,6 @@ impl Span {
         self.last = self.last.max(other.last);
     }
 
-    pub fn of(timestamps: &[TimestampMs]) -> Span {
-        let mut span = Span::EMPTY;
-        for &ts in timestamps {
-            span.include(ts);
-        }
-        span
-    }
-
     pub fn is_empty(&self) -> bool {
         self.first > self.last
     }

@@ -479,10 +479,10 @@ impl Buffers {
                     in_flight.push((f.cycle.clone(), f.index));
                 }
                 if hb.span.overlaps(from, to) {
-                    let rows = hb.readings.timestamps().iter().enumerate();
+                    let rows = 0..hb.readings.len();
                     buffered.extend(
-                        rows.filter(|&(_, &ts)| ts >= from && ts < to)
-                            .map(|(row, _)| hb.readings.reading(row)),
+                        rows.filter(|&row| (from..to).contains(&hb.readings.ts(row)))
+                            .map(|row| hb.readings.reading(row)),
                     );
                 }
             }
@@ -692,8 +692,8 @@ impl Buffers {
                     (std::mem::take(&mut hb.readings), std::mem::replace(&mut hb.span, Span::EMPTY))
                 } else {
                     let taken = hb.readings.split_front(k);
-                    hb.span = Span::of(hb.readings.timestamps());
-                    let span = Span::of(taken.timestamps());
+                    hb.span = hb.readings.span();
+                    let span = taken.span();
                     (taken, span)
                 };
                 let (readings, seqs) = taken.into_readings();
@@ -765,11 +765,7 @@ impl Buffers {
                 // gone; this costs one copy per failed attempt, which backoff spaces out.
                 hb.since = if hb.readings.is_empty() { f.since } else { hb.since.min(f.since) };
                 hb.readings.prepend(&batch.readings[landed..], &batch.seqs[landed..]);
-                hb.span.merge(if landed == 0 {
-                    f.span
-                } else {
-                    Span::of(hb.readings.timestamps())
-                });
+                hb.span.merge(if landed == 0 { f.span } else { hb.readings.span() });
             }
             // An emptied buffer stays until a take finds it idle for a flush interval.
         }
