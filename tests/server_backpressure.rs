@@ -103,6 +103,40 @@ async fn streamed_ndjson_reports_what_was_accepted_before_the_bound() {
     assert_stored_exactly(&*flaky, &identities("nd", T0, 250).collect()).await;
 }
 
+/// With the log and a store that is writing, only slowly, full buffers refuse at once
+/// (503 + Retry-After) and before the body is parsed; nothing is spilled into the log.
+#[tokio::test]
+async fn with_the_wal_a_slow_store_makes_full_buffers_refuse_before_parsing() {
+    let slow = FlakyStore::new(memory_store());
+    slow.hold(true);
+    let server = TestServer::start(
+        slow.clone(),
+        &["--max-buffered-readings", "100", "--flush-interval", "20ms"],
+    )
+    .await;
+    let response = server.post("/api/v1/readings", "application/json", array("s", T0, 100)).await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+
+    // Not parsed at all: a malformed body is refused as "full", not as malformed.
+    let response = server.post("/write", "text/plain", "this is not line protocol\n").await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers()["retry-after"], "1");
+    let response =
+        server.post("/api/v1/readings", "application/json", array("s", T0 + 100, 1)).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(server.buffers.spilled_from(), None, "nothing spilled into the log");
+
+    slow.hold(false);
+    wait_until("the buffers drain", Duration::from_secs(10), || server.buffers.buffered() == 0)
+        .await;
+    let response = server.post("/write", "text/plain", format!("s v=7 {}\n", T0 * 1_000_000)).await;
+    assert_eq!(response.status(), StatusCode::NO_CONTENT, "room again: taken");
+    server.shutdown().await;
+    let mut expected: BTreeSet<Identity> = identities("s", T0, 100).collect();
+    expected.insert(identity("s", T0, &[("v", 7.0)]));
+    assert_stored_exactly(&*slow, &expected).await;
+}
+
 #[tokio::test]
 async fn the_bound_holds_under_concurrent_writers_and_nothing_accepted_is_lost() {
     bound_under_concurrent_writers(&["--ack", "buffered"]).await;

@@ -308,6 +308,18 @@ impl Buffers {
         Ok((logged, Placement::Spilled))
     }
 
+    /// Whether a push would be refused whatever its size: the buffers are at their bound and,
+    /// where `spill` allows spilling, the store is writing and nothing is spilled (so full
+    /// buffers refuse rather than spill). Lets a caller refuse before parsing.
+    pub fn refuses_every_push(&self, spill: bool) -> bool {
+        if self.held.load(Ordering::Acquire) < self.config.max_buffered_readings {
+            return false;
+        }
+        !spill
+            || (!self.store_failing.load(Ordering::Acquire)
+                && self.order.lock().unwrap_or_else(|e| e.into_inner()).spilled_from.is_none())
+    }
+
     /// Resolves when the flusher next releases readings.
     pub async fn room_freed(&self) {
         self.room.notified().await

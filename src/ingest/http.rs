@@ -624,6 +624,12 @@ async fn write_line_protocol(
     body: Body,
 ) -> Result<StatusCode, ApiError> {
     let bytes = read_body(body, headers, state.http.max_body_bytes, Protocol::LpHttp).await?;
+    if state.intake.refuses_every_push() {
+        // Overloaded: refused before the parse, which is most of what a write costs.
+        let lines = bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()).count();
+        count_rejected(Protocol::LpHttp, "buffers_full", lines);
+        return Err(ApiError::BuffersFull { accepted: 0 });
+    }
     let (good, bad) =
         partition(line_protocol::parse_body(&bytes, precision, now_ms(), &state.limits));
     drop(bytes);

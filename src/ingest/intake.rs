@@ -45,6 +45,12 @@ impl Intake {
         if self.wal.is_some() { AckMode::Wal } else { AckMode::Buffered }
     }
 
+    /// Whether [`Intake::accept`] would refuse any push now (full buffers, nothing to spill
+    /// into): an overloaded server so refuses a request before the cost of parsing it.
+    pub fn refuses_every_push(&self) -> bool {
+        self.buffers.refuses_every_push(self.wal.is_some())
+    }
+
     /// Accepts all of `items` or none, and returns once they are as durable as the ack mode
     /// promises. Refuses at once (the caller answers 503) when the buffers are full and the
     /// store is writing (it is only slower than ingest), or when the log is full. While the

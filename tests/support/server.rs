@@ -236,6 +236,8 @@ pub struct FlakyStore {
     pub failed_writes: AtomicUsize,
     /// Writes applied whose success is then reported as `Unavailable` (a lost reply).
     lose_replies: AtomicUsize,
+    /// While true, writes wait: a store that is writing, only slowly.
+    hold: tokio::sync::watch::Sender<bool>,
 }
 
 impl FlakyStore {
@@ -245,7 +247,13 @@ impl FlakyStore {
             down: AtomicBool::new(false),
             failed_writes: AtomicUsize::new(0),
             lose_replies: AtomicUsize::new(0),
+            hold: tokio::sync::watch::Sender::new(false),
         })
+    }
+
+    /// While on, every write waits (without failing) until it is switched off.
+    pub fn hold(&self, on: bool) {
+        self.hold.send_replace(on);
     }
 
     /// The next `n` writes land, then report a failure.
@@ -285,6 +293,7 @@ impl Store for FlakyStore {
             self.failed_writes.fetch_add(1, Ordering::SeqCst);
             return batches.iter().map(|_| Err(e.clone())).collect();
         }
+        let _ = self.hold.subscribe().wait_for(|held| !held).await;
         let outcomes = self.inner.write(writer, batches).await;
         let lost = self
             .lose_replies
