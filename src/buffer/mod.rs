@@ -74,7 +74,7 @@ pub struct BufferConfig {
 const MIN_TICK: Duration = Duration::from_millis(10);
 const MAX_TICK: Duration = Duration::from_millis(250);
 /// See [`Buffers::quiet_after`].
-const QUIET_AT_MOST: Duration = Duration::from_secs(1);
+const QUIET_AT_MOST: Duration = Duration::from_secs(2);
 
 /// Full-policy: the caller is told, nothing is dropped. HTTP turns this into 503 with
 /// `Retry-After`; TCP waits for room instead (see [`Buffers::push_when_room`]).
@@ -551,9 +551,11 @@ impl Buffers {
     }
 
     /// A server that received nothing for this long writes everything it holds: the wait
-    /// exists to gather more readings per statement, and none are coming.
+    /// exists to gather more readings per statement, and none are coming. A fifth of the
+    /// interval, at most 2 s: longer than the gap between the pushes of clients that send
+    /// every second, so that such a steady load is never taken for a quiet one.
     fn quiet_after(&self) -> Duration {
-        (self.config.flush_interval / 10).clamp(self.tick(), QUIET_AT_MOST)
+        (self.config.flush_interval / 5).clamp(self.tick(), QUIET_AT_MOST)
     }
 
     /// From this many readings held on, the flusher writes the larger buffers before they are

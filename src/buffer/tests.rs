@@ -236,7 +236,7 @@ async fn a_buffer_is_due_by_size_at_once_and_by_age_within_a_tick_of_the_interva
     assert_eq!(seqs(&taken.batches()[0].readings), (0..10).collect::<Vec<_>>());
     b.complete(taken, &[Outcome::Written]);
 
-    // Pushes keep coming (every 50 ms, under the 100 ms quiet period), so only age decides.
+    // Pushes keep coming (every 50 ms, under the 200 ms quiet period), so only age decides.
     let b = Buffers::new(config(1000, 1000));
     b.push(vec![item("b", 0, 0)]).unwrap();
     let mut waited = Duration::ZERO;
@@ -259,10 +259,10 @@ async fn a_buffer_is_due_by_size_at_once_and_by_age_within_a_tick_of_the_interva
 async fn a_quiet_server_writes_everything_it_holds() {
     let b = Buffers::new(config(1000, 1000));
     b.push(vec![item("a", 0, 0), item("b", 0, 1)]).unwrap();
-    tokio::time::advance(Duration::from_millis(99)).await;
-    assert!(b.take(TakeMode::Due, usize::MAX).is_none(), "a push came 99 ms ago");
+    tokio::time::advance(Duration::from_millis(199)).await;
+    assert!(b.take(TakeMode::Due, usize::MAX).is_none(), "a push came 199 ms ago");
     tokio::time::advance(Duration::from_millis(1)).await;
-    let taken = b.take(TakeMode::Due, usize::MAX).expect("quiet for a tenth of the interval");
+    let taken = b.take(TakeMode::Due, usize::MAX).expect("quiet for a fifth of the interval");
     assert_eq!(taken.readings(), 2);
     b.complete(taken, &[Outcome::Written, Outcome::Written]);
 }
