@@ -2,7 +2,8 @@
 //!
 //! # Layout
 //! One `DashMap` entry per sensor key holds the sensor's interned `Arc<SeriesMeta>` and its hour
-//! buffers (a short `Vec` sorted by hour: usually one or two hours are live per sensor). Keying
+//! buffers (a short vector sorted by hour, the first inline: usually one or two hours are live
+//! per sensor). Keying
 //! the map by sensor rather than by (sensor, hour) lets the hot path look an entry up by `&str`
 //! without allocating a key, and lets [`Buffers::unflushed`] answer with one lookup.
 //!
@@ -138,7 +139,10 @@ struct SensorBuffers {
     /// until the sensor's buffers empty and the entry is recreated.
     meta: Arc<SeriesMeta>,
     /// Sorted by hour, no duplicates.
-    hours: Vec<HourBuffer>,
+    /// The first inline: the flusher's scan then reads a sensor's current hour from the map's
+    /// own table, in memory order, instead of chasing one allocation per sensor (with 200,000
+    /// sensors that chase was a sixth of the process).
+    hours: smallvec::SmallVec<[HourBuffer; 1]>,
 }
 
 struct HourBuffer {
@@ -611,7 +615,7 @@ impl Buffers {
                 None => self
                     .map
                     .entry(meta.key.clone())
-                    .or_insert_with(|| SensorBuffers { meta, hours: Vec::new() }),
+                    .or_insert_with(|| SensorBuffers { meta, hours: Default::default() }),
             };
             let hours = &mut entry.hours;
             let i = match hours.binary_search_by_key(&hour, |h| h.hour) {
