@@ -7,3 +7,6 @@ pub mod intake;
 pub mod json;
 pub mod line_protocol;
 pub mod tcp;
+
+#[cfg(test)]
+mod through_buffers_tests;

@@ -2,13 +2,32 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::buffer::{BufferConfig, Buffers};
-use crate::ingest::intake::IntakeError;
+use crate::buffer::{BufferConfig, BufferFull, Buffers};
 use crate::model::{Batch, FieldValue, Item, Reading, SeriesMeta, WriterId};
 use crate::store::memory::MemoryStore;
 use crate::store::{BucketLimits, Store};
 use crate::wal::identity::Identity;
 use crate::wal::refill;
+
+/// What a push into the log can fail with, as `Buffers::push_or_spill` needs it.
+#[derive(Debug)]
+#[allow(dead_code)] // Read through `Debug` in failed assertions.
+enum LogOrFull {
+    Log(WalError),
+    Full(BufferFull),
+}
+
+impl From<WalError> for LogOrFull {
+    fn from(e: WalError) -> Self {
+        LogOrFull::Log(e)
+    }
+}
+
+impl From<BufferFull> for LogOrFull {
+    fn from(e: BufferFull) -> Self {
+        LogOrFull::Full(e)
+    }
+}
 
 const IDENTITY: Identity = Identity { writer: WriterId(1), schema1_before: 0 };
 
@@ -218,7 +237,7 @@ async fn the_refill_replays_what_the_store_lacks_before_newer_pushes() {
     let record = Record::encode(&[item(0, 50)]).unwrap();
     let (ticket, placement) = buffers
         .push_or_spill(vec![item(0, 50)], |first| {
-            wal.append(&record, first).map_err(IntakeError::from)
+            wal.append(&record, first).map_err(LogOrFull::from)
         })
         .unwrap();
     assert_eq!(placement, crate::buffer::Placement::Spilled);
@@ -275,7 +294,7 @@ async fn full_buffers_spill_into_the_log_and_come_back_in_order() {
         let push = vec![item(0, ts)];
         let record = Record::encode(&push).unwrap();
         let (ticket, placement) = buffers
-            .push_or_spill(push, |first| wal.append(&record, first).map_err(IntakeError::from))
+            .push_or_spill(push, |first| wal.append(&record, first).map_err(LogOrFull::from))
             .unwrap();
         wal.synced(ticket).await.unwrap();
         placements.push(placement);
@@ -307,7 +326,7 @@ async fn full_buffers_spill_into_the_log_and_come_back_in_order() {
     let push = vec![item(0, 99)];
     let record = Record::encode(&push).unwrap();
     let (_, placement) = buffers
-        .push_or_spill(push, |first| wal.append(&record, first).map_err(IntakeError::from))
+        .push_or_spill(push, |first| wal.append(&record, first).map_err(LogOrFull::from))
         .unwrap();
     assert_eq!(placement, Buffered);
     stop.cancel();
