@@ -88,13 +88,13 @@ pub struct Config {
 
     /// Memory bound: readings held in buffers (including those being flushed). Past it, HTTP
     /// writes get 503 with Retry-After and TCP connections stop being read. A buffered reading
-    /// takes 24 bytes plus 8 per field. A fleet whose whole flush interval does not fit in
-    /// half the bound is written early, in shorter statements: 200,000 sensors at 1 reading/s
-    /// need 4,000,000.
+    /// takes 24 bytes plus 8 per field. The default lets 200,000 sensors at 1 reading/s wait
+    /// the whole flush interval (2,000,000 readings) below the half at which writing early
+    /// starts.
     #[arg(
         long,
         env = "BUCKETD_MAX_BUFFERED_READINGS",
-        default_value_t = 1_000_000,
+        default_value_t = 4_000_000,
         value_parser = parse_positive_usize
     )]
     pub max_buffered_readings: usize,
@@ -439,7 +439,7 @@ mod tests {
         assert_eq!(c.retention, None);
         assert_eq!(c.flush_interval, Duration::from_secs(10));
         assert_eq!(c.bucket_limits(), BucketLimits { max_readings: 1000, max_bytes: 128_000 });
-        assert_eq!(c.max_buffered_readings, 1_000_000);
+        assert_eq!(c.max_buffered_readings, 4_000_000);
         assert_eq!(c.shutdown_timeout, Duration::from_secs(30));
         assert_eq!(c.max_body_bytes, 32 << 20);
         assert_eq!(c.request_timeout, Duration::from_secs(60));

@@ -736,6 +736,13 @@ impl Buffers {
             // Re-checked under the shard lock: a push may have refilled it meanwhile.
             self.map.remove_if(&key, |_, s| s.hours.is_empty());
         }
+        if !took && mode == TakeMode::Due && pressing != usize::MAX {
+            // Under pressure nothing was as long as the average sensor's: its readings are
+            // spread over several hours (every sensor crossed into a new one). Writing nothing
+            // would leave the buffers full, refusing every write until the oldest are due by
+            // age, so write what there is.
+            return self.take(TakeMode::All, max_readings);
+        }
         took.then_some(Taken { cycle, readings: total })
     }
 

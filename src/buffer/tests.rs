@@ -489,3 +489,18 @@ fn full_buffers_refuse_while_the_store_writes_and_spill_while_it_fails() {
     assert_eq!(placement, Placement::Spilled, "once spilled, logged until the refill caught up");
     assert_eq!(logged.get(), 3);
 }
+
+#[test]
+fn under_pressure_something_is_always_due_even_when_sensors_span_two_hours() {
+    let b = Buffers::new(config(100, 1000));
+    // Every sensor crossed into a new hour: no hour buffer is as long as the average sensor's
+    // readings (25), though the buffers hold half the bound.
+    b.push((0..20).map(|i| item("a", i, i)).collect()).unwrap();
+    b.push((0..20).map(|i| item("a", HOUR_MS + i, 20 + i)).collect()).unwrap();
+    b.push((0..10).map(|i| item("b", HOUR_MS + i, 40 + i)).collect()).unwrap();
+    let taken = b.take(TakeMode::Due, usize::MAX).expect("pressure always writes something");
+    assert_eq!(taken.readings(), 50);
+    let outcomes = vec![Outcome::Written; taken.batches().len()];
+    b.complete(taken, &outcomes);
+    assert_eq!(b.buffered(), 0);
+}
