@@ -47,7 +47,7 @@
 mod columns;
 mod group;
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -110,7 +110,7 @@ pub struct Buffers {
     last_push_ms: AtomicU64,
     epoch: Instant,
     /// Whether the flusher's last write met a retriable failure (see `push_or_spill`).
-    store_failing: std::sync::atomic::AtomicBool,
+    store_failing: AtomicBool,
     /// The next sequence number and the spill state; held while a push is logged and
     /// inserted (module doc).
     order: Mutex<Order>,
@@ -283,15 +283,12 @@ impl Buffers {
         // One hold of the mutex from the decision to the insert: a push deciding to buffer must
         // not overtake one that spills.
         let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
-        let spilling = order.spilled_from.is_some();
-        let buffered = match spilling {
-            true => false,
-            false => match self.reserve(n, false) {
+        let buffered = order.spilled_from.is_none()
+            && match self.reserve(n, false) {
                 Ok(()) => true,
                 Err(full) if !self.store_failing.load(Ordering::Acquire) => return Err(full.into()),
                 Err(_) => false,
-            },
-        };
+            };
         let first = order.next.max(wall_clock_nanos());
         let logged = match log(first) {
             Ok(logged) => logged,

@@ -273,8 +273,9 @@ async fn the_refill_replays_what_the_store_lacks_before_newer_pushes() {
     task.await.unwrap();
 }
 
-/// While the store fails, full buffers spill into the log instead of refusing; the refill brings the readings in as
-/// room frees up, in order, and then pushes go straight to the buffers again.
+/// While the store fails, full buffers spill into the log instead of refusing; the refill
+/// brings the readings in as room frees up, in order, and then pushes go straight to the
+/// buffers again.
 #[tokio::test]
 async fn full_buffers_spill_into_the_log_and_come_back_in_order() {
     let dir = tempfile::tempdir().unwrap();
