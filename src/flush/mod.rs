@@ -231,6 +231,9 @@ impl Worker {
                     outcomes.push(Outcome::Written);
                 }
                 Err(e) if e.is_retriable() => {
+                    // Before the error is counted: whoever sees the count (a client, a test)
+                    // must find full buffers already spilling rather than refusing.
+                    self.buffers.set_store_failing(true);
                     retried += 1;
                     ::metrics::counter!(STORE_ERRORS, "kind" => e.kind()).increment(1);
                     first_retry.get_or_insert_with(|| e.to_string());
@@ -253,8 +256,9 @@ impl Worker {
         ::metrics::counter!(BUCKETS_CREATED).increment(spilled);
         ::metrics::counter!(READINGS_DROPPED, "reason" => "rejected").increment(dropped_readings);
 
-        // Before the check below, which waits for a failing store to answer.
-        self.buffers.set_store_failing(retried > 0);
+        if retried == 0 {
+            self.buffers.set_store_failing(false);
+        }
         if retried > 0 {
             self.count_landed(batches, &mut outcomes).await;
         }
