@@ -55,6 +55,28 @@ impl FieldName {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The process's one `FieldName` for `name`, while fewer than `INTERNED` names are known
+    /// (beyond that, a fresh one). Equal names that are one allocation compare by pointer
+    /// (`Arc`'s `PartialEq` checks identity first): the buffers compare every pushed field's
+    /// name with their column's, and with names interned that compare reads neither string,
+    /// one cache miss less per field of a reading pushed to a buffer not in cache.
+    pub fn interned(name: &str) -> FieldName {
+        /// Bounds the table: names are client-chosen. 64 Ki names of a few dozen bytes.
+        const INTERNED: usize = 1 << 16;
+        static NAMES: std::sync::LazyLock<
+            std::sync::Mutex<std::collections::HashSet<FieldName, foldhash::fast::RandomState>>,
+        > = std::sync::LazyLock::new(Default::default);
+        let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = names.get(name) {
+            return known.clone();
+        }
+        let new = FieldName::from(name);
+        if names.len() < INTERNED {
+            names.insert(new.clone());
+        }
+        new
+    }
 }
 
 impl std::ops::Deref for FieldName {
@@ -138,7 +160,7 @@ impl FieldNames {
         if self.recent.len() == Self::NAMES {
             self.recent.pop_front();
         }
-        let new = FieldName::from(name);
+        let new = FieldName::interned(name);
         self.recent.push_back(new.clone());
         new
     }
@@ -604,7 +626,11 @@ mod tests {
             names.get(&format!("f{i}"));
         }
         assert_eq!(names.recent.len(), FieldNames::NAMES);
-        assert!(!Arc::ptr_eq(&a.0, &names.get("temp").0), "the oldest name was forgotten");
+        assert!(!names.recent.iter().any(|n| n == "temp"), "the oldest name was forgotten");
+        assert!(
+            Arc::ptr_eq(&a.0, &names.get("temp").0),
+            "and found again in the process's table: one object per name"
+        );
     }
 
     #[test]

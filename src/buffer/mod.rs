@@ -26,15 +26,21 @@
 //! scan after dropping its map guard, so the wait can never deadlock with the scan.
 //!
 //! # Order
-//! Every push is given consecutive write sequence numbers ([`Seq`]) and inserted under one
+//! Every push is given consecutive write sequence numbers ([`Seq`]) and staged under one
 //! mutex (`order`), together with the caller's log step (the write-ahead log's append), so
 //! that within each (sensor, hour) buffer sequence numbers increase in arrival order and a
 //! reading logged earlier is never flushed after one logged later. The flusher takes at most
 //! one batch per (sensor, hour) at a time and puts a failed batch back at the head, so what
 //! the store holds of a (sensor, hour) is always every reading up to some sequence number: the
 //! high-water mark the stores record and the flusher and WAL replay trust (ARCHITECTURE.md,
-//! "Exactly once"). Grouping and encoding happen before the mutex; under it only the map
-//! insertions and a `memcpy` into the log run.
+//! "Exactly once"). Grouping and encoding happen before the mutex; under it only a vector
+//! append to the stage and a `memcpy` into the log run.
+//!
+//! # Staging
+//! The stage holds numbered pushes not yet in the map. It is merged, one merger at a time and
+//! in stage order, when it holds `STAGE_READINGS`, at every take and before every read of the
+//! map, so readers never miss a staged reading. A merge touches each sensor's entry once for
+//! all its staged readings (ARCHITECTURE.md, "Buffers and the flusher", says why).
 //!
 //! Sequence numbers start at the wall clock in nanoseconds and then count up, so they keep
 //! increasing across restarts (the stores' marks of an earlier process stay below them) as
@@ -76,6 +82,8 @@ const MIN_TICK: Duration = Duration::from_millis(10);
 const MAX_TICK: Duration = Duration::from_millis(250);
 /// See [`Buffers::quiet_after`].
 const QUIET_AT_MOST: Duration = Duration::from_secs(2);
+/// A push that leaves this many readings staged merges the stage (see `Buffers::merge`).
+pub(crate) const STAGE_READINGS: usize = 32_768;
 
 /// Full-policy: the caller is told, nothing is dropped. HTTP turns this into 503 with
 /// `Retry-After`; TCP waits for room instead (see [`Buffers::push_when_room`]).
@@ -112,8 +120,62 @@ pub struct Buffers {
     /// Whether the flusher's last write met a retriable failure (see `push_or_spill`).
     store_failing: AtomicBool,
     /// The next sequence number and the spill state; held while a push is logged and
-    /// inserted (module doc).
+    /// staged (module doc).
     order: Mutex<Order>,
+    /// Numbered pushes not yet merged into `map`, in sequence order (module doc, "Staging").
+    stage: Mutex<Stage>,
+    /// Readings in `stage`: read without its lock to decide when to merge.
+    staged: AtomicUsize,
+    /// Held while one merger moves what it took from `stage` into `map`, so that merges land
+    /// in the order they were taken and a (sensor, hour) buffer stays in sequence order.
+    merging: Mutex<()>,
+}
+
+#[derive(Default)]
+struct Stage {
+    groups: Vec<Staged>,
+    /// Of the pushes that arrived (not of the log's refill): see `Buffers::quiet_after`.
+    gaps: Gaps,
+}
+
+/// The longest gap between two pushes, over the current window of `GAP_WINDOW` and the one
+/// before it (so over the last 5-10 s).
+#[derive(Default)]
+struct Gaps {
+    last: Option<Instant>,
+    window_start: Option<Instant>,
+    current: Option<Duration>,
+    previous: Option<Duration>,
+}
+
+const GAP_WINDOW: Duration = Duration::from_secs(5);
+
+impl Gaps {
+    fn push(&mut self, now: Instant) {
+        let start = *self.window_start.get_or_insert(now);
+        let since = now.saturating_duration_since(start);
+        if since >= GAP_WINDOW {
+            self.previous = if since >= 2 * GAP_WINDOW { None } else { self.current };
+            self.current = None;
+            self.window_start = Some(now);
+        }
+        if let Some(last) = self.last.replace(now) {
+            let gap = now.saturating_duration_since(last);
+            self.current = Some(self.current.map_or(gap, |c| c.max(gap)));
+        }
+    }
+
+    fn longest(&self) -> Option<Duration> {
+        self.current.max(self.previous)
+    }
+}
+
+/// One (sensor, hour) group of a push, numbered and waiting in the stage.
+struct Staged {
+    group: Group,
+    seqs: smallvec::SmallVec<[Seq; 1]>,
+    /// When the push arrived (a flush interval earlier for readings the log kept).
+    arrived: Instant,
 }
 
 struct Order {
@@ -234,6 +296,9 @@ impl Buffers {
             epoch: Instant::now(),
             store_failing: Default::default(),
             order: Mutex::new(Order { next: 0, spilled_from: None }),
+            stage: Mutex::default(),
+            staged: AtomicUsize::new(0),
+            merging: Mutex::new(()),
         })
     }
 
@@ -302,7 +367,9 @@ impl Buffers {
         };
         order.next = first + n as Seq;
         if buffered {
-            self.insert(groups, |position| first + Seq::from(position), false);
+            self.stage(groups, |position| first + Seq::from(position), false);
+            drop(order);
+            self.merge_if_large();
             return Ok((logged, Placement::Buffered));
         }
         order.spilled_from.get_or_insert(first);
@@ -375,7 +442,9 @@ impl Buffers {
             if let Some(&max) = piece_seqs.iter().max() {
                 order.next = order.next.max(max + 1);
             }
-            self.insert(groups, |position| piece_seqs[position as usize], true);
+            self.stage(groups, |position| piece_seqs[position as usize], true);
+            drop(order);
+            self.merge_if_large();
         }
     }
 
@@ -448,7 +517,9 @@ impl Buffers {
         debug_assert!(order.spilled_from.is_none(), "an unlogged push while readings are spilled");
         let first = order.next.max(wall_clock_nanos());
         order.next = first + n as Seq;
-        self.insert(groups, |position| first + Seq::from(position), false);
+        self.stage(groups, |position| first + Seq::from(position), false);
+        drop(order);
+        self.merge_if_large();
     }
 
     fn release(&self, n: usize) {
@@ -476,6 +547,7 @@ impl Buffers {
         if from >= to {
             return Vec::new();
         }
+        self.merge();
         let in_range = |r: &&Reading| r.ts >= from && r.ts < to;
         let mut in_flight: Vec<(Arc<Cycle>, usize)> = Vec::new();
         let mut buffered: Vec<Reading> = Vec::new();
@@ -515,6 +587,7 @@ impl Buffers {
     /// Sensors with unflushed readings, with the first and last unflushed timestamps.
     /// Ordered by key.
     pub fn unflushed_sensors(&self) -> Vec<SensorInfo> {
+        self.merge();
         let mut out: Vec<SensorInfo> = self
             .map
             .iter()
@@ -552,11 +625,20 @@ impl Buffers {
     }
 
     /// A server that received nothing for this long writes everything it holds: the wait
-    /// exists to gather more readings per statement, and none are coming. A fifth of the
-    /// interval, at most 2 s: longer than the gap between the pushes of clients that send
-    /// every second, so that such a steady load is never taken for a quiet one.
-    fn quiet_after(&self) -> Duration {
-        (self.config.flush_interval / 5).clamp(self.tick(), QUIET_AT_MOST)
+    /// exists to gather more readings per statement, and none are coming.
+    ///
+    /// At most a fifth of the interval and at most 2 s: longer than the gap between the
+    /// pushes of clients that send every second, so that such a steady load is never taken
+    /// for a quiet one. Shorter when the pushes of the last 5-10 s came closer together:
+    /// twice the longest gap between them (at least a tick). A pause twice as long as any in
+    /// the load so far means the load stopped, and its readings need not wait the full 2 s
+    /// to be written (a flat-out load pushes every few milliseconds).
+    fn quiet_after(&self, gaps: &Gaps) -> Duration {
+        let at_most = (self.config.flush_interval / 5).clamp(self.tick(), QUIET_AT_MOST);
+        match gaps.longest() {
+            Some(gap) => (gap * 2).clamp(self.tick(), at_most),
+            None => at_most,
+        }
     }
 
     /// From this many readings held on, the flusher writes the larger buffers before they are
@@ -593,54 +675,127 @@ impl Buffers {
         }
     }
 
-    /// Appends reserved groups to their buffers: one map operation per (sensor, hour) group.
-    /// `seq_of` gives the sequence number of the reading at a position of the push. `overdue`:
-    /// the readings waited elsewhere already (the log), so their buffers are due at once.
-    fn insert(&self, groups: Vec<Group>, seq_of: impl Fn(u32) -> Seq, overdue: bool) {
+    /// Puts reserved, numbered groups in the stage. `seq_of` gives the sequence number of the
+    /// reading at a position of the push. `overdue`: the readings waited elsewhere already
+    /// (the log), so their buffers are due at once. Runs under the order mutex: cheap, no map.
+    fn stage(&self, groups: Vec<Group>, seq_of: impl Fn(u32) -> Seq, overdue: bool) {
         let now = Instant::now();
         let arrived =
             if overdue { now.checked_sub(self.config.flush_interval).unwrap_or(now) } else { now };
-        let batch = self.config.max_batch_readings;
-        let mut wake = overdue || self.held.load(Ordering::Relaxed) >= self.pressure_level();
         if !overdue {
             self.last_push_ms.store(self.millis_since_epoch(now), Ordering::Relaxed);
         }
-        for Group { meta, hour, readings, positions, span } in groups {
-            let seqs = positions.into_iter().map(&seq_of);
-            let mut entry = match self.map.get_mut(meta.key.as_str()) {
+        let mut n = 0;
+        let mut stage = self.stage.lock().unwrap_or_else(|e| e.into_inner());
+        if !overdue {
+            stage.gaps.push(now);
+        }
+        stage.groups.reserve(groups.len());
+        for group in groups {
+            n += group.readings.len();
+            let seqs = group.positions.iter().map(|&p| seq_of(p)).collect();
+            stage.groups.push(Staged { group, seqs, arrived });
+        }
+        self.staged.fetch_add(n, Ordering::Relaxed);
+        drop(stage);
+        if overdue || self.held.load(Ordering::Relaxed) >= self.pressure_level() {
+            self.due.notify_one();
+        }
+    }
+
+    /// Merges the stage once it holds `STAGE_READINGS`; if another merge is running, leaves
+    /// it to that one's successor unless the stage has grown to four times that.
+    fn merge_if_large(&self) {
+        let staged = self.staged.load(Ordering::Relaxed);
+        if staged < STAGE_READINGS {
+            return;
+        }
+        match self.merging.try_lock() {
+            Ok(guard) => self.merge_locked(guard),
+            Err(_) if staged >= 4 * STAGE_READINGS => self.merge(),
+            Err(_) => {}
+        }
+    }
+
+    /// Moves everything staged so far into the buffers.
+    fn merge(&self) {
+        self.merge_locked(self.merging.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// One map operation per sensor of the stage, however many pushes staged readings of it:
+    /// the sensor's entry and buffer tails are fetched from memory once per merge, not once
+    /// per reading (with thousands of sensors each is a cache miss).
+    fn merge_locked(&self, _merging: std::sync::MutexGuard<'_, ()>) {
+        let staged =
+            std::mem::take(&mut self.stage.lock().unwrap_or_else(|e| e.into_inner()).groups);
+        if staged.is_empty() {
+            return;
+        }
+        self.staged
+            .fetch_sub(staged.iter().map(|s| s.group.readings.len()).sum(), Ordering::Relaxed);
+        // The sensor of each staged group, numbered by first appearance; a stable sort by it
+        // keeps each sensor's groups in stage order, which is sequence order.
+        let mut sensor_of: Vec<u32> = Vec::with_capacity(staged.len());
+        {
+            let mut ids: std::collections::HashMap<&str, u32, group::BuildHasher> =
+                std::collections::HashMap::with_capacity_and_hasher(
+                    staged.len(),
+                    group::BuildHasher::default(),
+                );
+            for s in &staged {
+                let next = ids.len() as u32;
+                sensor_of.push(*ids.entry(s.group.meta.key.as_str()).or_insert(next));
+            }
+        }
+        let mut order: Vec<u32> = (0..staged.len() as u32).collect();
+        order.sort_by_key(|&i| sensor_of[i as usize]);
+        let mut slots: Vec<Option<Staged>> = staged.into_iter().map(Some).collect();
+        let batch = self.config.max_batch_readings;
+        let mut wake = false;
+        let mut at = 0;
+        while at < order.len() {
+            let sensor = sensor_of[order[at] as usize];
+            let end =
+                at + order[at..].iter().take_while(|&&i| sensor_of[i as usize] == sensor).count();
+            let mut run = order[at..end].iter().map(|&i| slots[i as usize].take().expect("once"));
+            at = end;
+            let first = run.next().expect("a run has a group");
+            let mut entry = match self.map.get_mut(first.group.meta.key.as_str()) {
                 Some(entry) => entry,
-                None => self
-                    .map
-                    .entry(meta.key.clone())
-                    .or_insert_with(|| SensorBuffers { meta, hours: Default::default() }),
+                None => self.map.entry(first.group.meta.key.clone()).or_insert_with(|| {
+                    SensorBuffers { meta: first.group.meta.clone(), hours: Default::default() }
+                }),
             };
-            let hours = &mut entry.hours;
-            let i = match hours.binary_search_by_key(&hour, |h| h.hour) {
-                Ok(i) => i,
-                Err(i) => {
-                    hours.insert(
-                        i,
-                        HourBuffer {
-                            hour,
-                            readings: Columns::default(),
-                            span: Span::EMPTY,
-                            since: arrived,
-                            in_flight: None,
-                        },
-                    );
-                    i
+            for Staged { group, seqs, arrived } in std::iter::once(first).chain(run) {
+                let Group { hour, readings, span, .. } = group;
+                let hours = &mut entry.hours;
+                let i = match hours.binary_search_by_key(&hour, |h| h.hour) {
+                    Ok(i) => i,
+                    Err(i) => {
+                        hours.insert(
+                            i,
+                            HourBuffer {
+                                hour,
+                                readings: Columns::default(),
+                                span: Span::EMPTY,
+                                since: arrived,
+                                in_flight: None,
+                            },
+                        );
+                        i
+                    }
+                };
+                let hb = &mut hours[i];
+                let was_due = hb.readings.len() >= batch;
+                if hb.readings.is_empty() {
+                    hb.since = arrived;
                 }
-            };
-            let hb = &mut hours[i];
-            let was_due = hb.readings.len() >= batch;
-            if hb.readings.is_empty() {
-                hb.since = arrived;
+                for (reading, seq) in readings.into_iter().zip(seqs) {
+                    hb.readings.push(reading, seq);
+                }
+                hb.span.merge(span);
+                wake |= !was_due && hb.readings.len() >= batch;
             }
-            for (reading, seq) in readings.into_iter().zip(seqs) {
-                hb.readings.push(reading, seq);
-            }
-            hb.span.merge(span);
-            wake |= !was_due && hb.readings.len() >= batch;
         }
         if wake {
             self.due.notify_one();
@@ -651,12 +806,17 @@ impl Buffers {
     /// (a buffer may be split). `None` when nothing is to be taken. Await-free: see the module
     /// doc on why the scan must not be interrupted between the first marker and publishing.
     pub(crate) fn take(&self, mode: TakeMode, max_readings: usize) -> Option<Taken> {
+        self.merge();
         let now = Instant::now();
         let batch_size = self.config.max_batch_readings;
         let interval = self.config.flush_interval;
         let old_enough = interval.saturating_sub(self.tick());
+        let quiet_after = {
+            let stage = self.stage.lock().unwrap_or_else(|e| e.into_inner());
+            self.quiet_after(&stage.gaps)
+        };
         let quiet = self.millis_since_epoch(now)
-            >= self.last_push_ms.load(Ordering::Relaxed) + self.quiet_after().as_millis() as u64;
+            >= self.last_push_ms.load(Ordering::Relaxed) + quiet_after.as_millis() as u64;
         let held = self.held.load(Ordering::Relaxed);
         // Under pressure, a buffer at least as long as the average sensor's is due.
         let pressing = if held >= self.pressure_level() {

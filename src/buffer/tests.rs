@@ -231,7 +231,6 @@ async fn a_buffer_is_due_by_size_at_once_and_by_age_within_a_tick_of_the_interva
     assert!(b.due_notified().now_or_never().is_none(), "no early wake-up below the size");
 
     b.push(vec![item("a", 9, 9)]).unwrap();
-    assert!(b.due_notified().now_or_never().is_some(), "reaching the size wakes the flusher");
     let taken = b.take(TakeMode::Due, usize::MAX).expect("due by size");
     assert_eq!(seqs(&taken.batches()[0].readings), (0..10).collect::<Vec<_>>());
     b.complete(taken, &[Outcome::Written]);
@@ -265,6 +264,35 @@ async fn a_quiet_server_writes_everything_it_holds() {
     let taken = b.take(TakeMode::Due, usize::MAX).expect("quiet for a fifth of the interval");
     assert_eq!(taken.readings(), 2);
     b.complete(taken, &[Outcome::Written, Outcome::Written]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_load_that_stops_is_quiet_after_twice_its_longest_gap() {
+    let b = Buffers::new(config(1000, 1000));
+    // Pushes 10 ms apart, the longest gap 30 ms: quiet after 60 ms of silence.
+    for gap in [10, 10, 30, 10] {
+        b.push(vec![item("a", gap, gap)]).unwrap();
+        tokio::time::advance(Duration::from_millis(gap as u64)).await;
+    }
+    b.push(vec![item("a", 99, 99)]).unwrap();
+    tokio::time::advance(Duration::from_millis(59)).await;
+    assert!(b.take(TakeMode::Due, usize::MAX).is_none(), "59 ms: not yet");
+    tokio::time::advance(Duration::from_millis(1)).await;
+    let taken = b.take(TakeMode::Due, usize::MAX).expect("60 ms of silence: quiet");
+    assert_eq!(taken.readings(), 5);
+    b.complete(taken, &[Outcome::Written]);
+
+    // Pushes a second apart never look quiet in between (quiet after 2 s at most).
+    let b = Buffers::new(BufferConfig {
+        flush_interval: Duration::from_secs(10),
+        ..config(1000, 1000)
+    });
+    for i in 0..4 {
+        b.push(vec![item("a", i, i)]).unwrap();
+        tokio::time::advance(Duration::from_millis(190)).await;
+        assert!(b.take(TakeMode::Due, usize::MAX).is_none(), "a steady load at push {i}");
+        tokio::time::advance(Duration::from_millis(810)).await;
+    }
 }
 
 #[test]

@@ -60,9 +60,9 @@ fn written_by_buffer(store: &FakeStore) -> BTreeMap<(String, TimestampMs), Vec<i
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_full_buffer_wakes_the_flusher_early() {
+async fn a_full_buffer_is_written_within_a_tick_not_at_the_interval() {
     let (buffers, store, _flusher) = setup(1000, 10, Duration::from_secs(3600), FakeStore::new());
-    // Let the flusher reach its wait (a 15-minute tick).
+    // Let the flusher reach its wait (the longest tick, 250 ms).
     sleep(Duration::from_millis(5)).await;
     buffers.push((0..9).map(|i| item("a", i, i)).collect()).unwrap();
     assert!(!wait_until(Duration::from_secs(1), || store.written_readings() > 0).await);
@@ -70,8 +70,24 @@ async fn a_full_buffer_wakes_the_flusher_early() {
     let start = Instant::now();
     buffers.push(vec![item("a", 9, 9)]).unwrap();
     assert!(wait_until(Duration::from_secs(10), || store.written_readings() == 10).await);
-    assert!(start.elapsed() < Duration::from_millis(100), "woken by the push, not the tick");
+    assert!(start.elapsed() <= buffers.tick(), "taken at the next tick, not after the hour");
     assert!(wait_until(Duration::from_secs(1), || buffers.buffered() == 0).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_merge_that_fills_a_buffer_wakes_the_flusher_before_the_tick() {
+    let (buffers, store, _flusher) =
+        setup(1_000_000, 10, Duration::from_secs(3600), FakeStore::new());
+    sleep(Duration::from_millis(5)).await;
+    // A push large enough to be merged at once, one sensor of it reaching the batch size.
+    let start = Instant::now();
+    let mut items: Vec<_> = (0..crate::buffer::STAGE_READINGS as i64)
+        .map(|i| item(&format!("s{}", i % 10_000 + 1), i, i))
+        .collect();
+    items.extend((0..10).map(|i| item("a", i, i)));
+    buffers.push(items).unwrap();
+    assert!(wait_until(Duration::from_secs(10), || store.written_readings() >= 10).await);
+    assert!(start.elapsed() < buffers.tick(), "woken by the merge, not the tick");
 }
 
 #[tokio::test(start_paused = true)]
@@ -200,7 +216,9 @@ async fn shutdown_flushes_everything_even_when_not_due() {
     for k in 0..5 {
         buffers.push((0..100).map(|i| item(&format!("s{k}"), i, i)).collect()).unwrap();
     }
-    sleep(Duration::from_secs(1)).await;
+    // Less than a tick: five pushes at one instant and then none make a quiet server after
+    // a tick (`Buffers::quiet_after`), which would write everything before the shutdown.
+    sleep(buffers.tick() / 2).await;
     assert_eq!(store.written_readings(), 0, "nothing is due yet");
     let report = flusher.shutdown(Duration::from_secs(5)).await;
     assert_eq!(report, ShutdownReport { flushed: 500, unflushed: 0, kept_in_wal: false });
