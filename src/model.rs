@@ -172,7 +172,7 @@ pub type Fields = smallvec::SmallVec<[(FieldName, FieldValue); 2]>;
 
 /// One timestamped set of field values of one series. Field names are unique within a reading
 /// and kept in the order they arrived.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Reading {
     pub ts: TimestampMs,
     pub fields: Fields,

@@ -9,7 +9,7 @@
 //! met each name: a reading that sent its fields in another order returns them reordered, the
 //! same names and values.
 
-use super::group::Span;
+use super::span::Span;
 use crate::model::{FieldName, FieldValue, Fields, Reading, Seq, TimestampMs};
 
 /// The readings, row after row in one vector, so that appending a reading writes one place in

@@ -51,7 +51,7 @@
 //! `.await` (dashmap's guards are `Send`, so the compiler would not catch one).
 
 mod columns;
-mod group;
+mod span;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -62,10 +62,10 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::metrics::{READINGS_BUFFERED, READINGS_BUFFERED_PEAK};
-use crate::model::{Batch, HOUR_MS, Item, Reading, Seq, SeriesMeta, TimestampMs};
+use crate::model::{Batch, HOUR_MS, Item, Reading, Seq, SeriesMeta, TimestampMs, hour_start};
 use crate::store::SensorInfo;
 use columns::Columns;
-use group::{Group, Span};
+use span::Span;
 
 #[derive(Clone, Debug)]
 pub struct BufferConfig {
@@ -101,7 +101,7 @@ pub struct BufferFull {
 /// [`Buffers::push_or_spill`] leaves the push in the caller's log.
 pub struct Buffers {
     config: BufferConfig,
-    map: DashMap<String, SensorBuffers, group::BuildHasher>,
+    map: DashMap<String, SensorBuffers, span::BuildHasher>,
     /// Readings buffered or in flight; see the module doc.
     held: AtomicUsize,
     /// The most `held` has ever been: kept here, at the one place `held` grows, so that no
@@ -133,7 +133,7 @@ pub struct Buffers {
 
 #[derive(Default)]
 struct Stage {
-    groups: Vec<Staged>,
+    pushes: Vec<Staged>,
     /// Of the pushes that arrived (not of the log's refill): see `Buffers::quiet_after`.
     gaps: Gaps,
 }
@@ -170,12 +170,30 @@ impl Gaps {
     }
 }
 
-/// One (sensor, hour) group of a push, numbered and waiting in the stage.
+/// One push, numbered, waiting in the stage: its items as the caller built them (moved, not
+/// copied or regrouped).
 struct Staged {
-    group: Group,
-    seqs: smallvec::SmallVec<[Seq; 1]>,
+    items: Vec<Item>,
+    seqs: Seqs,
     /// When the push arrived (a flush interval earlier for readings the log kept).
     arrived: Instant,
+}
+
+/// The sequence numbers of a staged push's items.
+enum Seqs {
+    /// Item `i` has `first + i` (a push).
+    From(Seq),
+    /// Item `i` has `seqs[i]` (the log's refill).
+    Each(Vec<Seq>),
+}
+
+impl Seqs {
+    fn of(&self, i: usize) -> Seq {
+        match self {
+            Seqs::From(first) => first + i as Seq,
+            Seqs::Each(seqs) => seqs[i],
+        }
+    }
 }
 
 struct Order {
@@ -286,7 +304,7 @@ impl Buffers {
         };
         Arc::new(Buffers {
             config,
-            map: DashMap::with_hasher(group::BuildHasher::default()),
+            map: DashMap::with_hasher(span::BuildHasher::default()),
             held: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
             peak_publish: Mutex::new(()),
@@ -344,7 +362,6 @@ impl Buffers {
         log: impl FnOnce(Seq) -> Result<T, E>,
     ) -> Result<(T, Placement), E> {
         let n = items.len();
-        let groups = group::group(items);
         // One hold of the mutex from the decision to the insert: a push deciding to buffer must
         // not overtake one that spills.
         let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
@@ -367,7 +384,7 @@ impl Buffers {
         };
         order.next = first + n as Seq;
         if buffered {
-            self.stage(groups, |position| first + Seq::from(position), false);
+            self.stage(items, Seqs::From(first), false);
             drop(order);
             self.merge_if_large();
             return Ok((logged, Placement::Buffered));
@@ -437,12 +454,11 @@ impl Buffers {
             } else {
                 (items.drain(..n).collect(), seqs.drain(..n).collect::<Vec<Seq>>())
             };
-            let groups = group::group(piece);
             let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(&max) = piece_seqs.iter().max() {
                 order.next = order.next.max(max + 1);
             }
-            self.stage(groups, |position| piece_seqs[position as usize], true);
+            self.stage(piece, Seqs::Each(piece_seqs), true);
             drop(order);
             self.merge_if_large();
         }
@@ -511,13 +527,12 @@ impl Buffers {
     /// Numbers reserved `items` and inserts them, under the order mutex.
     fn number_and_insert(&self, items: Vec<Item>) {
         let n = items.len();
-        let groups = group::group(items);
         let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
         // Spills happen only through `push_or_spill`, whose callers never mix in this path.
         debug_assert!(order.spilled_from.is_none(), "an unlogged push while readings are spilled");
         let first = order.next.max(wall_clock_nanos());
         order.next = first + n as Seq;
-        self.stage(groups, |position| first + Seq::from(position), false);
+        self.stage(items, Seqs::From(first), false);
         drop(order);
         self.merge_if_large();
     }
@@ -675,27 +690,22 @@ impl Buffers {
         }
     }
 
-    /// Puts reserved, numbered groups in the stage. `seq_of` gives the sequence number of the
-    /// reading at a position of the push. `overdue`: the readings waited elsewhere already
-    /// (the log), so their buffers are due at once. Runs under the order mutex: cheap, no map.
-    fn stage(&self, groups: Vec<Group>, seq_of: impl Fn(u32) -> Seq, overdue: bool) {
+    /// Puts a reserved, numbered push in the stage. `overdue`: the readings waited elsewhere
+    /// already (the log), so their buffers are due at once. Runs under the order mutex: cheap,
+    /// no map.
+    fn stage(&self, items: Vec<Item>, seqs: Seqs, overdue: bool) {
         let now = Instant::now();
         let arrived =
             if overdue { now.checked_sub(self.config.flush_interval).unwrap_or(now) } else { now };
         if !overdue {
             self.last_push_ms.store(self.millis_since_epoch(now), Ordering::Relaxed);
         }
-        let mut n = 0;
+        let n = items.len();
         let mut stage = self.stage.lock().unwrap_or_else(|e| e.into_inner());
         if !overdue {
             stage.gaps.push(now);
         }
-        stage.groups.reserve(groups.len());
-        for group in groups {
-            n += group.readings.len();
-            let seqs = group.positions.iter().map(|&p| seq_of(p)).collect();
-            stage.groups.push(Staged { group, seqs, arrived });
-        }
+        stage.pushes.push(Staged { items, seqs, arrived });
         self.staged.fetch_add(n, Ordering::Relaxed);
         drop(stage);
         if overdue || self.held.load(Ordering::Relaxed) >= self.pressure_level() {
@@ -726,75 +736,94 @@ impl Buffers {
     /// the sensor's entry and buffer tails are fetched from memory once per merge, not once
     /// per reading (with thousands of sensors each is a cache miss).
     fn merge_locked(&self, _merging: std::sync::MutexGuard<'_, ()>) {
-        let staged =
-            std::mem::take(&mut self.stage.lock().unwrap_or_else(|e| e.into_inner()).groups);
-        if staged.is_empty() {
+        let mut pushes =
+            std::mem::take(&mut self.stage.lock().unwrap_or_else(|e| e.into_inner()).pushes);
+        let n: usize = pushes.iter().map(|p| p.items.len()).sum();
+        if n == 0 {
             return;
         }
-        self.staged
-            .fetch_sub(staged.iter().map(|s| s.group.readings.len()).sum(), Ordering::Relaxed);
-        // The sensor of each staged group, numbered by first appearance; a stable sort by it
-        // keeps each sensor's groups in stage order, which is sequence order.
-        let mut sensor_of: Vec<u32> = Vec::with_capacity(staged.len());
+        self.staged.fetch_sub(n, Ordering::Relaxed);
+        // Each staged reading's sensor, numbered by first appearance.
+        let mut sensor_of: Vec<u32> = Vec::with_capacity(n);
+        let mut sensors = 0usize;
         {
-            let mut ids: std::collections::HashMap<&str, u32, group::BuildHasher> =
-                std::collections::HashMap::with_capacity_and_hasher(
-                    staged.len(),
-                    group::BuildHasher::default(),
-                );
-            for s in &staged {
-                let next = ids.len() as u32;
-                sensor_of.push(*ids.entry(s.group.meta.key.as_str()).or_insert(next));
+            let mut ids: std::collections::HashMap<&str, u32, span::BuildHasher> =
+                std::collections::HashMap::with_hasher(span::BuildHasher::default());
+            let mut last: Option<(&Arc<SeriesMeta>, u32)> = None;
+            for (meta, _) in pushes.iter().flat_map(|p| &p.items) {
+                let id = match last {
+                    // A body's consecutive lines are often one sensor's.
+                    Some((m, id)) if Arc::ptr_eq(m, meta) => id,
+                    _ => *ids.entry(meta.key.as_str()).or_insert_with(|| {
+                        sensors += 1;
+                        (sensors - 1) as u32
+                    }),
+                };
+                last = Some((meta, id));
+                sensor_of.push(id);
             }
         }
-        let mut order: Vec<u32> = (0..staged.len() as u32).collect();
-        order.sort_by_key(|&i| sensor_of[i as usize]);
-        let mut slots: Vec<Option<Staged>> = staged.into_iter().map(Some).collect();
+        // A counting sort by sensor, stable: each sensor's readings stay in stage order,
+        // which is sequence order.
+        let mut starts = vec![0u32; sensors + 1];
+        for &id in &sensor_of {
+            starts[id as usize + 1] += 1;
+        }
+        for i in 1..starts.len() {
+            starts[i] += starts[i - 1];
+        }
+        let mut order: Vec<(u32, u32)> = vec![(0, 0); n];
+        {
+            let mut next = starts.clone();
+            let flat = pushes
+                .iter()
+                .enumerate()
+                .flat_map(|(p, push)| (0..push.items.len() as u32).map(move |i| (p as u32, i)));
+            for (&id, at) in sensor_of.iter().zip(flat) {
+                order[next[id as usize] as usize] = at;
+                next[id as usize] += 1;
+            }
+        }
         let batch = self.config.max_batch_readings;
         let mut wake = false;
-        let mut at = 0;
-        while at < order.len() {
-            let sensor = sensor_of[order[at] as usize];
-            let end =
-                at + order[at..].iter().take_while(|&&i| sensor_of[i as usize] == sensor).count();
-            let mut run = order[at..end].iter().map(|&i| slots[i as usize].take().expect("once"));
-            at = end;
-            let first = run.next().expect("a run has a group");
-            let mut entry = match self.map.get_mut(first.group.meta.key.as_str()) {
+        for run in starts.windows(2).map(|w| &order[w[0] as usize..w[1] as usize]) {
+            let (p0, i0) = run[0];
+            let meta = &pushes[p0 as usize].items[i0 as usize].0;
+            let mut entry = match self.map.get_mut(meta.key.as_str()) {
                 Some(entry) => entry,
-                None => self.map.entry(first.group.meta.key.clone()).or_insert_with(|| {
-                    SensorBuffers { meta: first.group.meta.clone(), hours: Default::default() }
+                None => self.map.entry(meta.key.clone()).or_insert_with(|| SensorBuffers {
+                    meta: meta.clone(),
+                    hours: Default::default(),
                 }),
             };
-            for Staged { group, seqs, arrived } in std::iter::once(first).chain(run) {
-                let Group { hour, readings, span, .. } = group;
-                let hours = &mut entry.hours;
-                let i = match hours.binary_search_by_key(&hour, |h| h.hour) {
-                    Ok(i) => i,
-                    Err(i) => {
+            let hours = &mut entry.hours;
+            for &(p, i) in run {
+                let push = &mut pushes[p as usize];
+                let reading = std::mem::take(&mut push.items[i as usize].1);
+                let hour = hour_start(reading.ts);
+                let h = match hours.binary_search_by_key(&hour, |h| h.hour) {
+                    Ok(h) => h,
+                    Err(h) => {
                         hours.insert(
-                            i,
+                            h,
                             HourBuffer {
                                 hour,
                                 readings: Columns::default(),
                                 span: Span::EMPTY,
-                                since: arrived,
+                                since: push.arrived,
                                 in_flight: None,
                             },
                         );
-                        i
+                        h
                     }
                 };
-                let hb = &mut hours[i];
-                let was_due = hb.readings.len() >= batch;
+                let hb = &mut hours[h];
                 if hb.readings.is_empty() {
-                    hb.since = arrived;
+                    hb.since = push.arrived;
                 }
-                for (reading, seq) in readings.into_iter().zip(seqs) {
-                    hb.readings.push(reading, seq);
-                }
-                hb.span.merge(span);
-                wake |= !was_due && hb.readings.len() >= batch;
+                hb.span.include(reading.ts);
+                hb.readings.push(reading, push.seqs.of(i as usize));
+                wake |= hb.readings.len() == batch;
             }
         }
         if wake {

@@ -191,6 +191,39 @@ fn take_groups_by_sensor_and_hour_and_interns_series() {
     assert_eq!(b.map.len(), 3, "settled entries stay warm for a flush interval");
 }
 
+#[test]
+fn merges_keep_each_sensor_and_hour_in_sequence_order_across_pushes() {
+    // Pushes large enough that pushing merges the stage on its own (more than
+    // `STAGE_READINGS`), 1,000 sensors interleaved over two hours, and one sensor whose
+    // readings arrive as separate `SeriesMeta` objects (as JSON's do).
+    let b = Buffers::new(config(1_000_000, 1_000_000));
+    let per_push = 25_000;
+    assert!(2 * per_push > super::STAGE_READINGS);
+    let mut seq = 0i64;
+    for _ in 0..3 {
+        let items = (0..per_push)
+            .map(|i| {
+                seq += 1;
+                let ts = if (seq / 1000) % 3 == 0 { 1 } else { HOUR_MS + seq };
+                item(&format!("s{}", i % 1000), ts, seq)
+            })
+            .collect();
+        b.push(items).unwrap();
+    }
+    assert_eq!(b.unflushed("s7", i64::MIN, i64::MAX).len(), 3 * per_push / 1000);
+    let taken = b.take(TakeMode::All, usize::MAX).unwrap();
+    assert_eq!(taken.readings(), 3 * per_push);
+    let mut seen = std::collections::HashSet::new();
+    for batch in taken.batches() {
+        assert!(seen.insert((batch.series.key.clone(), batch.hour)), "one batch per hour");
+        let s = seqs(&batch.readings);
+        assert!(s.windows(2).all(|w| w[0] < w[1]), "{} {}: {s:?}", batch.series.key, batch.hour);
+        assert!(batch.seqs.windows(2).all(|w| w[0] < w[1]));
+        assert!(batch.readings.iter().all(|r| hour_start(r.ts) == batch.hour));
+    }
+    assert_eq!(seen.len(), 2000);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_buffer_taken_whole_stays_until_idle_for_an_interval() {
     let b = Buffers::new(config(1000, 1000));
