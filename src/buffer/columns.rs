@@ -1,7 +1,7 @@
 //! One (sensor, hour) buffer's readings as typed slots: a timestamp, a sequence number, and per
-//! field a kind and 64 value bits for each reading. A buffered reading so costs 24 bytes plus 8
-//! per field (a `Reading` in a vector costs about 120), which is what lets buffers wait for a
-//! longer flush interval within the same memory.
+//! field a kind and 64 value bits for each reading. A buffered reading of up to ten fields so
+//! costs 16 bytes plus 8 per field (a `Reading` in a vector costs about 120), which is what
+//! lets buffers wait for a longer flush interval within the same memory.
 //!
 //! A field's column holds one slot per reading; readings that lack the field have an absent
 //! slot, and a field may change its type from one reading to the next (the kind is per slot).
@@ -14,10 +14,14 @@ use crate::model::{FieldName, FieldValue, Fields, Reading, Seq, TimestampMs};
 
 /// The readings, row after row in one vector, so that appending a reading writes one place in
 /// memory (a buffer per sensor is thousands of buffers, each append a likely cache miss; one
-/// vector per column made it six). A row is `[ts, seq, kinds.., bits..]`: the kinds of the
-/// fields packed a byte each into `kind_words` words, then one word of value bits per field.
+/// vector per column made it six). A row is `[head, seq, more kinds.., bits..]`: the head
+/// holds the timestamp as a 32-bit offset from `base` (a buffer holds one hour) and the kinds
+/// of the first `HEAD_KINDS` fields, 3 bits each; the kinds of further fields fill
+/// `MORE_KINDS` to a word; then one word of value bits per field.
 #[derive(Default)]
 pub(super) struct Columns {
+    /// The start of the hour of the first reading pushed; timestamps are stored from it.
+    base: TimestampMs,
     names: Vec<FieldName>,
     words: Vec<u64>,
     strs: Vec<String>,
@@ -30,12 +34,32 @@ const UINT: u8 = 3;
 const BOOL: u8 = 4;
 const STR: u8 = 5;
 
+const KIND_BITS: usize = 3;
+const KIND_MASK: u64 = 0b111;
+const HEAD_KINDS: usize = 10;
+const MORE_KINDS: usize = 21;
+
+/// Words of kinds beyond the head's.
 fn kind_words(fields: usize) -> usize {
-    fields.div_ceil(8)
+    fields.saturating_sub(HEAD_KINDS).div_ceil(MORE_KINDS)
 }
 
 fn stride(fields: usize) -> usize {
     2 + kind_words(fields) + fields
+}
+
+/// Where the kind of column `c` lives in a row: (word, shift).
+fn kind_slot(c: usize) -> (usize, usize) {
+    if c < HEAD_KINDS {
+        (0, 32 + c * KIND_BITS)
+    } else {
+        (2 + (c - HEAD_KINDS) / MORE_KINDS, (c - HEAD_KINDS) % MORE_KINDS * KIND_BITS)
+    }
+}
+
+fn kind_of(row: &[u64], c: usize) -> u8 {
+    let (word, shift) = kind_slot(c);
+    ((row[word] >> shift) & KIND_MASK) as u8
 }
 
 impl Columns {
@@ -57,7 +81,11 @@ impl Columns {
     }
 
     pub fn ts(&self, row: usize) -> TimestampMs {
-        self.words[row * self.stride()] as TimestampMs
+        self.ts_of(self.words[row * self.stride()])
+    }
+
+    fn ts_of(&self, head: u64) -> TimestampMs {
+        self.base + TimestampMs::from(head as u32 as i32)
     }
 
     fn seq(&self, row: usize) -> Seq {
@@ -68,7 +96,7 @@ impl Columns {
     pub fn span(&self) -> Span {
         let mut span = Span::EMPTY;
         for row in self.words.chunks_exact(self.stride()) {
-            span.include(row[0] as TimestampMs);
+            span.include(self.ts_of(row[0]));
         }
         span
     }
@@ -105,10 +133,16 @@ impl Columns {
             reading.fields.iter().enumerate().map(|(j, (name, _))| self.column(j, name)).collect();
         let fields = self.names.len();
         let kw = kind_words(fields);
+        if self.words.is_empty() {
+            self.base = crate::model::hour_start(reading.ts);
+        }
+        // Within an hour buffer the offset is under an hour; the check costs nothing beside
+        // the cache miss of the append.
+        let offset = i32::try_from(reading.ts - self.base).expect("a buffer holds one hour");
         let at = self.words.len();
         self.words.resize(at + stride(fields), 0);
         let row = &mut self.words[at..];
-        row[0] = reading.ts as u64;
+        row[0] = u64::from(offset as u32);
         row[1] = seq;
         for (c, (_, value)) in cols.into_iter().zip(reading.fields) {
             let (kind, bits) = match value {
@@ -121,9 +155,8 @@ impl Columns {
                     (STR, (self.strs.len() - 1) as u64)
                 }
             };
-            let shift = (c % 8) * 8;
-            let word = &mut row[2 + c / 8];
-            *word = (*word & !(0xff << shift)) | (u64::from(kind) << shift);
+            let (word, shift) = kind_slot(c);
+            row[word] = (row[word] & !(KIND_MASK << shift)) | (u64::from(kind) << shift);
             row[2 + kw + c] = bits;
         }
     }
@@ -137,7 +170,7 @@ impl Columns {
             .iter()
             .enumerate()
             .filter_map(|(c, name)| {
-                let kind = (words[2 + c / 8] >> ((c % 8) * 8)) as u8;
+                let kind = kind_of(words, c);
                 let bits = words[2 + kw + c];
                 let value = match kind {
                     ABSENT => return None,
@@ -150,7 +183,7 @@ impl Columns {
                 Some((name.clone(), value))
             })
             .collect();
-        Reading { ts: words[0] as TimestampMs, fields }
+        Reading { ts: self.ts_of(words[0]), fields }
     }
 
     /// Every reading and its sequence number, in order.
@@ -164,6 +197,7 @@ impl Columns {
         let rest = self.words.split_off(k * self.stride());
         // Strings stay where they are indexed; both halves keep the list.
         Columns {
+            base: self.base,
             names: self.names.clone(),
             words: std::mem::replace(&mut self.words, rest),
             strs: self.strs.clone(),
@@ -199,9 +233,12 @@ mod tests {
         ]
     }
 
-    /// Readings whose fields come and go, change type and order, from a few names.
+    /// Readings whose fields come and go, change type and order, from a few names or (so
+    /// that kinds spill past the row's head and past a second word) from many.
     fn readings() -> impl Strategy<Value = Vec<Reading>> {
-        let fields = proptest::collection::btree_map(0..4usize, value(), 1..4)
+        let names = prop_oneof![Just(4usize), Just(40usize)];
+        let fields = names
+            .prop_flat_map(|n| proptest::collection::btree_map(0..n, value(), 1..n.min(36)))
             .prop_map(|m| m.into_iter().collect::<Vec<_>>())
             .prop_shuffle();
         proptest::collection::vec((any::<i16>(), fields), 0..40).prop_map(|rows| {

@@ -235,7 +235,9 @@ struct HourBuffer {
     /// (taken whole), which is what decides when an idle buffer is dropped.
     since: Instant,
     /// Readings taken by the flusher whose write has not returned; older than `readings`.
-    in_flight: Option<InFlight>,
+    /// Boxed: a buffer is idle most of the time, and every sensor's first hour buffer lives
+    /// in the map's table, so its size is paid per sensor (200,000 in a fleet).
+    in_flight: Option<Box<InFlight>>,
 }
 
 struct InFlight {
@@ -901,12 +903,12 @@ impl Buffers {
                     (taken, span)
                 };
                 let (readings, seqs) = taken.into_readings();
-                hb.in_flight = Some(InFlight {
+                hb.in_flight = Some(Box::new(InFlight {
                     cycle: cycle.clone(),
                     index: publish.batches.len(),
                     span,
                     since,
-                });
+                }));
                 publish.batches.push(Batch {
                     series: sensor.meta.clone(),
                     hour: hb.hour,
