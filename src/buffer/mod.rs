@@ -553,7 +553,7 @@ impl Buffers {
         }
     }
 
-    /// Numbers reserved `items` and inserts them, under the order mutex.
+    /// Numbers reserved `items` and stages them, under the order mutex.
     fn number_and_insert(&self, items: Vec<Item>) {
         let n = items.len();
         let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
