@@ -1,0 +1,224 @@
+//! The stage: numbered pushes waiting to be merged into the per-sensor buffers (module doc of
+//! `buffer`, "Staging"; ARCHITECTURE.md, "Buffers and the flusher", says why).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::columns::Columns;
+use super::span::{self, Span};
+use super::{Buffers, HourBuffer, SensorBuffers, SensorKey};
+use crate::model::{Item, Seq, SeriesMeta, hour_start};
+
+/// A push that leaves this many readings staged merges the stage (see `Buffers::merge`).
+pub(crate) const STAGE_READINGS: usize = 32_768;
+
+#[derive(Default)]
+pub(super) struct Stage {
+    pub pushes: Vec<Staged>,
+    /// Of the pushes that arrived (not of the log's refill): see `Buffers::quiet_after`.
+    pub gaps: Gaps,
+}
+
+/// The longest gap between two pushes, over the current window of `GAP_WINDOW` and the one
+/// before it (so over the last 5-10 s).
+#[derive(Default)]
+pub(super) struct Gaps {
+    last: Option<Instant>,
+    window_start: Option<Instant>,
+    current: Option<Duration>,
+    previous: Option<Duration>,
+}
+
+const GAP_WINDOW: Duration = Duration::from_secs(5);
+
+impl Gaps {
+    fn push(&mut self, now: Instant) {
+        let start = *self.window_start.get_or_insert(now);
+        let since = now.saturating_duration_since(start);
+        if since >= GAP_WINDOW {
+            self.previous = if since >= 2 * GAP_WINDOW { None } else { self.current };
+            self.current = None;
+            self.window_start = Some(now);
+        }
+        if let Some(last) = self.last.replace(now) {
+            let gap = now.saturating_duration_since(last);
+            self.current = Some(self.current.map_or(gap, |c| c.max(gap)));
+        }
+    }
+
+    pub(super) fn longest(&self) -> Option<Duration> {
+        self.current.max(self.previous)
+    }
+}
+
+/// One push, numbered, waiting in the stage: its items as the caller built them (moved, not
+/// copied or regrouped).
+pub(super) struct Staged {
+    items: Vec<Item>,
+    seqs: Seqs,
+    /// When the push arrived (a flush interval earlier for readings the log kept).
+    arrived: Instant,
+}
+
+/// The sequence numbers of a staged push's items.
+pub(super) enum Seqs {
+    /// Item `i` has `first + i` (a push).
+    From(Seq),
+    /// Item `i` has `seqs[i]` (the log's refill).
+    Each(Vec<Seq>),
+}
+
+impl Seqs {
+    fn of(&self, i: usize) -> Seq {
+        match self {
+            Seqs::From(first) => first + i as Seq,
+            Seqs::Each(seqs) => seqs[i],
+        }
+    }
+}
+
+impl Buffers {
+    /// Puts a reserved, numbered push in the stage. `overdue`: the readings waited elsewhere
+    /// already (the log), so their buffers are due at once. Runs under the order mutex: cheap,
+    /// no map.
+    pub(super) fn stage(&self, items: Vec<Item>, seqs: Seqs, overdue: bool) {
+        let now = Instant::now();
+        let arrived =
+            if overdue { now.checked_sub(self.config.flush_interval).unwrap_or(now) } else { now };
+        if !overdue {
+            self.last_push_ms.store(self.millis_since_epoch(now), Ordering::Relaxed);
+        }
+        let n = items.len();
+        let mut stage = self.stage.lock().unwrap_or_else(|e| e.into_inner());
+        if !overdue {
+            stage.gaps.push(now);
+        }
+        stage.pushes.push(Staged { items, seqs, arrived });
+        self.staged.fetch_add(n, Ordering::Relaxed);
+        drop(stage);
+        if overdue || self.held.load(Ordering::Relaxed) >= self.pressure_level() {
+            self.due.notify_one();
+        }
+    }
+
+    /// Merges the stage once it holds `STAGE_READINGS`; if another merge is running, leaves
+    /// it to that one's successor unless the stage has grown to four times that.
+    pub(super) fn merge_if_large(&self) {
+        let staged = self.staged.load(Ordering::Relaxed);
+        if staged < STAGE_READINGS {
+            return;
+        }
+        match self.merging.try_lock() {
+            Ok(guard) => self.merge_locked(guard),
+            Err(_) if staged >= 4 * STAGE_READINGS => self.merge(),
+            Err(_) => {}
+        }
+    }
+
+    /// Moves everything staged so far into the buffers.
+    pub(super) fn merge(&self) {
+        self.merge_locked(self.merging.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// One map operation per sensor of the stage, however many pushes staged readings of it:
+    /// the sensor's entry and buffer tails are fetched from memory once per merge, not once
+    /// per reading (with thousands of sensors each is a cache miss).
+    fn merge_locked(&self, _merging: std::sync::MutexGuard<'_, ()>) {
+        let mut pushes =
+            std::mem::take(&mut self.stage.lock().unwrap_or_else(|e| e.into_inner()).pushes);
+        let n: usize = pushes.iter().map(|p| p.items.len()).sum();
+        if n == 0 {
+            return;
+        }
+        self.staged.fetch_sub(n, Ordering::Relaxed);
+        // Each staged reading's sensor, numbered by first appearance.
+        let mut sensor_of: Vec<u32> = Vec::with_capacity(n);
+        let mut sensors = 0usize;
+        {
+            let mut ids: std::collections::HashMap<&str, u32, span::BuildHasher> =
+                std::collections::HashMap::with_hasher(span::BuildHasher::default());
+            let mut last: Option<(&Arc<SeriesMeta>, u32)> = None;
+            for (meta, _) in pushes.iter().flat_map(|p| &p.items) {
+                let id = match last {
+                    // A body's consecutive lines are often one sensor's.
+                    Some((m, id)) if Arc::ptr_eq(m, meta) => id,
+                    _ => *ids.entry(meta.key.as_str()).or_insert_with(|| {
+                        sensors += 1;
+                        (sensors - 1) as u32
+                    }),
+                };
+                last = Some((meta, id));
+                sensor_of.push(id);
+            }
+        }
+        // A counting sort by sensor, stable: each sensor's readings stay in stage order,
+        // which is sequence order.
+        let mut starts = vec![0u32; sensors + 1];
+        for &id in &sensor_of {
+            starts[id as usize + 1] += 1;
+        }
+        for i in 1..starts.len() {
+            starts[i] += starts[i - 1];
+        }
+        let mut order: Vec<(u32, u32)> = vec![(0, 0); n];
+        {
+            let mut next = starts.clone();
+            let flat = pushes
+                .iter()
+                .enumerate()
+                .flat_map(|(p, push)| (0..push.items.len() as u32).map(move |i| (p as u32, i)));
+            for (&id, at) in sensor_of.iter().zip(flat) {
+                order[next[id as usize] as usize] = at;
+                next[id as usize] += 1;
+            }
+        }
+        let batch = self.config.max_batch_readings;
+        let mut wake = false;
+        for run in starts.windows(2).map(|w| &order[w[0] as usize..w[1] as usize]) {
+            let (p0, i0) = run[0];
+            let meta = &pushes[p0 as usize].items[i0 as usize].0;
+            let mut entry = match self.map.get_mut(meta.key.as_str()) {
+                Some(entry) => entry,
+                None => self.map.entry(SensorKey(meta.clone())).or_insert_with(|| SensorBuffers {
+                    meta: meta.clone(),
+                    hours: Default::default(),
+                }),
+            };
+            let hours = &mut entry.hours;
+            for &(p, i) in run {
+                let push = &mut pushes[p as usize];
+                let reading = std::mem::take(&mut push.items[i as usize].1);
+                let hour = hour_start(reading.ts);
+                let h = match hours.binary_search_by_key(&hour, |h| h.hour) {
+                    Ok(h) => h,
+                    Err(h) => {
+                        hours.insert(
+                            h,
+                            HourBuffer {
+                                hour,
+                                readings: Columns::default(),
+                                span: Span::EMPTY,
+                                since: push.arrived,
+                                in_flight: None,
+                            },
+                        );
+                        h
+                    }
+                };
+                let hb = &mut hours[h];
+                if hb.readings.is_empty() {
+                    hb.since = push.arrived;
+                }
+                hb.span.include(reading.ts);
+                hb.readings.push(reading, push.seqs.of(i as usize));
+                wake |= hb.readings.len() == batch;
+            }
+        }
+        if wake {
+            self.due.notify_one();
+        }
+    }
+}
