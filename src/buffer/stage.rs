@@ -15,6 +15,8 @@ use crate::model::{Item, Seq, SeriesMeta, hour_start};
 /// A push that leaves this many readings staged merges the stage (see `Buffers::merge`).
 pub(crate) const STAGE_READINGS: usize = 32_768;
 
+/// Bounded by the memory bound: a push's readings are reserved before they are staged, and a
+/// push that finds four times `STAGE_READINGS` staged waits for a merge (`merge_if_large`).
 #[derive(Default)]
 pub(super) struct Stage {
     pub pushes: Vec<Staged>,
