@@ -152,6 +152,11 @@ pub enum Placement {
 /// A map key that is the sensor's interned `SeriesMeta`, hashed and compared by its key string
 /// (so the map is looked up by `&str`): a sensor's key string is kept once, not copied into the
 /// map per entry (200,000 sensors in a fleet).
+///
+/// Interned: the first `SeriesMeta` pushed for this key since the entry was created. For line
+/// protocol the key determines the tags, so later readings carry identical metadata; for JSON
+/// a client could send other tags under the same `sensor` and those are ignored until the
+/// sensor's buffers empty and the entry is recreated.
 #[derive(Clone)]
 struct SensorKey(Arc<SeriesMeta>);
 
@@ -176,12 +181,8 @@ impl std::borrow::Borrow<str> for SensorKey {
     }
 }
 
+/// A sensor's buffers; its `SeriesMeta` is the map key (`SensorKey`).
 struct SensorBuffers {
-    /// Interned: the first `SeriesMeta` pushed for this key since the entry was created. For
-    /// line protocol the key determines the tags, so later readings carry identical metadata;
-    /// for JSON a client could send other tags under the same `sensor` and those are ignored
-    /// until the sensor's buffers empty and the entry is recreated.
-    meta: Arc<SeriesMeta>,
     /// Sorted by hour, no duplicates.
     /// The first inline: the flusher's scan then reads a sensor's current hour from the map's
     /// own table, in memory order, instead of chasing one allocation per sensor (with 200,000
@@ -580,10 +581,11 @@ impl Buffers {
                         span.merge(f.span);
                     }
                 }
+                let meta = &entry.key().0;
                 (!span.is_empty()).then(|| SensorInfo {
-                    key: entry.meta.key.clone(),
-                    measurement: entry.meta.measurement.clone(),
-                    tags: entry.meta.tags.clone(),
+                    key: meta.key.clone(),
+                    measurement: meta.measurement.clone(),
+                    tags: meta.tags.clone(),
                     first: span.first,
                     last: span.last,
                 })
@@ -685,7 +687,7 @@ impl Buffers {
         let mut total = 0usize;
         let mut idle: Vec<SensorKey> = Vec::new();
         'scan: for mut entry in self.map.iter_mut() {
-            let sensor = &mut *entry;
+            let (key, sensor) = entry.pair_mut();
             // Buffers taken whole stay for a flush interval, so a sensor that keeps sending
             // keeps its map entry; one that received nothing since is dropped.
             sensor.hours.retain(|hb| {
@@ -694,7 +696,7 @@ impl Buffers {
                     || now.saturating_duration_since(hb.since) < interval
             });
             if sensor.hours.is_empty() {
-                idle.push(SensorKey(sensor.meta.clone()));
+                idle.push(key.clone());
                 continue;
             }
             for hb in sensor.hours.iter_mut() {
@@ -733,7 +735,7 @@ impl Buffers {
                     since,
                 }));
                 publish.batches.push(Batch {
-                    series: sensor.meta.clone(),
+                    series: key.0.clone(),
                     hour: hb.hour,
                     readings,
                     seqs,
@@ -745,7 +747,7 @@ impl Buffers {
         drop(publish);
         for key in idle {
             // Re-checked under the shard lock: a push may have refilled it meanwhile.
-            self.map.remove_if(key.0.key.as_str(), |_, s| s.hours.is_empty());
+            self.map.remove_if(&key, |_, s| s.hours.is_empty());
         }
         if !took && mode == TakeMode::Due && pressing != usize::MAX {
             // Under pressure nothing was as long as the average sensor's: its readings are

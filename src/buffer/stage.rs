@@ -184,10 +184,10 @@ impl Buffers {
             let meta = &pushes[p0 as usize].items[i0 as usize].0;
             let mut entry = match self.map.get_mut(meta.key.as_str()) {
                 Some(entry) => entry,
-                None => self.map.entry(SensorKey(meta.clone())).or_insert_with(|| SensorBuffers {
-                    meta: meta.clone(),
-                    hours: Default::default(),
-                }),
+                None => self
+                    .map
+                    .entry(SensorKey(meta.clone()))
+                    .or_insert_with(|| SensorBuffers { hours: Default::default() }),
             };
             let hours = &mut entry.hours;
             for &(p, i) in run {
