@@ -54,7 +54,7 @@ mod columns;
 mod span;
 mod stage;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -115,10 +115,6 @@ pub struct Buffers {
     /// Woken (one permit) when a push makes a buffer reach `max_batch_readings`, or finds the
     /// buffers under memory pressure.
     due: Notify,
-    /// When a push last inserted, in milliseconds since `epoch`: a quiet server flushes at
-    /// once (see [`Buffers::take`]).
-    last_push_ms: AtomicU64,
-    epoch: Instant,
     /// Whether the flusher's last write met a retriable failure (see `push_or_spill`).
     store_failing: AtomicBool,
     /// The next sequence number and the spill state; held while a push is logged and
@@ -277,8 +273,6 @@ impl Buffers {
             peak_publish: Mutex::new(()),
             room: Notify::new(),
             due: Notify::new(),
-            last_push_ms: AtomicU64::new(0),
-            epoch: Instant::now(),
             store_failing: Default::default(),
             order: Mutex::new(Order { next: 0, spilled_from: None }),
             stage: Mutex::default(),
@@ -630,10 +624,6 @@ impl Buffers {
         (self.config.max_buffered_readings / 2).max(1)
     }
 
-    fn millis_since_epoch(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
-    }
-
     /// Reserves room for `n` readings, all or nothing. With `oversize`, a push larger than the
     /// whole bound is let in when nothing is held.
     fn reserve(&self, n: usize, oversize: bool) -> Result<(), BufferFull> {
@@ -667,12 +657,11 @@ impl Buffers {
         let batch_size = self.config.max_batch_readings;
         let interval = self.config.flush_interval;
         let old_enough = interval.saturating_sub(self.tick());
-        let quiet_after = {
-            let stage = self.stage.lock().unwrap_or_else(|e| e.into_inner());
-            self.quiet_after(&stage.gaps)
+        let quiet = {
+            let gaps = &self.stage.lock().unwrap_or_else(|e| e.into_inner()).gaps;
+            gaps.last()
+                .is_none_or(|last| now.saturating_duration_since(last) >= self.quiet_after(gaps))
         };
-        let quiet = self.millis_since_epoch(now)
-            >= self.last_push_ms.load(Ordering::Relaxed) + quiet_after.as_millis() as u64;
         let held = self.held.load(Ordering::Relaxed);
         // Under pressure, a buffer at least as long as the average sensor's is due.
         let pressing = if held >= self.pressure_level() {

@@ -24,7 +24,8 @@ pub(super) struct Stage {
     pub gaps: Gaps,
 }
 
-/// The longest gap between two pushes, over the current window of `GAP_WINDOW` and the one
+/// When the last push arrived (a quiet server is written at once: `Buffers::take`), and the
+/// longest gap between two pushes, over the current window of `GAP_WINDOW` and the one
 /// before it (so over the last 5-10 s).
 #[derive(Default)]
 pub(super) struct Gaps {
@@ -49,6 +50,11 @@ impl Gaps {
             let gap = now.saturating_duration_since(last);
             self.current = Some(self.current.map_or(gap, |c| c.max(gap)));
         }
+    }
+
+    /// When the last push arrived; `None` before the first.
+    pub(super) fn last(&self) -> Option<Instant> {
+        self.last
     }
 
     pub(super) fn longest(&self) -> Option<Duration> {
@@ -90,9 +96,6 @@ impl Buffers {
         let now = Instant::now();
         let arrived =
             if overdue { now.checked_sub(self.config.flush_interval).unwrap_or(now) } else { now };
-        if !overdue {
-            self.last_push_ms.store(self.millis_since_epoch(now), Ordering::Relaxed);
-        }
         let n = items.len();
         let mut stage = self.stage.lock().unwrap_or_else(|e| e.into_inner());
         if !overdue {
