@@ -256,11 +256,10 @@ impl Worker {
         ::metrics::counter!(BUCKETS_CREATED).increment(spilled);
         ::metrics::counter!(READINGS_DROPPED, "reason" => "rejected").increment(dropped_readings);
 
-        if retried == 0 {
-            self.buffers.set_store_failing(false);
-        }
         if retried > 0 {
             self.count_landed(batches, &mut outcomes).await;
+        } else {
+            self.buffers.set_store_failing(false);
         }
         if let Some(settle) = &self.settle {
             let runs: Vec<&[Seq]> = batches
