@@ -13,12 +13,16 @@
 //!   backoff and drains everything on shutdown.
 //! - [`store`]: the `Store` trait and its MongoDB, embedded and in-memory implementations.
 //! - [`query`]: range, rollup and sensor queries over HTTP, merging unflushed readings.
-//! - [`http`]: the router, the one place that maps errors to HTTP statuses, and middleware.
+//! - [`api`]: the whole HTTP API: router assembly, the operations endpoints and the one
+//!   OpenAPI document.
+//! - [`http`]: the HTTP edge kit, which knows nothing of the application: `ApiError` and the
+//!   one status table, InfluxDB's error shapes, token auth, the connection loop, route metrics.
 //! - [`listener`]: the accept loop both listeners share, with its connection limit.
 //! - [`metrics`]: metric names and the Prometheus recorder.
 //! - [`config`]: command-line flags and their environment twins.
 //! - [`server`]: wires everything together and runs until a shutdown signal.
 
+pub mod api;
 pub mod buffer;
 pub mod config;
 pub mod flush;

@@ -25,27 +25,22 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::api::{OpsState, Surfaces};
 use crate::buffer::Buffers;
 use crate::config::Config;
 use crate::flush::{Flusher, Settle, ShutdownReport};
 use crate::http::auth::{AuthPolicy, AuthTokens};
 use crate::http::serve::ServeConfig;
-use crate::http::{AppState, HttpLimits};
+use crate::ingest::http::{HttpLimits, IngestState};
 use crate::ingest::intake::{AckMode, Intake};
-use crate::ingest::tcp::{self, TcpConfig};
+use crate::ingest::tcp::{self, TCP_MAX_LINE_BYTES, TCP_MAX_PUSH_READINGS, TcpConfig};
 use crate::model::Seq;
+use crate::query::QueryState;
 use crate::store::Store;
 use crate::store::embedded::EmbeddedStore;
 use crate::store::mongo::MongoStore;
 use crate::wal::identity::{self, Identity};
 use crate::wal::{Wal, refill};
-
-/// Longest raw TCP line: far beyond any sensor line, small enough that a client that never
-/// sends a newline costs little.
-pub const TCP_MAX_LINE_BYTES: usize = 1 << 20;
-
-/// Most readings a TCP connection pushes at once (one read's worth of short lines).
-pub const TCP_MAX_PUSH_READINGS: usize = 1000;
 
 /// Opens the store the configuration selects: MongoDB when `--mongodb-uri` is given, else the
 /// embedded store in `--data-dir`. The one place that decides.
@@ -268,21 +263,21 @@ impl Server {
         let intake = Arc::new(Intake::new(buffers.clone(), acked_wal));
         let limits = Arc::new(config.input_limits());
 
-        let state = AppState {
-            buffers: buffers.clone(),
-            intake: intake.clone(),
-            store,
-            limits: limits.clone(),
-            http: HttpLimits {
-                max_body_bytes: config.max_body_bytes,
-                request_timeout: config.request_timeout,
-                max_concurrent_writes: config.max_concurrent_writes,
-                max_buffered_readings: config.max_buffered_readings,
+        let app = crate::api::router(Surfaces {
+            ingest: IngestState {
+                intake: intake.clone(),
+                limits: limits.clone(),
+                http: HttpLimits {
+                    max_body_bytes: config.max_body_bytes,
+                    request_timeout: config.request_timeout,
+                    max_concurrent_writes: config.max_concurrent_writes,
+                    max_buffered_readings: config.max_buffered_readings,
+                },
             },
-            metrics,
+            query: QueryState::new(store.clone(), buffers.clone()),
+            ops: OpsState { store, metrics },
             auth,
-        };
-        let app = crate::http::router(state);
+        });
         let serve_config = ServeConfig {
             max_connections: config.max_http_connections,
             header_timeout: config.http_header_timeout,

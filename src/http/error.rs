@@ -1,6 +1,7 @@
 //! The one place where a failure becomes an HTTP status and body.
 //!
-//! Handlers return [`ApiError`] (bucketd's own `{"error": ...}` bodies) or, on the
+//! Each domain maps its own error into [`ApiError`] with a `From` impl beside that error;
+//! [`ApiError::status`] is the one status table. Handlers return [`ApiError`] (bucketd's own `{"error": ...}` bodies) or, on the
 //! InfluxDB-compatible endpoints, [`InfluxError`], which keeps the same status and only changes
 //! the body to the shape InfluxDB clients expect. Client errors (4xx) are expected and not
 //! logged as faults; server errors are logged once, here, and answered with a generic body.
@@ -12,10 +13,6 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::json;
-
-use crate::ingest::json::ItemError;
-use crate::query::QueryError;
-use crate::store::StoreError;
 
 /// How many rejected items or lines an error body lists; the count is always complete.
 pub const MAX_LISTED_ERRORS: usize = 100;
@@ -84,22 +81,11 @@ pub enum ApiError {
     Internal(String),
 }
 
-/// Query errors: every variant but `Store` is the client's doing, and bad input never earns
-/// a 500; a store that cannot be reached is worth a retry (503), anything else is ours (500).
-impl From<QueryError> for ApiError {
-    fn from(e: QueryError) -> Self {
-        match e {
-            QueryError::UnknownSensor(sensor) => ApiError::UnknownSensor(sensor),
-            QueryError::Store(StoreError::Unavailable(detail)) => {
-                ApiError::StoreUnavailable(detail)
-            }
-            // Our own validation should make the store's complaint impossible; if it happens
-            // anyway it is still about the request.
-            QueryError::Store(StoreError::InvalidQuery(why)) => ApiError::BadRequest(why),
-            QueryError::Store(other) => ApiError::Internal(other.to_string()),
-            client => ApiError::BadRequest(client.to_string()),
-        }
-    }
+/// bucketd's error body on its own routes (and InfluxDB 1.x's, which has the same shape).
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What was wrong, for a person to read.
+    pub error: String,
 }
 
 /// What a 400 for a partially invalid JSON write says.
@@ -115,12 +101,6 @@ pub struct RejectedItems {
 pub struct RejectedItem {
     pub index: usize,
     pub error: String,
-}
-
-impl From<&ItemError> for RejectedItem {
-    fn from(e: &ItemError) -> Self {
-        RejectedItem { index: e.index, error: e.message.clone() }
-    }
 }
 
 impl ApiError {
@@ -182,6 +162,17 @@ impl ApiError {
 }
 
 impl ApiError {
+    /// The same refusal, saying that `accepted` readings of the request were taken before it
+    /// (a streamed write pushes in pieces, and the pieces before a refusal stay accepted).
+    pub fn with_accepted(self, accepted: usize) -> ApiError {
+        match self {
+            ApiError::BuffersFull { .. } => ApiError::BuffersFull { accepted },
+            ApiError::WalFull { .. } => ApiError::WalFull { accepted },
+            ApiError::DiskFull { .. } => ApiError::DiskFull { accepted },
+            other => other,
+        }
+    }
+
     /// The response for a request to `path`, in that route's own error shape: InfluxDB's on
     /// the endpoints that imitate it ([`InfluxApi::of_route`]), bucketd's elsewhere. For the
     /// layers that refuse a request before its handler (auth, timeout, load shedding).

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::buffer::{BufferFull, Buffers};
+use crate::http::ApiError;
 use crate::model::Item;
 use crate::wal::{Record, Wal, WalError};
 
@@ -28,6 +29,31 @@ pub enum IntakeError {
     BuffersFull(#[from] BufferFull),
     #[error(transparent)]
     Wal(#[from] WalError),
+}
+
+impl IntakeError {
+    /// The reason label the refused readings are counted under.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            IntakeError::BuffersFull(_) => "buffers_full",
+            IntakeError::Wal(WalError::Full { .. }) => "wal_full",
+            IntakeError::Wal(WalError::NoSpace(_)) => "disk_full",
+            IntakeError::Wal(_) => "wal_failed",
+        }
+    }
+}
+
+/// Nothing of the refused request was accepted; a streamed write says how much of it was
+/// (`ApiError::with_accepted`).
+impl From<IntakeError> for ApiError {
+    fn from(e: IntakeError) -> Self {
+        match e {
+            IntakeError::BuffersFull(_) => ApiError::BuffersFull { accepted: 0 },
+            IntakeError::Wal(WalError::Full { .. }) => ApiError::WalFull { accepted: 0 },
+            IntakeError::Wal(WalError::NoSpace(_)) => ApiError::DiskFull { accepted: 0 },
+            IntakeError::Wal(e) => ApiError::WalFailed(e.to_string()),
+        }
+    }
 }
 
 pub struct Intake {

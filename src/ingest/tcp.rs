@@ -22,9 +22,9 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::ingest::http::{Protocol, count_accepted, count_received, count_rejected};
 use crate::ingest::intake::Intake;
 use crate::ingest::line_protocol::{self, Precision};
+use crate::ingest::metrics::{Protocol, count_accepted, count_received, count_rejected};
 use crate::listener::{Accepted, accept_within_limit};
 use crate::metrics::{TCP_CONNECTIONS, TCP_CONNECTIONS_OPEN};
 use crate::model::{InputLimits, Item};
@@ -34,6 +34,13 @@ const READ_CHUNK: usize = 64 * 1024;
 
 /// Bad-line logs per connection are limited to one per this interval.
 const LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Longest raw TCP line: far beyond any sensor line, small enough that a client that never
+/// sends a newline costs little.
+pub const TCP_MAX_LINE_BYTES: usize = 1 << 20;
+
+/// Most readings a TCP connection pushes at once (one read's worth of short lines).
+pub const TCP_MAX_PUSH_READINGS: usize = 1000;
 
 #[derive(Clone, Debug)]
 pub struct TcpConfig {

@@ -1,8 +1,7 @@
-//! The one error type of the query API. Its HTTP status is decided with every other error's,
-//! in `crate::http::error` (`From<QueryError> for ApiError`).
+//! The one error type of the query API, and its mapping into the API's error (whose
+//! `status` is the one status table).
 
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
 
 use crate::http::ApiError;
 use crate::store::StoreError;
@@ -31,10 +30,22 @@ pub enum QueryError {
     Store(#[from] StoreError),
 }
 
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct ErrorBody {
-    /// What was wrong, for a person to read.
-    pub error: String,
+/// Every variant but `Store` is the client's doing, and bad input never earns a 500; a store
+/// that cannot be reached is worth a retry (503), anything else is ours (500).
+impl From<QueryError> for ApiError {
+    fn from(e: QueryError) -> Self {
+        match e {
+            QueryError::UnknownSensor(sensor) => ApiError::UnknownSensor(sensor),
+            QueryError::Store(StoreError::Unavailable(detail)) => {
+                ApiError::StoreUnavailable(detail)
+            }
+            // Our own validation should make the store's complaint impossible; if it happens
+            // anyway it is still about the request.
+            QueryError::Store(StoreError::InvalidQuery(why)) => ApiError::BadRequest(why),
+            QueryError::Store(other) => ApiError::Internal(other.to_string()),
+            client => ApiError::BadRequest(client.to_string()),
+        }
+    }
 }
 
 impl IntoResponse for QueryError {

@@ -3,25 +3,27 @@
 //! its write was acknowledged.
 //!
 //! # Consistency during a flush
-//! Readings and the buffers' unflushed readings are read one after the other, not atomically.
-//! If a flush confirms a batch between the two reads, that batch's readings are missed by this
-//! request (store read first, buffers after) or, if the store read comes second, counted twice.
-//! The window is one store round trip and closes with the next request.
+//! The buffers' unflushed readings and the store are read one after the other, not atomically:
+//! the buffers first, then the store. If a flush confirms a batch between the two reads, that
+//! batch's readings are counted twice by this request; none is ever missed (a reading not in
+//! the buffers' snapshot was either confirmed before it, so the store read that follows has
+//! it, or arrived later). The window is one store round trip and closes with the next request.
 //!
 //! # Layout
 //! - [`readings`]: `GET /api/v1/readings` (JSON / NDJSON / CSV, streamed, cursor paging).
 //! - [`rollups`]: `GET /api/v1/rollups`.
 //! - [`sensors`]: `GET /api/v1/sensors`.
-//! - [`openapi`]: `GET /api/v1/openapi.json`.
-//! - [`error`]: `QueryError` and its status mapping; [`params`], [`cursor`]: shared parsing.
+//! - [`schemas`]: the hand-streamed bodies' shapes, for the OpenAPI document.
+//! - [`error`]: `QueryError` and its mapping into the API's error; [`params`], [`cursor`]:
+//!   shared parsing.
 
 pub mod cursor;
 pub mod error;
 mod merge;
-pub mod openapi;
 pub mod params;
 pub mod readings;
 pub mod rollups;
+pub mod schemas;
 pub mod sensors;
 
 use std::sync::Arc;
@@ -29,7 +31,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::routing::get;
 
-pub use error::{ErrorBody, QueryError};
+pub use error::QueryError;
 
 use crate::buffer::Buffers;
 use crate::model::{HOUR_MS, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, TimestampMs};
@@ -108,7 +110,6 @@ pub fn router(state: QueryState) -> Router {
         .route("/api/v1/readings", get(readings::get_readings))
         .route("/api/v1/rollups", get(rollups::get_rollups))
         .route("/api/v1/sensors", get(sensors::get_sensors))
-        .route("/api/v1/openapi.json", get(openapi::get_openapi))
         .with_state(state)
 }
 

@@ -169,13 +169,13 @@ impl Tracker {
         (status = 200, description = "One page of readings, ordered by time. JSON carries `next_cursor` last; NDJSON has one `{\"t\",\"fields\"}` object per line, then a final `{\"next_cursor\": \"...\"}` line only when more readings follow; CSV has a header row `t,<field>...` (the union of the page's field names in order of first appearance; missing values are empty cells) and the cursor in `X-Next-Cursor`.",
             headers(("X-Next-Cursor" = String, description = "CSV only: present when more readings follow.")),
             content(
-                (super::openapi::ReadingsPage = "application/json"),
+                (super::schemas::ReadingsPage = "application/json"),
                 (String = "application/x-ndjson"),
                 (String = "text/csv"),
             )),
-        (status = 400, description = "Bad parameter or cursor.", body = super::error::ErrorBody),
-        (status = 404, description = "No data of this sensor at all, in the store or in the buffers.", body = super::error::ErrorBody),
-        (status = 503, description = "Store unavailable; retry.", body = super::error::ErrorBody),
+        (status = 400, description = "Bad parameter or cursor.", body = crate::http::ErrorBody),
+        (status = 404, description = "No data of this sensor at all, in the store or in the buffers.", body = crate::http::ErrorBody),
+        (status = 503, description = "Store unavailable; retry.", body = crate::http::ErrorBody),
     )
 )]
 pub async fn get_readings(

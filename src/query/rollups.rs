@@ -70,9 +70,9 @@ impl From<&FieldStats> for StatsJson {
     ),
     responses(
         (status = 200, description = "Statistics per step and numeric field.", body = RollupsResponse),
-        (status = 400, description = "Bad parameter.", body = super::error::ErrorBody),
-        (status = 404, description = "No data of this sensor at all.", body = super::error::ErrorBody),
-        (status = 503, description = "Store unavailable; retry.", body = super::error::ErrorBody),
+        (status = 400, description = "Bad parameter.", body = crate::http::ErrorBody),
+        (status = 404, description = "No data of this sensor at all.", body = crate::http::ErrorBody),
+        (status = 503, description = "Store unavailable; retry.", body = crate::http::ErrorBody),
     )
 )]
 pub async fn get_rollups(

@@ -50,8 +50,8 @@ fn parse_tag(s: &str) -> Result<(String, String), QueryError> {
     ),
     responses(
         (status = 200, description = "One page of sensors, including sensors whose readings are all still buffered.", body = SensorsResponse),
-        (status = 400, description = "Bad parameter or cursor.", body = super::error::ErrorBody),
-        (status = 503, description = "Store unavailable; retry.", body = super::error::ErrorBody),
+        (status = 400, description = "Bad parameter or cursor.", body = crate::http::ErrorBody),
+        (status = 503, description = "Store unavailable; retry.", body = crate::http::ErrorBody),
     )
 )]
 pub async fn get_sensors(

@@ -1,0 +1,269 @@
+//! InfluxDB's endpoints: line protocol on `POST /write` (v1) and `POST /api/v2/write` (v2),
+//! `/ping`, and `/query` as far as Telegraf needs at start-up.
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::rejection::{FormRejection, QueryRejection};
+use axum::extract::{Form, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::body::read_body;
+use super::{INFLUXDB_VERSION, IngestState, now_ms, partition, push};
+use crate::http::error::{InfluxV2ErrorBody, MAX_LISTED_ERRORS};
+use crate::http::{ApiError, ErrorBody, InfluxApi, InfluxError};
+use crate::ingest::line_protocol::{self, LineError, Precision};
+use crate::ingest::metrics::{Protocol, count_rejected};
+
+// ---------------------------------------------------------------------------------------------
+// InfluxDB line protocol: POST /write (v1), POST /api/v2/write (v2)
+// ---------------------------------------------------------------------------------------------
+
+/// v1 parameters. `db` and `rp` are accepted and ignored: bucketd has one namespace, and
+/// Telegraf always sends them. `u`/`p` (v1 credentials) are read by [`crate::http::auth`].
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct V1Params {
+    #[allow(dead_code)]
+    db: Option<String>,
+    #[allow(dead_code)]
+    rp: Option<String>,
+    precision: Option<String>,
+}
+
+/// v2 parameters. `org`/`bucket` are accepted and ignored, as `db`/`rp` are for v1.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct V2Params {
+    #[allow(dead_code)]
+    org: Option<String>,
+    #[allow(dead_code)]
+    bucket: Option<String>,
+    precision: Option<String>,
+}
+
+#[utoipa::path(
+    post,
+    path = "/write",
+    tag = "ingest",
+    params(
+        ("db" = Option<String>, Query, description = "Accepted for InfluxDB 1.x compatibility; ignored."),
+        ("precision" = Option<String>, Query, pattern = "^(n|ns|u|us|ms|s|m|h)?$", example = "s", description = "Timestamp precision: n, ns, u, us, ms, s, m, h (default ns)."),
+    ),
+    request_body(description = "InfluxDB line protocol, one point per line; may be gzip-encoded.", content_type = "text/plain", content = String),
+    responses(
+        (status = 204, description = "Every line accepted."),
+        (status = 400, description = "Some or all lines rejected, with 1-based line numbers.", body = ErrorBody),
+        (status = 408, description = "The request, body included, took longer than `--request-timeout`.", body = ErrorBody),
+        (status = 413, description = "Body too large.", body = ErrorBody),
+        (status = 415, description = "A `Content-Encoding` other than gzip.", body = ErrorBody),
+        (status = 503, description = "Buffers or write-ahead log full, or too many writes in progress; retry after the `Retry-After` delay.", body = ErrorBody),
+        (status = 507, description = "The write-ahead log's disk is full: not acknowledged; writes are taken again, without a restart, once there is room (`Retry-After`).", body = ErrorBody),
+        (status = 500, description = "The write-ahead log cannot be written; nothing was acknowledged.", body = ErrorBody),
+    )
+)]
+pub(crate) async fn write_v1(
+    State(state): State<IngestState>,
+    params: Result<Query<V1Params>, QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<StatusCode, InfluxError> {
+    let Query(params) = params.map_err(|e| InfluxError::v1(ApiError::BadRequest(e.body_text())))?;
+    let precision = precision_param(InfluxApi::V1, params.precision.as_deref())?;
+    write_line_protocol(&state, precision, &headers, body).await.map_err(InfluxError::v1)
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v2/write",
+    tag = "ingest",
+    params(
+        ("org" = Option<String>, Query, description = "Accepted for InfluxDB 2.x compatibility; ignored."),
+        ("bucket" = Option<String>, Query, description = "Accepted for InfluxDB 2.x compatibility; ignored."),
+        ("precision" = Option<String>, Query, pattern = "^(ns|us|ms|s)?$", example = "s", description = "Timestamp precision: ns, us, ms, s (default ns)."),
+    ),
+    request_body(description = "InfluxDB line protocol, one point per line; may be gzip-encoded.", content_type = "text/plain", content = String),
+    responses(
+        (status = 204, description = "Every line accepted."),
+        (status = 400, description = "Some or all lines rejected, with 1-based line numbers.", body = InfluxV2ErrorBody),
+        (status = 408, description = "The request, body included, took longer than `--request-timeout`.", body = InfluxV2ErrorBody),
+        (status = 413, description = "Body too large.", body = InfluxV2ErrorBody),
+        (status = 415, description = "A `Content-Encoding` other than gzip.", body = InfluxV2ErrorBody),
+        (status = 503, description = "Buffers or write-ahead log full, or too many writes in progress; retry after the `Retry-After` delay.", body = InfluxV2ErrorBody),
+        (status = 507, description = "The write-ahead log's disk is full: not acknowledged; writes are taken again, without a restart, once there is room (`Retry-After`).", body = InfluxV2ErrorBody),
+        (status = 500, description = "The write-ahead log cannot be written; nothing was acknowledged.", body = InfluxV2ErrorBody),
+    )
+)]
+pub(crate) async fn write_v2(
+    State(state): State<IngestState>,
+    params: Result<Query<V2Params>, QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<StatusCode, InfluxError> {
+    let Query(params) = params.map_err(|e| InfluxError::v2(ApiError::BadRequest(e.body_text())))?;
+    let precision = precision_param(InfluxApi::V2, params.precision.as_deref())?;
+    write_line_protocol(&state, precision, &headers, body).await.map_err(InfluxError::v2)
+}
+
+/// The `precision` parameter in the spellings each InfluxDB API accepts; absent or empty is ns.
+fn precision_param(api: InfluxApi, given: Option<&str>) -> Result<Precision, InfluxError> {
+    let (parse, allowed): (fn(&str) -> Option<Precision>, &str) = match api {
+        InfluxApi::V1 => (Precision::from_v1, "n, ns, u, us, ms, s, m, h"),
+        InfluxApi::V2 => (Precision::from_v2, "ns, us, ms, s"),
+    };
+    match given {
+        None | Some("") => Ok(Precision::Nanoseconds),
+        Some(p) => parse(p).ok_or_else(|| InfluxError {
+            api,
+            error: ApiError::BadRequest(format!("invalid precision {p:?}; use one of {allowed}")),
+        }),
+    }
+}
+
+/// 204 when every line was accepted; 400 naming the rejected lines (the others are kept, as
+/// InfluxDB does partial writes); 503 with nothing accepted when the buffers are full.
+async fn write_line_protocol(
+    state: &IngestState,
+    precision: Precision,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<StatusCode, ApiError> {
+    let bytes = read_body(body, headers, state.http.max_body_bytes, Protocol::LpHttp).await?;
+    if state.intake.refuses_every_push() {
+        // Overloaded: refused before the parse, which is most of what a write costs.
+        let lines = bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()).count();
+        count_rejected(Protocol::LpHttp, "buffers_full", lines);
+        return Err(ApiError::BuffersFull { accepted: 0 });
+    }
+    let (good, bad) =
+        partition(line_protocol::parse_body(&bytes, precision, now_ms(), &state.limits));
+    drop(bytes);
+    for e in &bad {
+        count_rejected(Protocol::LpHttp, e.reason, 1);
+    }
+    let accepted = push(&state.intake, good, Protocol::LpHttp, &state.http).await?;
+    if bad.is_empty() {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::BadRequest(partial_write_message(accepted, &bad)))
+    }
+}
+
+fn partial_write_message(accepted: usize, bad: &[LineError]) -> String {
+    let mut message =
+        format!("partial write: {} line(s) rejected, {accepted} reading(s) accepted", bad.len());
+    for e in bad.iter().take(MAX_LISTED_ERRORS) {
+        message.push_str("; ");
+        message.push_str(&e.to_string());
+    }
+    if bad.len() > MAX_LISTED_ERRORS {
+        message.push_str(&format!("; and {} more", bad.len() - MAX_LISTED_ERRORS));
+    }
+    message
+}
+
+// ---------------------------------------------------------------------------------------------
+// GET|HEAD /ping, GET|POST /query
+// ---------------------------------------------------------------------------------------------
+
+#[utoipa::path(
+    get,
+    path = "/ping",
+    tag = "operations",
+    responses((status = 204, description = "Alive (InfluxDB clients probe this before writing); also answers HEAD. Headers `X-Influxdb-Version` and `X-Influxdb-Build`."))
+)]
+pub(crate) async fn ping() -> impl IntoResponse {
+    (
+        StatusCode::NO_CONTENT,
+        [
+            ("x-influxdb-version", HeaderValue::from_static(INFLUXDB_VERSION)),
+            ("x-influxdb-build", HeaderValue::from_static("OSS")),
+        ],
+    )
+}
+
+/// The form body Telegraf sends to `/query`.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+pub(crate) struct QueryParams {
+    q: Option<String>,
+}
+
+/// InfluxQL is not bucketd's query language; only `CREATE DATABASE` is answered (as a no-op
+/// success) because Telegraf's InfluxDB output sends it at start-up and stops if it fails.
+/// `q` may come in the URL or, as Telegraf sends it, in a form body.
+#[utoipa::path(
+    method(get, post),
+    path = "/query",
+    tag = "ingest",
+    params(("q" = String, Query, example = "CREATE DATABASE telegraf", description = "InfluxQL; only `CREATE DATABASE ...` is answered. With POST it may also come as a form body.")),
+    responses(
+        (status = 200, description = "`CREATE DATABASE` acknowledged as InfluxDB does: `{\"results\":[{\"statement_id\":0}]}`."),
+        (status = 400, description = "Any other statement: bucketd's query API is under /api/v1.", body = ErrorBody),
+    )
+)]
+pub(crate) async fn influx_query(
+    url: Result<Query<HashMap<String, String>>, QueryRejection>,
+    form: Result<Form<QueryParams>, FormRejection>,
+) -> Result<Response, InfluxError> {
+    let q = url
+        .ok()
+        .and_then(|Query(mut params)| params.remove("q"))
+        .or_else(|| form.ok().and_then(|Form(params)| params.q))
+        .filter(|q| !q.trim().is_empty())
+        .ok_or_else(|| {
+            InfluxError::v1(ApiError::BadRequest("missing required parameter \"q\"".into()))
+        })?;
+    let statements: Vec<&str> = q.split(';').map(str::trim).filter(|s| !s.is_empty()).collect();
+    if !statements.iter().all(|s| is_create_database(s)) {
+        return Err(InfluxError::v1(ApiError::BadRequest(
+            "bucketd does not run InfluxQL: only CREATE DATABASE is accepted here (as a no-op); \
+             read data with GET /api/v1/readings"
+                .into(),
+        )));
+    }
+    let results: Vec<_> = (0..statements.len()).map(|i| json!({ "statement_id": i })).collect();
+    Ok(Json(json!({ "results": results })).into_response())
+}
+
+fn is_create_database(statement: &str) -> bool {
+    let mut words = statement.split_whitespace();
+    matches!(
+        (words.next(), words.next(), words.next()),
+        (Some(a), Some(b), Some(_)) if a.eq_ignore_ascii_case("create") && b.eq_ignore_ascii_case("database")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_database_is_recognised() {
+        assert!(is_create_database("CREATE DATABASE \"telegraf\""));
+        assert!(is_create_database("create   database x"));
+        assert!(!is_create_database("CREATE DATABASE"));
+        assert!(!is_create_database("SELECT * FROM cpu"));
+        assert!(!is_create_database("DROP DATABASE x"));
+    }
+
+    #[test]
+    fn partial_write_lists_at_most_the_limit() {
+        let bad: Vec<LineError> = (1..=150)
+            .map(|line| LineError {
+                line,
+                message: "expected field".into(),
+                input: "junk".into(),
+                reason: "syntax",
+            })
+            .collect();
+        let m = partial_write_message(3, &bad);
+        assert!(
+            m.starts_with("partial write: 150 line(s) rejected, 3 reading(s) accepted; line 1:")
+        );
+        assert!(m.contains("line 100:"));
+        assert!(!m.contains("line 101:"));
+        assert!(m.ends_with("and 50 more"));
+    }
+}

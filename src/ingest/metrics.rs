@@ -1,0 +1,41 @@
+//! The ingest metrics, labelled by protocol (never by sensor), shared by the HTTP and TCP
+//! listeners.
+
+use crate::metrics::{READINGS_ACCEPTED, READINGS_REJECTED, RECEIVED_BYTES};
+
+/// Protocol labels of the ingest metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Json,
+    Ndjson,
+    LpHttp,
+    LpTcp,
+}
+
+impl Protocol {
+    pub fn label(self) -> &'static str {
+        match self {
+            Protocol::Json => "json",
+            Protocol::Ndjson => "ndjson",
+            Protocol::LpHttp => "lp_http",
+            Protocol::LpTcp => "lp_tcp",
+        }
+    }
+}
+
+pub fn count_received(protocol: Protocol, bytes: usize) {
+    metrics::counter!(RECEIVED_BYTES, "protocol" => protocol.label()).increment(bytes as u64);
+}
+
+pub fn count_accepted(protocol: Protocol, n: usize) {
+    if n > 0 {
+        metrics::counter!(READINGS_ACCEPTED, "protocol" => protocol.label()).increment(n as u64);
+    }
+}
+
+pub fn count_rejected(protocol: Protocol, reason: &'static str, n: usize) {
+    if n > 0 {
+        metrics::counter!(READINGS_REJECTED, "protocol" => protocol.label(), "reason" => reason)
+            .increment(n as u64);
+    }
+}
