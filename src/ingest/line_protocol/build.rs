@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
+use super::Precision;
 use super::entry::{Bad, Scratch, Value};
-use super::{Precision, series_key};
+use crate::ingest::series_key::{self, series_key};
 use crate::model::{self, FieldValue, InputLimits, Item, Reading, SeriesMeta, TimestampMs};
 
 /// Turns a parsed entry into the owned series and reading, and validates them.
@@ -62,11 +63,11 @@ pub(super) fn build(
 fn new_series(line: &[u8], e: &mut Scratch<'_>) -> Result<SeriesMeta, Bad> {
     let presorted = e.tags.windows(2).all(|w| w[0].0 < w[1].0);
     if !presorted {
-        e.tags.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        if let Some(w) = e.tags.windows(2).find(|w| w[0].0 == w[1].0) {
+        series_key::sort_tags(&mut e.tags);
+        if let Some([first, _]) = series_key::repeated_key(&e.tags) {
             return Err(Bad {
                 at: None,
-                message: format!("tag key {:?} appears more than once", w[0].0),
+                message: format!("tag key {:?} appears more than once", first.0),
                 reason: "syntax",
             });
         }

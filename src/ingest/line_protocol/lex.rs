@@ -1,14 +1,18 @@
 //! Bytes to tokens: which bytes each part of a line may hold, where an entry ends, and the
 //! scanning of one token.
 
+use crate::ingest::series_key;
+
 // ---- byte classes -------------------------------------------------------------------------
 
-/// Bytes allowed in a measurement: anything but `,`, space and control characters.
+// The series section's classes (measurement, tags) and escapes are the series key's rules,
+// which JSON shares: they come from `series_key`, so both read a key alike.
+
+/// Bytes allowed in a measurement.
 pub(super) const MEASUREMENT: u8 = 1 << 0;
-/// Bytes allowed in tag keys and field keys: anything but `,`, `=`, space and control characters.
+/// Bytes allowed in tag keys and field keys.
 pub(super) const KEY: u8 = 1 << 1;
-/// Bytes allowed in tag values: anything but `,`, `=`, space, `\r` and `\n` (the reference
-/// allows other control characters here, unlike in keys).
+/// Bytes allowed in tag values.
 pub(super) const TAG_VALUE: u8 = 1 << 2;
 /// Bytes allowed in an unquoted field value: anything but `,`, space, `\r` and `\n`.
 pub(super) const FIELD_VALUE: u8 = 1 << 3;
@@ -28,13 +32,13 @@ const fn byte_classes() -> [u8; 256] {
         let b = i as u8;
         let control = b < 0x20 || b == 0x7f;
         let mut c = 0;
-        if !(control || b == b',' || b == b' ') {
+        if series_key::in_measurement(b) {
             c |= MEASUREMENT;
         }
-        if !(control || b == b',' || b == b'=' || b == b' ') {
+        if series_key::in_key(b) {
             c |= KEY;
         }
-        if !(b == b',' || b == b'=' || b == b' ' || b == b'\r' || b == b'\n') {
+        if series_key::in_tag_value(b) {
             c |= TAG_VALUE;
         }
         if !(b == b',' || b == b' ' || b == b'\r' || b == b'\n') {
@@ -43,10 +47,10 @@ const fn byte_classes() -> [u8; 256] {
         if !control {
             c |= COMMENT;
         }
-        if b == b',' || b == b' ' {
+        if series_key::escaped_in_measurement(b) {
             c |= ESC_MEASUREMENT;
         }
-        if b == b',' || b == b'=' || b == b' ' {
+        if series_key::escaped_in_key(b) {
             c |= ESC_KEY;
         }
         if b == b'\\' || b == b'"' {

@@ -35,14 +35,11 @@ mod lex;
 #[cfg(test)]
 mod tests;
 
-use std::borrow::Cow;
-
 use self::build::build;
-use self::entry::{Bad, Scratch, parse_entry, token};
-use self::lex::{
-    ESC_KEY, ESC_MEASUREMENT, KEY, Kind, MEASUREMENT, TAG_VALUE, classify, frame, is, scan,
-    unescape,
-};
+use self::entry::{Bad, Scratch, parse_entry};
+use self::lex::{Kind, classify, frame};
+// The key a line's series gets is line-protocol text, so it belongs to this surface too.
+pub use crate::ingest::series_key::series_key;
 use crate::model::{InputLimits, Item, TimestampMs};
 
 /// Timestamp precision of a write (`precision=` query parameter).
@@ -158,95 +155,4 @@ pub fn parse_body(
 pub fn complete_line_len(buf: &[u8]) -> Option<usize> {
     let f = frame(buf);
     f.terminated.then_some(f.len + 1)
-}
-
-/// The series key of a measurement and its tags (sorted by key): the line-protocol text of
-/// that part of a line, e.g. `env,sensor=s1,site=w3`. Escapes `,` and space in the measurement
-/// and `,`, `=` and space in tag keys and values, so parsing the key gives the series back.
-pub fn series_key(measurement: &str, sorted_tags: &[(String, String)]) -> String {
-    let len =
-        measurement.len() + sorted_tags.iter().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>();
-    let mut key = String::with_capacity(len);
-    escape_into(&mut key, measurement, ESC_MEASUREMENT);
-    for (k, v) in sorted_tags {
-        key.push(',');
-        escape_into(&mut key, k, ESC_KEY);
-        key.push('=');
-        escape_into(&mut key, v, ESC_KEY);
-    }
-    key
-}
-
-fn escape_into(out: &mut String, text: &str, escapes: u8) {
-    for c in text.chars() {
-        if c.is_ascii() && is(c as u8, escapes) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-}
-
-/// Splits a series key (`measurement[,tag=value...]`, as [`series_key`] writes it) into its
-/// unescaped measurement and tags, in the order written. `None` when `key` is not exactly that.
-pub(crate) fn parse_series_key(key: &str) -> Option<ParsedSeries<'_>> {
-    let s = key.as_bytes();
-    let mut p = 0;
-    let (m_start, esc) = scan(s, &mut p, MEASUREMENT, ESC_MEASUREMENT);
-    if p == m_start {
-        return None;
-    }
-    let measurement = token(s, Some(key), m_start, p, esc, ESC_MEASUREMENT).ok()?;
-    let mut tags = Vec::new();
-    while p < s.len() {
-        if s[p] != b',' {
-            return None;
-        }
-        p += 1;
-        let (k0, kesc) = scan(s, &mut p, KEY, ESC_KEY);
-        if p == k0 || s.get(p) != Some(&b'=') {
-            return None;
-        }
-        let k = token(s, Some(key), k0, p, kesc, ESC_KEY).ok()?;
-        p += 1;
-        let (v0, vesc) = scan(s, &mut p, TAG_VALUE, ESC_KEY);
-        if p == v0 {
-            return None;
-        }
-        let v = token(s, Some(key), v0, p, vesc, ESC_KEY).ok()?;
-        if tags.iter().any(|(seen, _): &(Cow<str>, Cow<str>)| *seen == k) {
-            return None;
-        }
-        tags.push((k, v));
-    }
-    Some(ParsedSeries { measurement, tags })
-}
-
-/// The measurement of a string that may or may not be a series key: its text up to the first
-/// unescaped `,`, with the measurement escapes (`\,` and `\ `) undone. Spaces are kept.
-pub(crate) fn measurement_prefix(key: &str) -> Cow<'_, str> {
-    let s = key.as_bytes();
-    let mut i = 0;
-    let mut escaped = false;
-    while i < s.len() {
-        match s[i] {
-            b'\\' if i + 1 < s.len() && is(s[i + 1], ESC_MEASUREMENT) => {
-                escaped = true;
-                i += 2;
-            }
-            b',' => break,
-            _ => i += 1,
-        }
-    }
-    if escaped {
-        // Unescaping removes only ASCII backslashes, so the result stays valid UTF-8.
-        Cow::Owned(String::from_utf8(unescape(&s[..i], ESC_MEASUREMENT)).unwrap_or_default())
-    } else {
-        Cow::Borrowed(&key[..i])
-    }
-}
-
-/// A series key taken apart by [`parse_series_key`].
-pub(crate) struct ParsedSeries<'a> {
-    pub measurement: Cow<'a, str>,
-    pub tags: Vec<(Cow<'a, str>, Cow<'a, str>)>,
 }

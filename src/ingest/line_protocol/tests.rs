@@ -5,6 +5,7 @@ use proptest::prelude::*;
 
 use super::entry::echo;
 use super::*;
+use crate::ingest::series_key::parse_series_key;
 use crate::model::{self, FieldValue, SeriesMeta};
 
 const NOW: i64 = 1_700_000_000_000;
@@ -210,24 +211,6 @@ fn series_key_is_canonical_whatever_the_tag_order() {
     let back = parse_series_key(&c.key).unwrap();
     assert_eq!(back.measurement, c.measurement);
     assert_eq!(back.tags, vec![(Cow::from("t"), Cow::from("a\\\\ b"))]);
-}
-
-#[test]
-fn series_key_helpers() {
-    assert_eq!(series_key("env", &[]), "env");
-    assert_eq!(
-        series_key("a b,c=d", &strings(&[("k,=", "v =,")])),
-        "a\\ b\\,c=d,k\\,\\==v\\ \\=\\,"
-    );
-    let p = parse_series_key("env,sensor=s1,site=w3").unwrap();
-    assert_eq!(p.measurement, "env");
-    assert_eq!(p.tags.len(), 2);
-    for not_a_key in ["", "a b", "a,", "a,b", "a,b=", "a,=c", "a,b=c,b=d", "a,b=c d"] {
-        assert!(parse_series_key(not_a_key).is_none(), "{not_a_key:?}");
-    }
-    assert_eq!(measurement_prefix("living room,x"), "living room");
-    assert_eq!(measurement_prefix("a\\,b\\ c,d=e"), "a,b c");
-    assert_eq!(measurement_prefix("plain"), "plain");
 }
 
 #[test]
