@@ -21,7 +21,7 @@ use serde_json::json;
 pub use error::{ApiError, InfluxApi, InfluxError};
 
 use crate::buffer::Buffers;
-use crate::model::InputLimits;
+use crate::ingest::validate::InputLimits;
 use crate::query::ErrorBody;
 use crate::store::Store;
 

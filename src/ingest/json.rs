@@ -45,9 +45,8 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::series_key::{self, ParsedSeries};
-use crate::model::{
-    self, FieldName, FieldValue, Fields, InputLimits, Item, Reading, SeriesMeta, TimestampMs,
-};
+use super::validate::{self, InputLimits};
+use crate::model::{FieldName, FieldValue, Fields, Item, Reading, SeriesMeta, TimestampMs};
 
 /// One rejected item: its 0-based index in the request (array position or NDJSON line), why,
 /// and the metric reason label ("syntax" or an `InvalidReading::reason()`).
@@ -326,8 +325,8 @@ fn parse_item(
         key: sensor.into_owned(),
     };
     let reading = Reading { ts, fields };
-    model::validate(&series, &reading, limits)
-        .and_then(|()| model::admit_series(&series, limits))
+    validate::validate(&series, &reading, limits)
+        .and_then(|()| validate::admit_series(&series, limits))
         .map_err(|invalid| bad(index, invalid.to_string(), invalid.reason()))?;
     Ok((Arc::new(series), reading))
 }
@@ -391,7 +390,7 @@ fn field_value(name: &str, raw: &RawValue, index: usize) -> Result<FieldValue, I
 }
 
 fn shorten(text: &str) -> &str {
-    model::truncate_for_echo(text, 40)
+    validate::truncate_for_echo(text, 40)
 }
 
 /// serde_json's message without its position.

@@ -8,6 +8,7 @@ pub mod json;
 pub mod line_protocol;
 pub mod series_key;
 pub mod tcp;
+pub mod validate;
 
 #[cfg(test)]
 mod through_buffers_tests;

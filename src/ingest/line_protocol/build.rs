@@ -6,7 +6,8 @@ use std::sync::Arc;
 use super::Precision;
 use super::entry::{Bad, Scratch, Value};
 use crate::ingest::series_key::{self, series_key};
-use crate::model::{self, FieldValue, InputLimits, Item, Reading, SeriesMeta, TimestampMs};
+use crate::ingest::validate::{self, InputLimits};
+use crate::model::{FieldValue, Item, Reading, SeriesMeta, TimestampMs};
 
 /// Turns a parsed entry into the owned series and reading, and validates them.
 pub(super) fn build(
@@ -45,10 +46,10 @@ pub(super) fn build(
         .collect();
     let reading = Reading { ts, fields };
     let checked = if known {
-        model::validate_reading(&reading, limits)
+        validate::validate_reading(&reading, limits)
     } else {
-        model::validate(&series, &reading, limits)
-            .and_then(|()| model::admit_series(&series, limits))
+        validate::validate(&series, &reading, limits)
+            .and_then(|()| validate::admit_series(&series, limits))
             .map(|()| limits.known.insert(text, &series))
     };
     checked.map_err(|invalid| Bad {

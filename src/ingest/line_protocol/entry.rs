@@ -8,7 +8,8 @@ use super::lex::{
     scan, skip_spaces, unescape, utf8,
 };
 use super::{ECHO_BYTES, LineError};
-use crate::model::{self, FieldNames, KnownSeries, SeriesMeta};
+use crate::ingest::validate::{self, KnownSeries};
+use crate::model::{FieldNames, SeriesMeta};
 
 /// A field value before it is made owned.
 pub(super) enum Value<'a> {
@@ -71,7 +72,7 @@ pub(super) fn echo(line: &[u8]) -> String {
         }
         Err(_) => String::from_utf8_lossy(cut),
     };
-    model::truncate_for_echo(&text, ECHO_BYTES).to_owned()
+    validate::truncate_for_echo(&text, ECHO_BYTES).to_owned()
 }
 
 /// Describes a byte for an error message.

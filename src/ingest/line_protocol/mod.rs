@@ -19,7 +19,7 @@
 //! - Readings are stored in milliseconds: finer timestamps are floored (toward negative
 //!   infinity, so -1 ns is -1 ms) and coarser ones multiplied, so `precision=s` accepts times
 //!   beyond the year 2262 that the reference (which converts to ns) refuses; the store's range
-//!   (years 0000 to 9999) is enforced by [`crate::model::validate`] afterwards.
+//!   (years 0000 to 9999) is enforced by [`crate::ingest::validate::validate`] afterwards.
 //! - A field key repeated within one line keeps its first position and its last value, as
 //!   InfluxDB's storage does (the reference decoder hands both on).
 //! - Hexadecimal floats (`0x1p3`), which Go's `ParseFloat` happens to accept, are rejected.
@@ -40,7 +40,8 @@ use self::entry::{Bad, Scratch, parse_entry};
 use self::lex::{Kind, classify, frame};
 // The key a line's series gets is line-protocol text, so it belongs to this surface too.
 pub use crate::ingest::series_key::series_key;
-use crate::model::{InputLimits, Item, TimestampMs};
+use crate::ingest::validate::InputLimits;
+use crate::model::{Item, TimestampMs};
 
 /// Timestamp precision of a write (`precision=` query parameter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

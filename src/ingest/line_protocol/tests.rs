@@ -6,7 +6,8 @@ use proptest::prelude::*;
 use super::entry::echo;
 use super::*;
 use crate::ingest::series_key::parse_series_key;
-use crate::model::{self, FieldValue, SeriesMeta};
+use crate::ingest::validate::SeriesLimit;
+use crate::model::{FieldValue, SeriesMeta};
 
 const NOW: i64 = 1_700_000_000_000;
 
@@ -217,7 +218,7 @@ fn series_key_is_canonical_whatever_the_tag_order() {
 fn known_series_are_shared_and_still_checked() {
     let limits = InputLimits {
         max_fields: 2,
-        series: Some(Arc::new(model::SeriesLimit::new(1))),
+        series: Some(Arc::new(SeriesLimit::new(1))),
         ..InputLimits::default()
     };
     let body = b"m,b=2,a=1 v=1 1\nm,a=1,b=2 v=2 2\nm,b=2,a=1 v=3 3";
@@ -254,18 +255,6 @@ fn known_series_with_escaped_spaces_parse_like_new_ones() {
     assert_eq!(whole[0].as_ref().unwrap().0.key, "m\\ x,t=a\\ b");
     assert!(Arc::ptr_eq(&whole[0].as_ref().unwrap().0, &whole[5].as_ref().unwrap().0));
     assert_eq!(whole.iter().filter(|r| r.is_err()).count(), 2, "{whole:?}");
-}
-
-#[test]
-fn known_series_forget_everything_when_full() {
-    let known = model::KnownSeries::new(2);
-    let series = Arc::new(SeriesMeta { key: "m".into(), measurement: "m".into(), tags: vec![] });
-    known.insert(b"a", &series);
-    known.insert(b"b", &series);
-    assert_eq!(known.len(), 2);
-    known.insert(b"c", &series);
-    assert_eq!(known.len(), 1);
-    assert!(known.get(b"a").is_none() && known.get(b"c").is_some());
 }
 
 #[test]
