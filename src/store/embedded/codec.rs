@@ -40,7 +40,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::EmbeddedError;
 use crate::model::{FieldName, FieldValue, Fields, Reading, TimestampMs};
 use crate::store::FieldStats;
-use crate::store::memory::approx_reading_bytes;
+use crate::store::approx_reading_bytes;
 
 /// Version of the bucket header encoding: its own number, so that a schema change elsewhere in
 /// the file (schema 2 added per-writer marks) leaves every stored header readable.
