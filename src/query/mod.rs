@@ -16,6 +16,7 @@
 //! - [`error`]: `QueryError` and its status mapping; [`params`], [`cursor`]: shared parsing.
 
 pub mod cursor;
+pub mod encode;
 pub mod error;
 mod merge;
 pub mod openapi;
