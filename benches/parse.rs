@@ -4,8 +4,8 @@
 
 use std::hint::black_box;
 
+use bucketd::ingest::validate::InputLimits;
 use bucketd::ingest::{json, line_protocol};
-use bucketd::model::InputLimits;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 const NOW: i64 = 1_700_000_000_000;

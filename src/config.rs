@@ -11,7 +11,8 @@ use clap::{Parser, ValueEnum};
 use crate::buffer::BufferConfig;
 use crate::flush::FlushConfig;
 pub use crate::ingest::intake::AckMode;
-use crate::model::{InputLimits, KnownSeries, SeriesLimit, WriterId};
+use crate::ingest::validate::{InputLimits, KnownSeries, SeriesLimit};
+use crate::model::WriterId;
 use crate::store::BucketLimits;
 use crate::wal::WalConfig;
 

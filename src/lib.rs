@@ -2,7 +2,7 @@
 //! documents, in MongoDB or in an embedded store on local disk.
 //!
 //! # Layout
-//! - [`model`]: readings, series, batches and the input limits every layer shares.
+//! - [`model`]: readings, series and batches, the data every layer shares.
 //! - [`ingest`]: the wire formats (line protocol, JSON) and the listeners that speak them
 //!   (HTTP write endpoints, raw TCP). Parses, validates, and hands readings to the buffers.
 //! - [`buffer`]: bounded per-(sensor, hour) in-memory buffers; owns the memory bound and its

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use bucketd::ingest::line_protocol::{Precision, parse_body, series_key};
-use bucketd::model::{FieldValue, InputLimits, Reading, SeriesMeta};
+use bucketd::ingest::validate::InputLimits;
+use bucketd::model::{FieldValue, Reading, SeriesMeta};
 use serde_json::Value;
 
 const CASES: usize = 243;

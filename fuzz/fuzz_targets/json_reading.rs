@@ -4,7 +4,7 @@
 #![no_main]
 
 use bucketd::ingest::json::{NdjsonDecoder, Parsed, parse_document};
-use bucketd::model::{InputLimits, validate};
+use bucketd::ingest::validate::{InputLimits, validate};
 use libfuzzer_sys::fuzz_target;
 
 const NOW_MS: i64 = 1_700_000_000_000;

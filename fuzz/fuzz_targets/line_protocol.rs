@@ -3,7 +3,8 @@
 #![no_main]
 
 use bucketd::ingest::line_protocol::{Precision, complete_line_len, parse_body};
-use bucketd::model::{FieldValue, InputLimits, validate};
+use bucketd::ingest::validate::{InputLimits, validate};
+use bucketd::model::FieldValue;
 use libfuzzer_sys::fuzz_target;
 
 const NOW_MS: i64 = 1_700_000_000_000;

@@ -44,10 +44,9 @@ use serde::Deserialize;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::line_protocol::{self, ParsedSeries};
-use crate::model::{
-    self, FieldName, FieldValue, Fields, InputLimits, Item, Reading, SeriesMeta, TimestampMs,
-};
+use super::series_key::{self, ParsedSeries};
+use super::validate::{self, InputLimits};
+use crate::model::{FieldName, FieldValue, Fields, Item, Reading, SeriesMeta, TimestampMs};
 
 /// One rejected item: its 0-based index in the request (array position or NDJSON line), why,
 /// and the metric reason label ("syntax" or an `InvalidReading::reason()`).
@@ -299,9 +298,9 @@ fn parse_item(
     };
 
     let sensor = wire.sensor.0;
-    let (measurement, mut tags) = match line_protocol::parse_series_key(&sensor) {
+    let (measurement, mut tags) = match series_key::parse_series_key(&sensor) {
         Some(ParsedSeries { measurement, tags }) => (measurement, tags),
-        None => match line_protocol::measurement_prefix(&sensor) {
+        None => match series_key::measurement_prefix(&sensor) {
             // A key that starts with a comma has no measurement part: use the whole key.
             prefix if prefix.is_empty() => (sensor.clone(), Vec::new()),
             prefix => (prefix, Vec::new()),
@@ -310,13 +309,13 @@ fn parse_item(
     if let Some(Entries(extra)) = wire.tags {
         tags.extend(extra.into_iter().map(|(k, Text(v))| (k, v)));
     }
-    // Stable, so the sensor key's tag comes first among equal keys for the message below.
-    tags.sort_by(|a, b| a.0.cmp(&b.0));
+    // The sensor key's tag comes first among equal keys, for the message below.
+    series_key::sort_tags(&mut tags);
     tags.dedup_by(|later, earlier| later == earlier);
-    if let Some(w) = tags.windows(2).find(|w| w[0].0 == w[1].0) {
+    if let Some([first, second]) = series_key::repeated_key(&tags) {
         return Err(bad(
             index,
-            format!("tag {:?} is given twice, as {:?} and as {:?}", w[0].0, w[0].1, w[1].1),
+            format!("tag {:?} is given twice, as {:?} and as {:?}", first.0, first.1, second.1),
             "syntax",
         ));
     }
@@ -326,8 +325,8 @@ fn parse_item(
         key: sensor.into_owned(),
     };
     let reading = Reading { ts, fields };
-    model::validate(&series, &reading, limits)
-        .and_then(|()| model::admit_series(&series, limits))
+    validate::validate(&series, &reading, limits)
+        .and_then(|()| validate::admit_series(&series, limits))
         .map_err(|invalid| bad(index, invalid.to_string(), invalid.reason()))?;
     Ok((Arc::new(series), reading))
 }
@@ -391,7 +390,7 @@ fn field_value(name: &str, raw: &RawValue, index: usize) -> Result<FieldValue, I
 }
 
 fn shorten(text: &str) -> &str {
-    model::truncate_for_echo(text, 40)
+    validate::truncate_for_echo(text, 40)
 }
 
 /// serde_json's message without its position.

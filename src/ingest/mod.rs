@@ -7,7 +7,9 @@ pub mod intake;
 pub mod json;
 pub mod line_protocol;
 pub mod metrics;
+pub mod series_key;
 pub mod tcp;
+pub mod validate;
 
 #[cfg(test)]
 mod through_buffers_tests;

@@ -25,9 +25,10 @@ use tokio_util::task::TaskTracker;
 use crate::ingest::intake::Intake;
 use crate::ingest::line_protocol::{self, Precision};
 use crate::ingest::metrics::{Protocol, count_accepted, count_received, count_rejected};
+use crate::ingest::validate::InputLimits;
 use crate::listener::{Accepted, accept_within_limit};
 use crate::metrics::{TCP_CONNECTIONS, TCP_CONNECTIONS_OPEN};
-use crate::model::{InputLimits, Item};
+use crate::model::Item;
 
 /// Bytes asked of the socket per read; also roughly the most lines parsed in one chunk.
 const READ_CHUNK: usize = 64 * 1024;

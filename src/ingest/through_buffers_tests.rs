@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
+use super::validate::InputLimits;
 use super::{json, line_protocol};
 use crate::buffer::{BufferConfig, Buffers, TakeMode};
-use crate::model::{FieldValue, HOUR_MS, InputLimits, Item, Reading, TimestampMs};
+use crate::model::{FieldValue, HOUR_MS, Item, Reading, TimestampMs};
 
 #[derive(Clone, Debug)]
 enum Value {

@@ -18,6 +18,7 @@
 //!   shared parsing.
 
 pub mod cursor;
+pub mod encode;
 pub mod error;
 mod merge;
 pub mod params;

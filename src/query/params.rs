@@ -3,8 +3,9 @@
 //! Parameters are read from the raw query string rather than through axum's `Query` extractor so
 //! that every bad parameter comes back as our own 400 JSON body, and so that `tag` may repeat.
 
-use chrono::{DateTime, SecondsFormat};
+use chrono::DateTime;
 
+use super::encode::format_ts;
 use super::error::QueryError;
 use crate::model::{MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, TimestampMs};
 
@@ -141,102 +142,6 @@ pub fn parse_step(s: &str) -> Result<i64, QueryError> {
     Ok(total)
 }
 
-/// RFC 3339, UTC, millisecond precision, `Z` suffix: the one time format of every response.
-pub fn format_ts(ts: TimestampMs) -> String {
-    let mut out = Vec::with_capacity(24);
-    write_ts(&mut out, ts);
-    String::from_utf8(out).expect("timestamps are ASCII")
-}
-
-/// Appends [`format_ts`]`(ts)` to `buf`.
-pub fn write_ts(buf: &mut Vec<u8>, ts: TimestampMs) {
-    TsWriter::new().write(buf, ts);
-}
-
-const MS_PER_DAY: i64 = 86_400_000;
-
-/// Writes timestamps as [`format_ts`] does, straight into a buffer. A range query formats one
-/// per reading, and chrono's formatter plus a `String` each time was a quarter of its CPU
-/// time; for the accepted years 0000 to 9999 the shape is fixed, so it is filled in directly.
-/// The date of the last day seen is kept: a range's readings mostly share their day.
-pub struct TsWriter {
-    day: i64,
-    date: [u8; 11],
-}
-
-impl TsWriter {
-    pub fn new() -> TsWriter {
-        // No timestamp of the accepted range is on this day.
-        TsWriter { day: i64::MIN, date: [0; 11] }
-    }
-
-    pub fn write(&mut self, buf: &mut Vec<u8>, ts: TimestampMs) {
-        if !(MIN_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&ts) {
-            // Only a range bound can get here (`to` may be one past the last representable
-            // reading): chrono's own rendering, `+10000-...` and the like, is kept for those.
-            buf.extend_from_slice(format_ts_chrono(ts).as_bytes());
-            return;
-        }
-        let day = ts.div_euclid(MS_PER_DAY);
-        if day != self.day {
-            self.day = day;
-            self.date = civil_date(day);
-        }
-        let ms = ts.rem_euclid(MS_PER_DAY) as u32;
-        let secs = ms / 1000;
-        let mut out = *b"0000-00-00T00:00:00.000Z";
-        out[..11].copy_from_slice(&self.date);
-        put_two_digits(&mut out, 11, secs / 3600);
-        put_two_digits(&mut out, 14, secs / 60 % 60);
-        put_two_digits(&mut out, 17, secs % 60);
-        out[20] = b'0' + (ms % 1000 / 100) as u8;
-        put_two_digits(&mut out, 21, ms % 100);
-        buf.extend_from_slice(&out);
-    }
-}
-
-impl Default for TsWriter {
-    fn default() -> Self {
-        TsWriter::new()
-    }
-}
-
-/// `YYYY-MM-DDT` of a day since the epoch, for days of the years 0000 to 9999.
-fn civil_date(day: i64) -> [u8; 11] {
-    const DAYS_PER_ERA: u32 = 146_097;
-    // Howard Hinnant's `civil_from_days`, counting from 0000-03-01 so that the leap day ends
-    // its year. One extra 400-year era keeps every accepted day non-negative, so all of it
-    // runs on u32 (year 0000 is day -719,528; year 9999 ends before day 2,932,897).
-    let z = (day + 719_468 + i64::from(DAYS_PER_ERA)) as u32;
-    let era = z / DAYS_PER_ERA;
-    let doe = z - era * DAYS_PER_ERA;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day_of_month = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = era * 400 + yoe + u32::from(month <= 2) - 400;
-    let mut out = *b"0000-00-00T";
-    put_two_digits(&mut out, 0, year / 100);
-    put_two_digits(&mut out, 2, year % 100);
-    put_two_digits(&mut out, 5, month);
-    put_two_digits(&mut out, 8, day_of_month);
-    out
-}
-
-fn put_two_digits(out: &mut [u8], at: usize, v: u32) {
-    out[at] = b'0' + (v / 10) as u8;
-    out[at + 1] = b'0' + (v % 10) as u8;
-}
-
-fn format_ts_chrono(ts: TimestampMs) -> String {
-    match DateTime::from_timestamp_millis(ts) {
-        Some(t) => t.to_rfc3339_opts(SecondsFormat::Millis, true),
-        // Unreachable for validated readings; a number is still better than a panic.
-        None => ts.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,110 +219,5 @@ mod tests {
         assert_eq!(p.get("c").unwrap(), Some(" x"));
         assert_eq!(p.all("tag").collect::<Vec<_>>(), ["x:1", "y:2"]);
         assert!(matches!(p.required("zz"), Err(QueryError::MissingParam("zz"))));
-    }
-
-    #[test]
-    fn timestamps_format_with_millis_and_z() {
-        assert_eq!(format_ts(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(format_ts(-1), "1969-12-31T23:59:59.999Z");
-        assert_eq!(format_ts(MIN_TIMESTAMP_MS), "0000-01-01T00:00:00.000Z");
-        assert_eq!(format_ts(MAX_TIMESTAMP_MS), "9999-12-31T23:59:59.999Z");
-        assert_eq!(format_ts(MAX_TIMESTAMP_MS + 1), "+10000-01-01T00:00:00.000Z");
-    }
-
-    /// `write_ts` must render exactly what chrono does, the formatter it replaced.
-    fn assert_same_as_chrono(ts: TimestampMs) {
-        let mut fast = Vec::new();
-        write_ts(&mut fast, ts);
-        assert_eq!(String::from_utf8(fast).unwrap(), format_ts_chrono(ts), "ts = {ts}");
-    }
-
-    #[test]
-    fn timestamps_format_as_chrono_does_at_the_edges() {
-        const DAY: i64 = 86_400_000;
-        let edges = [
-            MIN_TIMESTAMP_MS,
-            MAX_TIMESTAMP_MS,
-            0,
-            -1,
-            1,
-            999,
-            1000,
-            -999,
-            -1000,
-            -1001,
-            DAY - 1,
-            DAY,
-            -DAY,
-            -DAY - 1,
-            -DAY + 1,
-            951_782_400_000,     // 2000-02-29
-            -2_203_891_200_000,  // 1900-03-01, after a century without a leap day
-            4_107_542_400_000,   // 2100-03-01
-            -62_162_035_200_000, // 0000-03-01
-            -62_162_121_600_000, // 0000-02-29: year 0 is a leap year
-            -62_135_596_800_000, // 0001-01-01
-            253_402_214_400_000, // 9999-12-31
-        ];
-        for ts in edges {
-            for d in [-DAY, -1001, -1, 0, 1, 999, DAY] {
-                let ts = ts + d;
-                if (MIN_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&ts) {
-                    assert_same_as_chrono(ts);
-                }
-            }
-        }
-        // Outside the accepted years chrono renders them, or a bare number where it cannot.
-        for ts in [MIN_TIMESTAMP_MS - 1, MAX_TIMESTAMP_MS + 1, i64::MIN, i64::MAX] {
-            assert_same_as_chrono(ts);
-        }
-    }
-
-    #[test]
-    fn timestamps_format_as_chrono_does_on_every_day() {
-        // Every day from 0000-01-01 to 9999-12-31, each at a pseudo-random time of day.
-        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut day_start = MIN_TIMESTAMP_MS;
-        while day_start <= MAX_TIMESTAMP_MS {
-            seed = seed
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            assert_same_as_chrono(day_start + (seed >> 33) as i64 % 86_400_000);
-            day_start += 86_400_000;
-        }
-    }
-
-    #[test]
-    fn one_writer_formats_a_sequence_as_chrono_does() {
-        // Mostly within a day, sometimes jumping across days and back, as a page never does.
-        let mut w = TsWriter::new();
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        let mut ts = 1_700_000_000_000i64;
-        let mut out = Vec::new();
-        for _ in 0..200_000 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            ts = match seed % 100 {
-                0 => (seed >> 8) as i64 % (MAX_TIMESTAMP_MS - MIN_TIMESTAMP_MS) + MIN_TIMESTAMP_MS,
-                1 => ts - 86_400_000,
-                _ => (ts + (seed >> 40) as i64 % 5_000).min(MAX_TIMESTAMP_MS),
-            };
-            out.clear();
-            w.write(&mut out, ts);
-            assert_eq!(std::str::from_utf8(&out).unwrap(), format_ts_chrono(ts), "ts = {ts}");
-        }
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn timestamps_format_as_chrono_does(ts in MIN_TIMESTAMP_MS..=MAX_TIMESTAMP_MS) {
-            assert_same_as_chrono(ts);
-        }
-
-        #[test]
-        fn timestamps_near_the_epoch_format_as_chrono_does(ts in -10_000_000_000_000i64..10_000_000_000_000) {
-            assert_same_as_chrono(ts);
-        }
     }
 }

@@ -11,8 +11,9 @@ use axum::Json;
 use axum::extract::{RawQuery, State};
 use serde::Serialize;
 
+use super::encode::format_ts;
 use super::error::QueryError;
-use super::params::{Params, format_ts, parse_step, parse_time, resolve_range};
+use super::params::{Params, parse_step, parse_time, resolve_range};
 use super::{QueryState, now_ms, sensor_known};
 use crate::store::{FieldStats, RollupQuery};
 

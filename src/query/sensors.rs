@@ -8,8 +8,9 @@ use serde::Serialize;
 
 use super::QueryState;
 use super::cursor::{decode_sensor_cursor, encode_sensor_cursor};
+use super::encode::format_ts;
 use super::error::QueryError;
-use super::params::{Params, format_ts, parse_limit};
+use super::params::{Params, parse_limit};
 use crate::store::{SensorInfo, SensorQuery};
 
 #[derive(Serialize, utoipa::ToSchema)]

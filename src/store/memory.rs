@@ -11,9 +11,9 @@ use futures::stream::{self, BoxStream, StreamExt};
 
 use super::{
     BucketLimits, FieldStats, Order, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery,
-    Store, StoreError, WriteReport,
+    Store, StoreError, WriteReport, approx_reading_bytes,
 };
-use crate::model::{Batch, FieldValue, HOUR_MS, Reading, Seq, TimestampMs, WriterId};
+use crate::model::{Batch, HOUR_MS, Reading, Seq, TimestampMs, WriterId};
 
 struct Bucket {
     readings: Vec<Reading>,
@@ -47,25 +47,6 @@ struct Series {
     buckets: BTreeMap<(TimestampMs, u32), Bucket>,
     /// Highest sequence number stored per hour and writer.
     marks: BTreeMap<(TimestampMs, WriterId), Seq>,
-}
-
-/// Approximate encoded size of a reading: what the caps count. Close to BSON's size for the
-/// same reading, which keeps the memory store's spill behaviour near MongoDB's.
-pub fn approx_reading_bytes(reading: &Reading) -> u64 {
-    let fields: usize = reading
-        .fields
-        .iter()
-        .map(|(name, value)| {
-            2 + name.len()
-                + match value {
-                    FieldValue::Float(_) | FieldValue::Int(_) | FieldValue::UInt(_) => 8,
-                    FieldValue::Bool(_) => 1,
-                    FieldValue::Str(s) => 5 + s.len(),
-                }
-        })
-        .sum();
-    // Array index key, reading document header, the timestamp element, the fields document.
-    (8 + 5 + 11 + 8 + fields) as u64
 }
 
 pub struct MemoryStore {
@@ -352,7 +333,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::model::SeriesMeta;
+    use crate::model::{FieldValue, SeriesMeta};
 
     fn batch(key: &str, hour: i64, ts: impl IntoIterator<Item = i64>) -> Batch {
         Batch {

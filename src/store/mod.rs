@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 use crate::model::{
-    Batch, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, Seq, TimestampMs, WriterId,
+    Batch, FieldValue, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, Seq, TimestampMs, WriterId,
 };
 
 /// Version of the on-disk / in-database bucket layout, written into every bucket so that a
@@ -46,6 +46,26 @@ impl Default for BucketLimits {
         // README's "Bucket caps" section for the measurement behind these numbers.
         BucketLimits { max_readings: 1000, max_bytes: 125 * 1024 }
     }
+}
+
+/// Approximate encoded size of a reading: what [`BucketLimits::max_bytes`] counts in the stores
+/// that do not write BSON (embedded, memory). Close to BSON's size for the same reading, so
+/// their buckets spill about where MongoDB's would.
+pub fn approx_reading_bytes(reading: &Reading) -> u64 {
+    let fields: usize = reading
+        .fields
+        .iter()
+        .map(|(name, value)| {
+            2 + name.len()
+                + match value {
+                    FieldValue::Float(_) | FieldValue::Int(_) | FieldValue::UInt(_) => 8,
+                    FieldValue::Bool(_) => 1,
+                    FieldValue::Str(s) => 5 + s.len(),
+                }
+        })
+        .sum();
+    // Array index key, reading document header, the timestamp element, the fields document.
+    (8 + 5 + 11 + 8 + fields) as u64
 }
 
 /// What a successful batch write did.

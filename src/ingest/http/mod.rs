@@ -44,7 +44,8 @@ pub use body::gunzip_limited;
 use crate::http::ApiError;
 use crate::ingest::intake::Intake;
 use crate::ingest::metrics::{Protocol, count_accepted, count_rejected};
-use crate::model::{InputLimits, Item, TimestampMs};
+use crate::ingest::validate::InputLimits;
+use crate::model::{Item, TimestampMs};
 
 /// Readings a streamed NDJSON request accumulates before pushing them into the buffers: large
 /// enough to amortise the push, small enough to bound one request's extra memory.

@@ -9,7 +9,7 @@ use redb::ReadableDatabase;
 use super::codec::BucketHeader;
 use super::*;
 use crate::model::{FieldValue, HOUR_MS, SeriesMeta, TimestampMs, hour_start};
-use crate::store::memory::approx_reading_bytes;
+use crate::store::approx_reading_bytes;
 use crate::store::{FieldStats, Order};
 
 const BIG: BucketLimits = BucketLimits { max_readings: 1000, max_bytes: 1 << 20 };

@@ -10,7 +10,7 @@ use super::{
 use crate::model::{
     Batch, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, TimestampMs, WriterId, hour_start,
 };
-use crate::store::memory::approx_reading_bytes;
+use crate::store::approx_reading_bytes;
 use crate::store::{BucketLimits, StoreError, WriteReport};
 
 struct Tables<'t> {

@@ -1,172 +1,18 @@
-//! Hand-written binary encodings of what the embedded store keeps in redb values: chunks of
-//! readings, bucket headers and series records.
-//!
-//! Hand-written rather than serde + postcard because the chunk format exploits what sensor data
-//! looks like (see `benches/embedded.rs` and the README for the measurement): timestamps are
-//! varint deltas from the previous reading, field names are stored once per chunk in a
-//! dictionary, a reading with the same field list as the previous one spends one byte on it,
-//! floats with a fixed number of decimals are stored as varint deltas of scaled integers and
-//! other floats XOR-ed with the previous value of the same field (Gorilla-style,
-//! byte-granular), and integers are delta-coded. See the README for bytes per reading.
-//!
-//! Every value starts with a version number so that a later bucketd can read or migrate it.
-//!
-//! # Chunk (value of the `chunks` table), version 1
-//! ```text
-//! varint  version = 1
-//! varint  count                      number of readings
-//! varint  first_off, last_off        first and last ts minus the bucket's hour
-//! varint  n_names, then n_names × (varint len, UTF-8 bytes)   field name dictionary
-//! count × reading:
-//!   varint  ts delta from the previous reading (the first: from first_off, i.e. 0)
-//!   varint  shape: 0 = same names and types as the previous reading,
-//!           else n_fields + 1, then n_fields × (varint name index, u8 type)
-//!   values in shape order:
-//!     Float (0): either u8 0xf0 | k, then zigzag varint of (value × 10^k − previous value
-//!                of that name × 10^k), both rounded to integers (k ≤ 6 decimals; used only
-//!                when it decodes to the same bits and is shorter), or
-//!                u8 (leading zero bytes << 4 | trailing zero bytes) of bits XOR previous
-//!                bits of that name, then the bytes between, big-endian
-//!     Int (1), UInt (2): zigzag varint of the wrapping difference from the previous
-//!                integer of that name
-//!     Bool (3): u8 0/1
-//!     Str (4): varint len, UTF-8 bytes
-//! ```
-//! Readings in a chunk are sorted by timestamp (a stable sort of the order written), so the
-//! deltas are never negative.
+//! Chunks of readings (values of the `chunks` table): the format the module doc describes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
-use super::EmbeddedError;
+use super::primitives::{Cursor, corrupt, put_str, put_varint, unzigzag, zigzag};
 use crate::model::{FieldName, FieldValue, Fields, Reading, TimestampMs};
-use crate::store::FieldStats;
-use crate::store::memory::approx_reading_bytes;
-
-/// Version of the bucket header encoding: its own number, so that a schema change elsewhere in
-/// the file (schema 2 added per-writer marks) leaves every stored header readable.
-const HEADER_VERSION: u64 = 1;
+use crate::store::embedded::EmbeddedError;
 
 const CHUNK_V1: u64 = 1;
-const SERIES_V1: u64 = 1;
 
 const T_FLOAT: u8 = 0;
 const T_INT: u8 = 1;
 const T_UINT: u8 = 2;
 const T_BOOL: u8 = 3;
 const T_STR: u8 = 4;
-
-// ---------------------------------------------------------------------------------------------
-// Primitive writers and a bounds-checked reader.
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
-}
-
-fn unzigzag(v: u64) -> i64 {
-    ((v >> 1) as i64) ^ -((v & 1) as i64)
-}
-
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    put_varint(out, s.len() as u64);
-    out.extend_from_slice(s.as_bytes());
-}
-
-fn corrupt(what: &str) -> EmbeddedError {
-    EmbeddedError::Corrupt(what.to_owned())
-}
-
-struct Cursor<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn new(buf: &'a [u8]) -> Self {
-        Cursor { buf, pos: 0 }
-    }
-
-    fn u8(&mut self) -> Result<u8, EmbeddedError> {
-        let b = *self.buf.get(self.pos).ok_or_else(|| corrupt("truncated value"))?;
-        self.pos += 1;
-        Ok(b)
-    }
-
-    #[inline]
-    fn varint(&mut self) -> Result<u64, EmbeddedError> {
-        // Most varints of a chunk (timestamp deltas, shape codes, small value changes) are one
-        // byte: that case stays inline in the decoding loop.
-        if let Some(&b) = self.buf.get(self.pos)
-            && b < 0x80
-        {
-            self.pos += 1;
-            return Ok(u64::from(b));
-        }
-        self.long_varint()
-    }
-
-    fn long_varint(&mut self) -> Result<u64, EmbeddedError> {
-        let mut v = 0u64;
-        let mut shift = 0;
-        loop {
-            let b = self.u8()?;
-            if shift == 63 && b > 1 {
-                return Err(corrupt("varint overflows 64 bits"));
-            }
-            v |= u64::from(b & 0x7f) << shift;
-            if b < 0x80 {
-                return Ok(v);
-            }
-            shift += 7;
-            if shift > 63 {
-                return Err(corrupt("varint longer than 10 bytes"));
-            }
-        }
-    }
-
-    fn bytes(&mut self, n: usize) -> Result<&'a [u8], EmbeddedError> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
-        let end = end.ok_or_else(|| corrupt("truncated value"))?;
-        let s = &self.buf[self.pos..end];
-        self.pos = end;
-        Ok(s)
-    }
-
-    fn len(&mut self) -> Result<usize, EmbeddedError> {
-        let n = self.varint()?;
-        // A length can never exceed what is left; checking here keeps a corrupt length from
-        // turning into a huge allocation.
-        if n > (self.buf.len() - self.pos) as u64 {
-            return Err(corrupt("length beyond end of value"));
-        }
-        Ok(n as usize)
-    }
-
-    fn string(&mut self) -> Result<String, EmbeddedError> {
-        let n = self.len()?;
-        let b = self.bytes(n)?;
-        String::from_utf8(b.to_vec()).map_err(|_| corrupt("string is not UTF-8"))
-    }
-
-    fn f64(&mut self) -> Result<f64, EmbeddedError> {
-        let b = self.bytes(8)?;
-        Ok(f64::from_le_bytes(b.try_into().expect("8 bytes")))
-    }
-
-    fn finish(&self) -> Result<(), EmbeddedError> {
-        if self.pos == self.buf.len() { Ok(()) } else { Err(corrupt("trailing bytes after value")) }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Chunks.
 
 /// What a chunk's first bytes say, readable without decoding the readings, so that a range scan
 /// can skip chunks outside the range.
@@ -465,162 +311,12 @@ pub fn decode_chunk(
     Ok(summary)
 }
 
-// ---------------------------------------------------------------------------------------------
-// Bucket headers.
-
-/// The header of one bucket (value of the `buckets` table). Rewritten on every append to the
-/// bucket; its size grows with the number of distinct numeric fields, never with readings.
-#[derive(Clone, Debug, PartialEq)]
-pub struct BucketHeader {
-    pub count: u32,
-    /// Sum of [`approx_reading_bytes`] over the bucket's readings: what the size cap counts.
-    pub bytes: u64,
-    pub min_ts: TimestampMs,
-    pub max_ts: TimestampMs,
-    /// Every chunk starts at or after the previous chunk's last timestamp, so reading the chunks
-    /// in key order yields the bucket's readings in timestamp order.
-    pub sorted: bool,
-    pub chunks: u32,
-    pub stats: BTreeMap<String, FieldStats>,
-}
-
-impl BucketHeader {
-    pub fn empty() -> Self {
-        BucketHeader {
-            count: 0,
-            bytes: 0,
-            min_ts: TimestampMs::MAX,
-            max_ts: TimestampMs::MIN,
-            sorted: true,
-            chunks: 0,
-            stats: BTreeMap::new(),
-        }
-    }
-
-    /// Accounts for a chunk of sorted readings appended to this bucket.
-    pub fn append(&mut self, readings: &[&Reading]) {
-        let (Some(first), Some(last)) = (readings.first(), readings.last()) else {
-            return;
-        };
-        self.sorted &= self.count == 0 || first.ts >= self.max_ts;
-        self.min_ts = self.min_ts.min(first.ts);
-        self.max_ts = self.max_ts.max(last.ts);
-        self.count += readings.len() as u32;
-        self.chunks += 1;
-        for r in readings {
-            self.bytes += approx_reading_bytes(r);
-            for (name, value) in &r.fields {
-                if let Some(v) = value.as_f64() {
-                    match self.stats.get_mut(name.as_str()) {
-                        Some(s) => s.merge(&FieldStats::of(v)),
-                        None => {
-                            self.stats.insert(name.to_string(), FieldStats::of(v));
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(32 + self.stats.len() * 40);
-        put_varint(&mut out, HEADER_VERSION);
-        put_varint(&mut out, u64::from(self.count));
-        put_varint(&mut out, self.bytes);
-        put_varint(&mut out, zigzag(self.min_ts));
-        put_varint(&mut out, zigzag(self.max_ts));
-        out.push(u8::from(self.sorted));
-        put_varint(&mut out, u64::from(self.chunks));
-        put_varint(&mut out, self.stats.len() as u64);
-        for (name, s) in &self.stats {
-            put_str(&mut out, name);
-            put_varint(&mut out, s.count);
-            out.extend_from_slice(&s.min.to_le_bytes());
-            out.extend_from_slice(&s.max.to_le_bytes());
-            out.extend_from_slice(&s.sum.to_le_bytes());
-        }
-        out
-    }
-
-    pub fn decode(bytes: &[u8]) -> Result<Self, EmbeddedError> {
-        let mut c = Cursor::new(bytes);
-        let version = c.varint()?;
-        if version != HEADER_VERSION {
-            return Err(EmbeddedError::Corrupt(format!("unknown bucket header version {version}")));
-        }
-        let count = u32::try_from(c.varint()?).map_err(|_| corrupt("bucket count too large"))?;
-        let bytes_ = c.varint()?;
-        let min_ts = unzigzag(c.varint()?);
-        let max_ts = unzigzag(c.varint()?);
-        let sorted = c.u8()? != 0;
-        let chunks = u32::try_from(c.varint()?).map_err(|_| corrupt("chunk count too large"))?;
-        let n = c.len()?;
-        let mut stats = BTreeMap::new();
-        for _ in 0..n {
-            let name = c.string()?;
-            let count = c.varint()?;
-            let (min, max, sum) = (c.f64()?, c.f64()?, c.f64()?);
-            stats.insert(name, FieldStats { count, min, max, sum });
-        }
-        c.finish()?;
-        Ok(BucketHeader { count, bytes: bytes_, min_ts, max_ts, sorted, chunks, stats })
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Series records.
-
-/// Value of the `series` table, keyed by the sensor key.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SeriesRecord {
-    pub id: u64,
-    pub measurement: String,
-    pub tags: Vec<(String, String)>,
-    pub first: TimestampMs,
-    pub last: TimestampMs,
-}
-
-impl SeriesRecord {
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(32 + self.measurement.len());
-        put_varint(&mut out, SERIES_V1);
-        put_varint(&mut out, self.id);
-        put_str(&mut out, &self.measurement);
-        put_varint(&mut out, self.tags.len() as u64);
-        for (k, v) in &self.tags {
-            put_str(&mut out, k);
-            put_str(&mut out, v);
-        }
-        put_varint(&mut out, zigzag(self.first));
-        put_varint(&mut out, zigzag(self.last));
-        out
-    }
-
-    pub fn decode(bytes: &[u8]) -> Result<Self, EmbeddedError> {
-        let mut c = Cursor::new(bytes);
-        let version = c.varint()?;
-        if version != SERIES_V1 {
-            return Err(EmbeddedError::Corrupt(format!("unknown series record version {version}")));
-        }
-        let id = c.varint()?;
-        let measurement = c.string()?;
-        let n = c.len()?;
-        let mut tags = Vec::with_capacity(n);
-        for _ in 0..n {
-            tags.push((c.string()?, c.string()?));
-        }
-        let first = unzigzag(c.varint()?);
-        let last = unzigzag(c.varint()?);
-        c.finish()?;
-        Ok(SeriesRecord { id, measurement, tags, first, last })
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
     use crate::model::HOUR_MS;
-    use proptest::prelude::*;
 
     fn roundtrip(hour: i64, readings: &[Reading]) -> Vec<Reading> {
         let refs: Vec<&Reading> = readings.iter().collect();
@@ -780,40 +476,6 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn header_tracks_stats_order_and_roundtrips() {
-        let a = r(10, vec![("v", FieldValue::Float(2.0)), ("s", FieldValue::Str("x".into()))]);
-        let b = r(20, vec![("v", FieldValue::Int(-4)), ("w", FieldValue::UInt(7))]);
-        let c = r(15, vec![("v", FieldValue::Bool(true))]);
-        let mut h = BucketHeader::empty();
-        h.append(&[&a, &b]);
-        assert!(h.sorted);
-        h.append(&[&c]);
-        assert!(!h.sorted, "a chunk starting before the bucket's last reading unsorts it");
-        assert_eq!((h.count, h.chunks, h.min_ts, h.max_ts), (3, 2, 10, 20));
-        assert_eq!(
-            h.bytes,
-            approx_reading_bytes(&a) + approx_reading_bytes(&b) + approx_reading_bytes(&c)
-        );
-        assert_eq!(h.stats["v"], FieldStats { count: 2, min: -4.0, max: 2.0, sum: -2.0 });
-        assert_eq!(h.stats["w"], FieldStats::of(7.0));
-        assert!(!h.stats.contains_key("s"));
-        assert_eq!(BucketHeader::decode(&h.encode()).unwrap(), h);
-        assert!(BucketHeader::decode(&h.encode()[..5]).is_err());
-    }
-
-    #[test]
-    fn series_record_roundtrips() {
-        let s = SeriesRecord {
-            id: 300,
-            measurement: "cpu".into(),
-            tags: vec![("host".into(), "a".into()), ("region".into(), "eu".into())],
-            first: -5,
-            last: 1_700_000_000_000,
-        };
-        assert_eq!(SeriesRecord::decode(&s.encode()).unwrap(), s);
-    }
-
     fn value() -> impl Strategy<Value = FieldValue> {
         prop_oneof![
             any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(FieldValue::Float),
@@ -850,13 +512,6 @@ mod tests {
                 }).collect();
             readings.sort_by_key(|r| r.ts);
             prop_assert_eq!(roundtrip(hour, &readings), readings);
-        }
-
-        #[test]
-        fn decoding_garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
-            let _ = decode_chunk(&bytes, 0, &mut Vec::new());
-            let _ = BucketHeader::decode(&bytes);
-            let _ = SeriesRecord::decode(&bytes);
         }
     }
 }

@@ -1,0 +1,85 @@
+//! A parsed entry made owned: the series (tags sorted, key canonical) and the reading,
+//! validated against the input limits.
+
+use std::sync::Arc;
+
+use super::Precision;
+use super::entry::{Bad, Scratch, Value};
+use crate::ingest::series_key::{self, series_key};
+use crate::ingest::validate::{self, InputLimits};
+use crate::model::{FieldValue, Item, Reading, SeriesMeta, TimestampMs};
+
+/// Turns a parsed entry into the owned series and reading, and validates them.
+pub(super) fn build(
+    line: &[u8],
+    e: &mut Scratch<'_>,
+    precision: Precision,
+    now_ms: TimestampMs,
+    limits: &InputLimits,
+) -> Result<Item, Bad> {
+    let text = &line[e.series.0..e.series.1];
+    let (series, known) = match e.known.take() {
+        Some(series) => (series, true),
+        None => (Arc::new(new_series(line, e)?), false),
+    };
+    let ts = match e.ts {
+        None => now_ms,
+        Some(ts) => precision.to_millis(ts).ok_or_else(|| Bad {
+            at: None,
+            message: format!("timestamp {ts} in {precision:?} overflows milliseconds"),
+            reason: "timestamp",
+        })?,
+    };
+    let fields = e
+        .fields
+        .drain(..)
+        .map(|(k, v)| {
+            let v = match v {
+                Value::Float(f) => FieldValue::Float(f),
+                Value::Int(i) => FieldValue::Int(i),
+                Value::UInt(u) => FieldValue::UInt(u),
+                Value::Bool(b) => FieldValue::Bool(b),
+                Value::Str(s) => FieldValue::Str(s.into_owned()),
+            };
+            (e.names.get(&k), v)
+        })
+        .collect();
+    let reading = Reading { ts, fields };
+    let checked = if known {
+        validate::validate_reading(&reading, limits)
+    } else {
+        validate::validate(&series, &reading, limits)
+            .and_then(|()| validate::admit_series(&series, limits))
+            .map(|()| limits.known.insert(text, &series))
+    };
+    checked.map_err(|invalid| Bad {
+        at: None,
+        message: invalid.to_string(),
+        reason: invalid.reason(),
+    })?;
+    Ok((series, reading))
+}
+
+/// The series of a parsed entry, with its tags sorted and its key canonical.
+fn new_series(line: &[u8], e: &mut Scratch<'_>) -> Result<SeriesMeta, Bad> {
+    let presorted = e.tags.windows(2).all(|w| w[0].0 < w[1].0);
+    if !presorted {
+        series_key::sort_tags(&mut e.tags);
+        if let Some([first, _]) = series_key::repeated_key(&e.tags) {
+            return Err(Bad {
+                at: None,
+                message: format!("tag key {:?} appears more than once", first.0),
+                reason: "syntax",
+            });
+        }
+    }
+    let tags: Vec<(String, String)> =
+        e.tags.iter().map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned())).collect();
+    // Text that parsed and re-encodes to itself: with the tags already in order, the written
+    // series text is the series key, and copying it is cheaper than re-encoding.
+    let key = match std::str::from_utf8(&line[e.series.0..e.series.1]) {
+        Ok(raw) if presorted => raw.to_owned(),
+        _ => series_key(&e.measurement, &tags),
+    };
+    Ok(SeriesMeta { key, measurement: e.measurement.as_ref().to_owned(), tags })
+}
