@@ -4,7 +4,8 @@
 //! # Layout
 //! - [`model`]: readings, series and batches, the data every layer shares.
 //! - [`ingest`]: the wire formats (line protocol, JSON) and the listeners that speak them
-//!   (HTTP write endpoints, raw TCP). Parses, validates, and hands readings to the buffers.
+//!   (HTTP write endpoints, raw TCP). Parses, validates (the input limits and the series
+//!   limit are ingest policy), and hands readings to the buffers.
 //! - [`buffer`]: bounded per-(sensor, hour) in-memory buffers; owns the memory bound and its
 //!   full-policy (reject with 503 over HTTP, stop reading over TCP).
 //! - [`wal`]: the write-ahead log: group-committed segments that make a 2xx durable before

@@ -1,6 +1,6 @@
-//! Wire formats and the listeners that speak them. Parsers ([`json`], [`line_protocol`]) turn
-//! bytes into validated readings; [`http`] and [`tcp`] move bytes in and readings on to the
-//! buffers.
+//! Wire formats and the listeners that speak them. Parsers ([`json`], [`line_protocol`], and
+//! the [`series_key`] both build) turn bytes into readings that [`validate`] admits;
+//! [`http`] and [`tcp`] move bytes in and hand readings to [`intake`], counted by [`metrics`].
 
 pub mod http;
 pub mod intake;

@@ -15,7 +15,7 @@
 //! - [`sensors`]: `GET /api/v1/sensors`.
 //! - [`schemas`]: the hand-streamed bodies' shapes, for the OpenAPI document.
 //! - [`error`]: `QueryError` and its mapping into the API's error; [`params`], [`cursor`]:
-//!   shared parsing.
+//!   shared parsing; [`encode`]: the timestamp, number, JSON-string and CSV writers.
 
 pub mod cursor;
 pub mod encode;
