@@ -3,5 +3,4 @@
 mod embedded;
 mod memory;
 mod mongo;
-mod mongo_write_counts;
 mod suite;

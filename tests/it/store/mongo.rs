@@ -3,15 +3,15 @@
 //! suite, then what only MongoDB has (the document shape, indexes, the 16 MiB limit, command
 //! splitting, write-error mapping).
 //!
-//! `cargo test --test it store::mongo`; the round-trip measurement:
-//! `cargo test --test it -- --ignored --nocapture store::mongo::round_trips`.
+//! `cargo test --test it store::mongo`; the round-trip measurements are in
+//! `benches/mongo_write_path.rs` (`loadtest/README.md`).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bson::{Bson, doc, oid::ObjectId};
 use bucketd::model::{Batch, FieldValue, HOUR_MS, Reading};
-use bucketd::store::mongo::{COLLECTION, MongoConfig, MongoStore, document as d};
+use bucketd::store::mongo::{COLLECTION, MongoStore, document as d};
 use bucketd::store::{BucketLimits, SCHEMA_VERSION, Store, StoreError};
 use futures::TryStreamExt;
 
@@ -289,96 +289,39 @@ async fn commands_are_split_within_the_servers_limits() {
     }
 }
 
-/// Round trips of one flush of 10,000 sensors x 10 readings with the default caps. Counts,
-/// not timings: the stand-in is far slower than MongoDB.
-#[tokio::test]
-#[ignore = "a measurement: minutes against the stand-in"]
-async fn round_trips_of_a_large_flush() {
-    let backend = MongoBackend::start();
-    let mut config = MongoConfig::new(&backend.uri, &backend.database);
-    // One command of 10,000 statements takes the stand-in minutes.
-    config.op_timeout = Duration::from_secs(1800);
-    let store = MongoStore::connect_with(config).await.expect("connect");
-    let flush = |offset: i64| -> Vec<Batch> {
-        (0..10_000)
-            .flat_map(|i| {
-                let readings: Vec<Reading> = (0..10)
-                    .map(|j| {
-                        reading(
-                            T0 + offset + j * 1000,
-                            &[
-                                ("temp", FieldValue::Float(20.0 + j as f64 * 0.5)),
-                                ("hum", FieldValue::Int(40 + j)),
-                            ],
-                        )
-                    })
-                    .collect();
-                batches(&series(&format!("sensor-{i:05}"), "env", &[("site", "a")]), &readings)
-            })
-            .collect()
-    };
-    let mut before = store.write_round_trips();
-    // The first flush of an hour creates every bucket; the second appends to them.
-    for (name, offset) in [("first flush", 0), ("second flush", 60_000)] {
-        let started = Instant::now();
-        let reports = write_ok(&store, &flush(offset)).await;
-        let after = store.write_round_trips();
-        println!(
-            "{name}, 10,000 sensors x 10 readings: {} update command(s), {} statements, \
-             {} buckets created, {:?} against {}",
-            after.commands - before.commands,
-            after.statements - before.statements,
-            reports.iter().map(|r| r.buckets_created).sum::<u32>(),
-            started.elapsed(),
-            if backend.is_real_server() { "a real server" } else { "the stand-in" }
-        );
-        assert_eq!(after.statements - before.statements, 10_000);
-        before = after;
-    }
-}
-
-/// Commands the stand-in received, by name (what `bridgeStats` reports).
-async fn commands_received(backend: &MongoBackend) -> bson::Document {
-    let client = mongodb::Client::with_uri_str(&backend.uri).await.expect("client");
-    let reply =
-        client.database("admin").run_command(doc! {"bridgeStats": 1}).await.expect("bridgeStats");
-    reply.get_document("commands").cloned().unwrap_or_default()
-}
-
-fn count(commands: &bson::Document, name: &str) -> i64 {
-    commands.get(name).and_then(d::number).unwrap_or(0.0) as i64
-}
-
-/// Round trips of reading back one day of one sensor at 1 Hz (86,400 readings): the query the
-/// README's latency figure is about. Counted by the stand-in, so it needs the stand-in.
-#[tokio::test]
-#[ignore = "a measurement: a minute against the stand-in"]
-async fn round_trips_of_a_day_range() {
+/// At the server's default limits a flush is one `update` command with one statement per
+/// (sensor, hour) batch, however many readings a batch holds: 100 sensors flushed three times at
+/// 1, 10 and 60 readings a batch. (What `benches/mongo_write_path.rs` counts on the wire and
+/// scales to 10,000 sensors.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_is_one_update_command_with_one_statement_per_batch() {
+    const SENSORS: i64 = 100;
+    const FLUSHES: i64 = 3;
     let backend = MongoBackend::standin(StandInOptions::default());
-    let mut config = MongoConfig::new(&backend.uri, &backend.database);
-    config.op_timeout = Duration::from_secs(600);
-    let store = MongoStore::connect_with(config).await.expect("connect");
-    let day: Vec<Reading> = (0..86_400)
-        .map(|s| reading(T0 + s * 1000, &[("temp", FieldValue::Float(20.0 + (s % 100) as f64))]))
-        .collect();
-    let day_series = series("day", "env", &[]);
-    for hour in day.chunks(3600) {
-        write_ok(&store, &batches(&day_series, hour)).await;
+    let store = connect(&backend, BucketLimits::default()).await;
+    for readings_per_batch in [1, 10, 60] {
+        let hour = T0 + readings_per_batch * HOUR_MS;
+        for flush in 0..FLUSHES {
+            let start = hour + flush * readings_per_batch * 1000;
+            let sensors: Vec<Batch> = (0..SENSORS)
+                .flat_map(|i| {
+                    let readings: Vec<Reading> = (0..readings_per_batch)
+                        .map(|k| reading(start + k * 1000, &[("v", FieldValue::Int(i + k))]))
+                        .collect();
+                    batches(&series(&format!("flush-{i:03}"), "m", &[]), &readings)
+                })
+                .collect();
+            assert_eq!(sensors.len(), SENSORS as usize, "one batch per sensor");
+            let before = store.write_round_trips();
+            write_ok(&store, &sensors).await;
+            let after = store.write_round_trips();
+            assert_eq!(
+                (after.commands - before.commands, after.statements - before.statements),
+                (1, SENSORS as u64),
+                "flush {flush} of {readings_per_batch} reading(s) a batch"
+            );
+        }
     }
-    let before = commands_received(&backend).await;
-    let started = Instant::now();
-    let got = read(&store, range("day", T0, T0 + 24 * HOUR_MS)).await;
-    let elapsed = started.elapsed();
-    let after = commands_received(&backend).await;
-    assert_eq!(got.len(), 86_400);
-    let aggregates = count(&after, "aggregate") - count(&before, "aggregate");
-    let get_mores = count(&after, "getMore") - count(&before, "getMore");
-    println!(
-        "86,400-reading range: {aggregates} aggregate + {get_mores} getMore = {} round trips \
-         ({elapsed:?} against the stand-in, which says nothing of MongoDB's speed)",
-        aggregates + get_mores
-    );
-    assert_eq!(aggregates, 1);
 }
 
 /// Schema 1 → 2: buckets a schema-1 bucketd wrote (`v: 1`, one `w` for every writer) are read

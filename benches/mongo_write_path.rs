@@ -1,30 +1,50 @@
-//! Counts what the MongoDB write path sends, on the stand-in: update statements and update
-//! commands (round trips) per flush, against one-document-per-reading `insert`s of the same
-//! readings, for several flush intervals. A counting TCP proxy sits between the driver and the
-//! stand-in and reads every OP_MSG the client sends.
+//! Counts, not timings, of what the MongoDB store sends, on the stand-in
+//! (`tests/mongo_standin/bridge.py`, started here as the tests start it). Measurements, not
+//! tests: they print what `loadtest/README.md` and the README quote, and check only that the
+//! counts are what those say. Four of them:
 //!
+//! - `flush_intervals`: update statements and update commands (round trips) per flush,
+//!   against one-document-per-reading `insert`s of the same readings, for several flush
+//!   intervals. A counting TCP proxy sits between the driver and the stand-in and reads every
+//!   OP_MSG the client sends;
+//! - `running_flusher`: the running flusher at the default flags, paced in real time (35 s);
+//! - `large_flush`: round trips of one flush of 10,000 sensors × 10 readings (minutes);
+//! - `day_range`: round trips of reading back one day of one sensor at 1 Hz (a minute).
+//!
+//! `cargo bench --bench mongo_write_path` runs the first two; name measurements to choose,
+//! e.g. `cargo bench --bench mongo_write_path -- large_flush day_range`. `large_flush` uses
+//! the MongoDB server named by `BUCKETD_TEST_MONGODB_URI` when set. Under `cargo test`
+//! (which runs bench targets without `--bench`) nothing runs.
+//!
+//! About `flush_intervals`:
 //! The load modelled is N sensors at 1 reading/s each, every sensor flushed once per flush
 //! interval (so a flush of interval F holds N batches of F readings). The stand-in scans its
 //! collection per statement, so N is kept small here; per-reading and per-flush counts do not
 //! depend on N while one flush's statements fit one command (checked below against the
 //! command limits with the measured statement size). `loadtest/README.md` scales them to
-//! 10,000 sensors. Run with `--nocapture` to see the table.
+//! 10,000 sensors.
+
+// The integration tests' stand-in launcher, shared rather than copied: how the venv is built
+// and the bridge started must stay the same for both.
+#[path = "../tests/it/support/mongo_standin.rs"]
+mod mongo_standin;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bson::{Document, RawDocument, doc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bucketd::buffer::Buffers;
 use bucketd::flush::Flusher;
+use bucketd::model::hour_start;
 use bucketd::model::{Batch, FieldValue, HOUR_MS, Item, Reading, SeriesMeta};
-use bucketd::store::mongo::MongoStore;
-use bucketd::store::{BucketLimits, Store};
+use bucketd::store::mongo::{MongoConfig, MongoStore};
+use bucketd::store::{BucketLimits, Order, RangeQuery, Store, WriteReport};
+use futures::StreamExt;
+use mongo_standin::{MongoBackend, StandInOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-
-use crate::support::mongo_standin::{MongoBackend, StandInOptions};
 
 /// The writer these writes are made as.
 const W: bucketd::model::WriterId = bucketd::model::WriterId(1);
@@ -193,8 +213,7 @@ async fn counted_standin() -> (MongoBackend, Arc<Counts>, String) {
 /// ratio is per sensor, so a few hundred sensors show it (the stand-in scans its collection
 /// per statement and could not take 10,000 sensors' statements in real time); the memory
 /// bound (1,000,000 readings) is far from pressed at 10,000 x 1 Hz x 10 s either.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_running_flusher_at_the_defaults_sends_about_one_statement_per_ten_readings_at_1_hz() {
+async fn running_flusher() {
     const PACED_SENSORS: usize = 200;
     // Ends halfway between two rounds of 10 s flushes, so no write is in flight when counted.
     const SECONDS: i64 = 35;
@@ -231,8 +250,8 @@ async fn the_running_flusher_at_the_defaults_sends_about_one_statement_per_ten_r
     assert!(per_million <= 125_000, "{per_million} update statements per million readings");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn update_statements_and_round_trips_per_flush() {
+/// Update statements and round trips per flush, for flush intervals of 1, 10 and 60 s.
+async fn flush_intervals() {
     let (_backend, counts, uri) = counted_standin().await;
 
     let mut rows = Vec::new();
@@ -301,5 +320,184 @@ async fn update_statements_and_round_trips_per_flush() {
         assert_eq!(us, (SENSORS * FLUSHES) as u64, "statements at {} s", r.interval_s);
         assert_eq!(uc, FLUSHES as u64, "update commands at {} s", r.interval_s);
         assert_eq!(id, r.readings, "insert documents at {} s", r.interval_s);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Round trips of one large flush and of one day's range
+
+/// 2024-01-01T00:00:00Z: an hour boundary.
+const T0_MS: i64 = 1_704_067_200_000;
+
+fn series_of(key: &str, measurement: &str, tags: &[(&str, &str)]) -> Arc<SeriesMeta> {
+    let mut tags: Vec<(String, String)> =
+        tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    tags.sort();
+    Arc::new(SeriesMeta { key: key.into(), measurement: measurement.into(), tags })
+}
+
+fn reading_of(ts: i64, fields: &[(&str, FieldValue)]) -> Reading {
+    Reading { ts, fields: fields.iter().map(|&(n, ref v)| (n.into(), v.clone())).collect() }
+}
+
+/// One batch per hour, readings in order.
+fn batches(series: &Arc<SeriesMeta>, readings: &[Reading]) -> Vec<Batch> {
+    let mut out: Vec<Batch> = Vec::new();
+    for r in readings {
+        let hour = hour_start(r.ts);
+        match out.iter_mut().find(|b| b.hour == hour) {
+            Some(b) => b.readings.push(r.clone()),
+            None => out.push(Batch::new(series.clone(), hour, vec![r.clone()])),
+        }
+    }
+    out
+}
+
+async fn write_ok(store: &dyn Store, batches: &[Batch]) -> Vec<WriteReport> {
+    let results = store.write(W, batches).await;
+    results.into_iter().map(|r| r.expect("write")).collect()
+}
+
+fn range(sensor: &str, from: i64, to: i64) -> RangeQuery {
+    RangeQuery { sensor: sensor.into(), from, to, order: Order::Asc, limit: None }
+}
+
+async fn read(store: &dyn Store, query: RangeQuery) -> Vec<Reading> {
+    store.readings(query).map(|r| r.expect("read")).collect().await
+}
+
+/// Round trips of one flush of 10,000 sensors x 10 readings with the default caps. Counts,
+/// not timings: the stand-in is far slower than MongoDB.
+async fn large_flush() {
+    let backend = MongoBackend::start();
+    let mut config = MongoConfig::new(&backend.uri, &backend.database);
+    // One command of 10,000 statements takes the stand-in minutes.
+    config.op_timeout = Duration::from_secs(1800);
+    let store = MongoStore::connect_with(config).await.expect("connect");
+    let flush = |offset: i64| -> Vec<Batch> {
+        (0..10_000)
+            .flat_map(|i| {
+                let readings: Vec<Reading> = (0..10)
+                    .map(|j| {
+                        reading_of(
+                            T0_MS + offset + j * 1000,
+                            &[
+                                ("temp", FieldValue::Float(20.0 + j as f64 * 0.5)),
+                                ("hum", FieldValue::Int(40 + j)),
+                            ],
+                        )
+                    })
+                    .collect();
+                batches(&series_of(&format!("sensor-{i:05}"), "env", &[("site", "a")]), &readings)
+            })
+            .collect()
+    };
+    let mut before = store.write_round_trips();
+    // The first flush of an hour creates every bucket; the second appends to them.
+    for (name, offset) in [("first flush", 0), ("second flush", 60_000)] {
+        let started = Instant::now();
+        let reports = write_ok(&store, &flush(offset)).await;
+        let after = store.write_round_trips();
+        println!(
+            "{name}, 10,000 sensors x 10 readings: {} update command(s), {} statements, \
+             {} buckets created, {:?} against {}",
+            after.commands - before.commands,
+            after.statements - before.statements,
+            reports.iter().map(|r| r.buckets_created).sum::<u32>(),
+            started.elapsed(),
+            if backend.is_real_server() { "a real server" } else { "the stand-in" }
+        );
+        assert_eq!(after.statements - before.statements, 10_000);
+        before = after;
+    }
+}
+
+/// Commands the stand-in received, by name (what `bridgeStats` reports).
+async fn commands_received(backend: &MongoBackend) -> bson::Document {
+    let client = mongodb::Client::with_uri_str(&backend.uri).await.expect("client");
+    let reply =
+        client.database("admin").run_command(doc! {"bridgeStats": 1}).await.expect("bridgeStats");
+    reply.get_document("commands").cloned().unwrap_or_default()
+}
+
+fn count(commands: &bson::Document, name: &str) -> i64 {
+    commands.get(name).and_then(bucketd::store::mongo::document::number).unwrap_or(0.0) as i64
+}
+
+/// Round trips of reading back one day of one sensor at 1 Hz (86,400 readings): the query the
+/// README's latency figure is about. Counted by the stand-in, so it needs the stand-in.
+async fn day_range() {
+    let backend = MongoBackend::standin(StandInOptions::default());
+    let mut config = MongoConfig::new(&backend.uri, &backend.database);
+    config.op_timeout = Duration::from_secs(600);
+    let store = MongoStore::connect_with(config).await.expect("connect");
+    let day: Vec<Reading> = (0..86_400)
+        .map(|s| {
+            reading_of(T0_MS + s * 1000, &[("temp", FieldValue::Float(20.0 + (s % 100) as f64))])
+        })
+        .collect();
+    let day_series = series_of("day", "env", &[]);
+    for hour in day.chunks(3600) {
+        write_ok(&store, &batches(&day_series, hour)).await;
+    }
+    let before = commands_received(&backend).await;
+    let started = Instant::now();
+    let got = read(&store, range("day", T0_MS, T0_MS + 24 * HOUR_MS)).await;
+    let elapsed = started.elapsed();
+    let after = commands_received(&backend).await;
+    assert_eq!(got.len(), 86_400);
+    let aggregates = count(&after, "aggregate") - count(&before, "aggregate");
+    let get_mores = count(&after, "getMore") - count(&before, "getMore");
+    println!(
+        "86,400-reading range: {aggregates} aggregate + {get_mores} getMore = {} round trips \
+         ({elapsed:?} against the stand-in, which says nothing of MongoDB's speed)",
+        aggregates + get_mores
+    );
+    assert_eq!(aggregates, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// Each measurement, whether it runs when none is named, and whether it needs a multi-threaded
+/// runtime.
+const MEASUREMENTS: [(&str, bool, bool); 4] = [
+    ("flush_intervals", true, true),
+    ("running_flusher", true, true),
+    ("large_flush", false, false),
+    ("day_range", false, false),
+];
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // `cargo test --all-targets` runs bench targets too, without `--bench`: nothing to do.
+    if !args.iter().any(|a| a == "--bench") {
+        return;
+    }
+    let named: Vec<&str> =
+        args.iter().filter(|a| !a.starts_with("--")).map(String::as_str).collect();
+    if let Some(unknown) = named.iter().find(|n| !MEASUREMENTS.iter().any(|(m, ..)| m == *n)) {
+        let known: Vec<&str> = MEASUREMENTS.iter().map(|(m, ..)| *m).collect();
+        panic!("no measurement {unknown:?}; there are {known:?}");
+    }
+    for (name, by_default, multi_thread) in MEASUREMENTS {
+        if !(named.contains(&name) || named.is_empty() && by_default) {
+            continue;
+        }
+        println!("\n== {name}");
+        let runtime = if multi_thread {
+            tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
+        } else {
+            tokio::runtime::Builder::new_current_thread().enable_all().build()
+        }
+        .expect("a Tokio runtime");
+        runtime.block_on(async {
+            match name {
+                "flush_intervals" => flush_intervals().await,
+                "running_flusher" => running_flusher().await,
+                "large_flush" => large_flush().await,
+                "day_range" => day_range().await,
+                _ => unreachable!(),
+            }
+        });
     }
 }
