@@ -1,6 +1,6 @@
 //! InfluxDB line protocol, read the way the Go reference decoder (influxdata/line-protocol
 //! v2.1.0) reads it: that is what Telegraf, InfluxDB 1.x/2.x and their client libraries agree on,
-//! and `tests/line_protocol_conformance.rs` pins it against that decoder's corpus.
+//! and `tests/it/ingest/line_protocol_conformance.rs` pins it against that decoder's corpus.
 //!
 //! # Rules
 //! - `measurement[,tag=value...] field=value[,field=value...] [timestamp]`, one entry per line.
