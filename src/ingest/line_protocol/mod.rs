@@ -1,6 +1,6 @@
 //! InfluxDB line protocol, read the way the Go reference decoder (influxdata/line-protocol
 //! v2.1.0) reads it: that is what Telegraf, InfluxDB 1.x/2.x and their client libraries agree on,
-//! and `tests/line_protocol_conformance.rs` pins it against that decoder's corpus.
+//! and `tests/it/ingest/line_protocol_conformance.rs` pins it against that decoder's corpus.
 //!
 //! # Rules
 //! - `measurement[,tag=value...] field=value[,field=value...] [timestamp]`, one entry per line.
@@ -38,8 +38,6 @@ mod tests;
 use self::build::build;
 use self::entry::{Bad, Scratch, parse_entry};
 use self::lex::{Kind, classify, frame};
-// The key a line's series gets is line-protocol text, so it belongs to this surface too.
-pub use crate::ingest::series_key::series_key;
 use crate::ingest::validate::InputLimits;
 use crate::model::{Item, TimestampMs};
 

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 
 use super::entry::echo;
 use super::*;
-use crate::ingest::series_key::parse_series_key;
+use crate::ingest::series_key::{parse_series_key, series_key};
 use crate::ingest::validate::SeriesLimit;
 use crate::model::{FieldValue, SeriesMeta};
 

@@ -34,7 +34,7 @@
 //! quick-repair mode (two-phase commit that saves the allocator state), so reopening after a
 //! crash does not have to walk the whole file. It adds an fsync per commit; measured with
 //! `benches/embedded.rs`, a flush of 1,000 batches × 10 readings took 24.2 ms with it and
-//! 23.9 ms without, within noise. `tests/embedded_crash.rs` SIGKILLs a writer mid-flight and
+//! 23.9 ms without, within noise. `tests/it/durability/embedded_crash.rs` SIGKILLs a writer mid-flight and
 //! checks that every acknowledged write survives, whole.
 //!
 //! # Series metadata

@@ -1,0 +1,10 @@
+//! Nothing acknowledged is lost, and nothing is stored twice: shutdowns, kills, crash loops,
+//! full disks and logs, schema upgrades, and MongoDB faults.
+
+mod crash_loop;
+mod disk_full;
+mod embedded_crash;
+mod mongo;
+mod restart;
+mod schema_upgrade;
+mod tcp_full_log;

@@ -1,0 +1,4 @@
+//! Reading data out, through the query router in process.
+
+mod api;
+mod readings;

@@ -1,0 +1,394 @@
+//! The MongoDB store against the stand-in (mockupdb + mongomock, started per test), or
+//! against a real MongoDB 7.0+ when `BUCKETD_TEST_MONGODB_URI` is set: the shared Store
+//! suite, then what only MongoDB has (the document shape, indexes, the 16 MiB limit, command
+//! splitting, write-error mapping).
+//!
+//! `cargo test --test it store::mongo`; the round-trip measurements are in
+//! `benches/mongo_write_path.rs` (`loadtest/README.md`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bson::{Bson, doc, oid::ObjectId};
+use bucketd::model::{Batch, FieldValue, HOUR_MS, Reading};
+use bucketd::store::mongo::{COLLECTION, MongoStore, document as d};
+use bucketd::store::{BucketLimits, SCHEMA_VERSION, Store, StoreError};
+use futures::TryStreamExt;
+
+use super::suite::{
+    Capabilities, Fixture, T0, W, batches, expected_range, range, read, reading, series, write_ok,
+};
+use crate::support::mongo_standin::{MongoBackend, StandInOptions};
+
+const CAPS: Capabilities = Capabilities { rejects_oversized_reading: true };
+
+async fn connect(backend: &MongoBackend, limits: BucketLimits) -> MongoStore {
+    MongoStore::connect(&backend.uri, &backend.database, limits, None)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {}: {e}", backend.uri))
+}
+
+async fn make_store(limits: BucketLimits) -> Fixture {
+    let backend = MongoBackend::start();
+    let store = connect(&backend, limits).await;
+    Fixture::new(Arc::new(store), CAPS, backend)
+}
+
+super::suite::store_suite!(make_store);
+
+async fn raw_buckets(store: &MongoStore, sensor: &str) -> Vec<bson::Document> {
+    store
+        .database()
+        .collection::<bson::Document>(COLLECTION)
+        .find(doc! {d::SENSOR: sensor})
+        .sort(doc! {d::ID: 1})
+        .await
+        .expect("find buckets")
+        .try_collect()
+        .await
+        .expect("read buckets")
+}
+
+#[tokio::test]
+async fn bucket_document_has_the_documented_shape() {
+    let backend = MongoBackend::start();
+    let store = connect(&backend, BucketLimits::default()).await;
+    let s = series("shape", "air", &[("site", "a.b"), ("$k", "v")]);
+    let readings = vec![
+        Reading {
+            ts: T0 + 10,
+            fields: smallvec::smallvec![
+                ("a.b".into(), FieldValue::Float(1.5)),
+                ("$n".into(), FieldValue::Int(4)),
+                ("msg".into(), FieldValue::Str("hi".into())),
+            ],
+        },
+        Reading {
+            ts: T0 + 5,
+            fields: smallvec::smallvec![
+                ("a.b".into(), FieldValue::Float(-2.0)),
+                ("u".into(), FieldValue::UInt(u64::MAX)),
+            ],
+        },
+    ];
+    write_ok(&store, &batches(&s, &readings)).await;
+    let docs = raw_buckets(&store, "shape").await;
+    assert_eq!(docs.len(), 1);
+    let b = &docs[0];
+    let mut keys: Vec<&str> = b.keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        vec![
+            "_id", "bytes", "end", "first", "last", "m", "n", "r", "s", "start", "stats", "tags",
+            "v"
+        ]
+    );
+    assert!(matches!(b.get(d::ID), Some(Bson::ObjectId(_))));
+    assert_eq!(b.get_str(d::SENSOR).unwrap(), "shape");
+    assert_eq!(b.get_str(d::MEASUREMENT).unwrap(), "air");
+    assert_eq!(b.get(d::VERSION).and_then(d::number), Some(f64::from(SCHEMA_VERSION)));
+    assert_eq!(b.get_datetime(d::START).unwrap().timestamp_millis(), T0);
+    assert_eq!(b.get_datetime(d::END).unwrap().timestamp_millis(), T0 + HOUR_MS);
+    assert_eq!(b.get_datetime(d::FIRST).unwrap().timestamp_millis(), T0 + 5);
+    assert_eq!(b.get_datetime(d::LAST).unwrap().timestamp_millis(), T0 + 10);
+    assert_eq!(b.get(d::COUNT).and_then(d::number), Some(2.0));
+    let expected_bytes: u64 = readings.iter().map(|r| d::encode_reading(r).size).sum();
+    assert_eq!(b.get(d::BYTES).and_then(d::number), Some(expected_bytes as f64));
+    assert_eq!(
+        b.get_array(d::TAGS).unwrap(),
+        &vec![
+            Bson::Document(doc! {"k": "$k", "v": "v"}),
+            Bson::Document(doc! {"k": "site", "v": "a.b"})
+        ]
+    );
+    let stats = b.get_document(d::STATS).unwrap();
+    let mut stat_keys: Vec<&str> = stats.keys().map(String::as_str).collect();
+    stat_keys.sort();
+    assert_eq!(stat_keys, vec!["%24n", "a%2Eb", "u"], "strings have no statistics");
+    let ab = d::decode_stats(stats.get_document("a%2Eb").unwrap()).unwrap();
+    assert_eq!((ab.count, ab.min, ab.max, ab.sum), (2, -2.0, 1.5, -0.5));
+    let u = stats.get_document("u").unwrap();
+    assert_eq!(u.get(d::STAT_MAX).and_then(d::number), Some(u64::MAX as f64));
+    let r = b.get_array(d::READINGS).unwrap();
+    assert_eq!(r.len(), 2);
+    let first = r[0].as_document().unwrap();
+    assert_eq!(first.get_datetime(d::TIME).unwrap().timestamp_millis(), T0 + 10);
+    let f = first.get_document(d::FIELDS).unwrap();
+    assert_eq!(f.get("a%2Eb"), Some(&Bson::Double(1.5)));
+    assert_eq!(f.get("%24n").and_then(d::number), Some(4.0));
+    assert_eq!(f.get("msg"), Some(&Bson::String("hi".into())));
+    let second = r[1].as_document().unwrap().get_document(d::FIELDS).unwrap();
+    assert_eq!(
+        second.get("u"),
+        Some(&Bson::Double(u64::MAX as f64)),
+        "u64 above i64::MAX is a double"
+    );
+}
+
+#[tokio::test]
+async fn indexes_are_created_idempotently_and_retention_is_a_ttl_index() {
+    let backend = MongoBackend::start();
+    let names = |store: MongoStore| async move {
+        let mut names = store
+            .database()
+            .collection::<bson::Document>(COLLECTION)
+            .list_index_names()
+            .await
+            .expect("list indexes");
+        names.sort();
+        names
+    };
+    let store = connect(&backend, BucketLimits::default()).await;
+    assert_eq!(names(store).await, vec!["_id_", "m_s", "s_start", "tags"]);
+    let again = MongoStore::connect(
+        &backend.uri,
+        &backend.database,
+        BucketLimits::default(),
+        Some(Duration::from_secs(86_400)),
+    )
+    .await
+    .expect("second connect");
+    assert_eq!(names(again).await, vec!["_id_", "end_ttl", "m_s", "s_start", "tags"]);
+    let without = connect(&backend, BucketLimits::default()).await;
+    assert_eq!(names(without).await, vec!["_id_", "m_s", "s_start", "tags"]);
+}
+
+/// A bucket that is larger than the store estimates (here: padded by hand, as a bucket
+/// written under other caps or by another version could be) makes MongoDB refuse the update
+/// with "too large"; the batch goes to a new bucket and nothing is lost.
+#[tokio::test]
+async fn a_bucket_mongodb_refuses_to_grow_spills_into_a_new_one() {
+    let backend = MongoBackend::start();
+    let store = connect(&backend, BucketLimits::default()).await;
+    let buckets = store.database().collection::<bson::Document>(COLLECTION);
+    let padded = ObjectId::new();
+    buckets
+        .insert_one(doc! {
+            d::ID: padded, d::SENSOR: "padded", d::START: d::date(T0), d::VERSION: SCHEMA_VERSION,
+            d::COUNT: 0_i64, d::BYTES: 0_i64, d::READINGS: [],
+            "pad": "p".repeat(16 * 1024 * 1024 - 40 * 1024),
+        })
+        .await
+        .expect("insert padded bucket");
+    let s = series("padded", "m", &[]);
+    let readings: Vec<Reading> = (0..20)
+        .map(|i| {
+            reading(
+                T0 + i,
+                &[("msg", FieldValue::Str("m".repeat(4000))), ("v", FieldValue::Int(i))],
+            )
+        })
+        .collect();
+    let reports = write_ok(&store, &batches(&s, &readings)).await;
+    assert_eq!(reports[0].buckets_created, 1);
+    let docs = raw_buckets(&store, "padded").await;
+    assert_eq!(docs.len(), 2);
+    let untouched = docs.iter().find(|b| b.get_object_id(d::ID).unwrap() == padded).unwrap();
+    assert!(
+        untouched.get_array(d::READINGS).unwrap().is_empty(),
+        "the refused update left no trace"
+    );
+    assert_eq!(
+        read(&store, range("padded", T0, T0 + HOUR_MS)).await,
+        expected_range(&readings, T0, T0 + HOUR_MS)
+    );
+}
+
+#[tokio::test]
+async fn write_errors_map_to_their_batches() {
+    let backend = MongoBackend::standin(StandInOptions { faults: true, ..Default::default() });
+    let store = connect(&backend, BucketLimits::default()).await;
+    let one =
+        |key: &str| batches(&series(key, "m", &[]), &[reading(T0, &[("v", FieldValue::Int(1))])]);
+    let all: Vec<Batch> = [
+        "ok-1",
+        "fault:code:112:conflict",
+        "ok-2",
+        "fault:code:2:bad",
+        "fault:code:17419:x",
+        "ok-3",
+    ]
+    .iter()
+    .flat_map(|k| one(k))
+    .collect();
+    let results = store.write(W, &all).await;
+    assert!(results[0].is_ok() && results[2].is_ok() && results[5].is_ok(), "{results:?}");
+    assert!(matches!(results[1], Err(StoreError::Unavailable(_))), "{:?}", results[1]);
+    assert!(matches!(results[3], Err(StoreError::Rejected(_))), "{:?}", results[3]);
+    // "Too large" for a single reading even in a new bucket: refused for good.
+    assert!(matches!(results[4], Err(StoreError::Rejected(_))), "{:?}", results[4]);
+    for key in ["ok-1", "ok-2", "ok-3"] {
+        assert_eq!(read(&store, range(key, T0, T0 + 1)).await.len(), 1, "{key}");
+    }
+}
+
+#[tokio::test]
+async fn a_network_error_fails_every_batch_of_the_command_and_the_next_write_works() {
+    let backend = MongoBackend::standin(StandInOptions { faults: true, ..Default::default() });
+    let store = connect(&backend, BucketLimits::default()).await;
+    let one =
+        |key: &str| batches(&series(key, "m", &[]), &[reading(T0, &[("v", FieldValue::Int(1))])]);
+    let all: Vec<Batch> = ["a", "fault:hangup", "b"].iter().flat_map(|k| one(k)).collect();
+    let results = store.write(W, &all).await;
+    assert!(
+        results
+            .iter()
+            .all(|r| matches!(r, Err(e @ StoreError::Unavailable(_)) if e.is_retriable())),
+        "{results:?}"
+    );
+    write_ok(&store, &one("a")).await;
+    assert_eq!(read(&store, range("a", T0, T0 + 1)).await.len(), 1);
+}
+
+async fn refused_commands(backend: &MongoBackend) -> i64 {
+    let client = mongodb::Client::with_uri_str(&backend.uri).await.expect("client");
+    let reply =
+        client.database("admin").run_command(doc! {"bridgeStats": 1}).await.expect("bridgeStats");
+    reply.get("refusedCommands").and_then(d::number).expect("refusedCommands") as i64
+}
+
+/// Commands stay within the statement count and byte size the server's `hello` reports.
+#[tokio::test]
+async fn commands_are_split_within_the_servers_limits() {
+    let backend = MongoBackend::standin(StandInOptions {
+        max_bson: Some(1024 * 1024),
+        max_write_batch: Some(10),
+        ..Default::default()
+    });
+    let store = connect(&backend, BucketLimits::default()).await;
+    let sensors: Vec<Batch> = (0..25)
+        .flat_map(|i| {
+            batches(
+                &series(&format!("count-{i:02}"), "m", &[]),
+                &[reading(T0, &[("v", FieldValue::Int(i))])],
+            )
+        })
+        .collect();
+    write_ok(&store, &sensors).await;
+    assert_eq!(store.write_round_trips().commands, 3, "25 statements, at most 10 per command");
+
+    let before = store.write_round_trips();
+    let blob = "y".repeat(30 * 1024);
+    let big: Vec<Batch> = (0..12)
+        .flat_map(|i| {
+            let readings: Vec<Reading> = (0..4)
+                .map(|j| reading(T0 + j, &[("blob", FieldValue::Str(blob.clone()))]))
+                .collect();
+            batches(&series(&format!("bytes-{i}"), "m", &[]), &readings)
+        })
+        .collect();
+    write_ok(&store, &big).await;
+    let after = store.write_round_trips();
+    // 12 statements of ~120 KiB: at most 8 per MiB, so at least 2 commands, none refused.
+    assert_eq!(after.statements - before.statements, 12);
+    assert!(after.commands - before.commands >= 2, "{before:?} -> {after:?}");
+    assert_eq!(refused_commands(&backend).await, 0);
+    for i in 0..12 {
+        assert_eq!(read(&store, range(&format!("bytes-{i}"), T0, T0 + HOUR_MS)).await.len(), 4);
+    }
+}
+
+/// At the server's default limits a flush is one `update` command with one statement per
+/// (sensor, hour) batch, however many readings a batch holds: 100 sensors flushed three times at
+/// 1, 10 and 60 readings a batch. (What `benches/mongo_write_path.rs` counts on the wire and
+/// scales to 10,000 sensors.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_is_one_update_command_with_one_statement_per_batch() {
+    const SENSORS: i64 = 100;
+    const FLUSHES: i64 = 3;
+    let backend = MongoBackend::standin(StandInOptions::default());
+    let store = connect(&backend, BucketLimits::default()).await;
+    for readings_per_batch in [1, 10, 60] {
+        let hour = T0 + readings_per_batch * HOUR_MS;
+        for flush in 0..FLUSHES {
+            let start = hour + flush * readings_per_batch * 1000;
+            let sensors: Vec<Batch> = (0..SENSORS)
+                .flat_map(|i| {
+                    let readings: Vec<Reading> = (0..readings_per_batch)
+                        .map(|k| reading(start + k * 1000, &[("v", FieldValue::Int(i + k))]))
+                        .collect();
+                    batches(&series(&format!("flush-{i:03}"), "m", &[]), &readings)
+                })
+                .collect();
+            assert_eq!(sensors.len(), SENSORS as usize, "one batch per sensor");
+            let before = store.write_round_trips();
+            write_ok(&store, &sensors).await;
+            let after = store.write_round_trips();
+            assert_eq!(
+                (after.commands - before.commands, after.statements - before.statements),
+                (1, SENSORS as u64),
+                "flush {flush} of {readings_per_batch} reading(s) a batch"
+            );
+        }
+    }
+}
+
+/// Schema 1 → 2: buckets a schema-1 bucketd wrote (`v: 1`, one `w` for every writer) are read
+/// as they are; their marks answer `schema1_high_water` (for replaying a schema-1 log) and never
+/// a writer's own; new writes go to schema-2 buckets and leave the old ones untouched.
+#[tokio::test]
+async fn schema1_buckets_are_read_and_their_mark_kept_apart() {
+    let backend = MongoBackend::start();
+    let store = connect(&backend, BucketLimits::default()).await;
+    let s = series("old,sensor=a", "old", &[("sensor", "a")]);
+    let old = [
+        reading(T0 + 1, &[("v", FieldValue::Float(1.0))]),
+        reading(T0 + 2, &[("v", FieldValue::Float(2.0))]),
+    ];
+    let encoded: Vec<_> = old.iter().map(d::encode_reading).collect();
+    let bytes: u64 = encoded.iter().map(|e| e.size).sum();
+    let r: Vec<Bson> = encoded
+        .iter()
+        .map(|e| Bson::Document(bson::from_slice(e.doc.as_bytes()).unwrap()))
+        .collect();
+    let v1 = doc! {
+        d::SENSOR: &s.key, d::VERSION: 1, d::START: d::date(T0), d::END: d::date(T0 + HOUR_MS),
+        d::MEASUREMENT: "old", d::TAGS: [{"k": "sensor", "v": "a"}],
+        d::COUNT: 2, d::BYTES: bytes as i64, d::FIRST: d::date(T0 + 1), d::LAST: d::date(T0 + 2),
+        d::STATS: {"v": {"min": 1.0, "max": 2.0, "sum": 3.0, "n": 2}},
+        d::HIGH_WATER: 500_i64, d::READINGS: r,
+    };
+    store.database().collection::<bson::Document>(COLLECTION).insert_one(v1).await.unwrap();
+
+    let keys = vec![(s.key.clone(), T0)];
+    assert_eq!(store.schema1_high_water(&keys).await.unwrap(), vec![500]);
+    assert_eq!(store.high_water(W, &keys).await.unwrap(), vec![0], "not this writer's mark");
+
+    let new: Vec<Reading> =
+        (3..6).map(|i| reading(T0 + i, &[("v", FieldValue::Float(i as f64))])).collect();
+    let batch =
+        Batch { series: s.clone(), hour: T0, readings: new.clone(), seqs: vec![10, 11, 12] };
+    write_ok(&store, &[batch]).await;
+    assert_eq!(store.high_water(W, &keys).await.unwrap(), vec![12]);
+    assert_eq!(
+        store.schema1_high_water(&keys).await.unwrap(),
+        vec![500],
+        "schema 2 never writes it"
+    );
+    // By version, not by `_id`: the test's client and the server draw ObjectIds apart.
+    let docs = raw_buckets(&store, &s.key).await;
+    let count_of = |version: f64| -> Vec<Option<f64>> {
+        docs.iter()
+            .filter(|b| b.get(d::VERSION).and_then(d::number) == Some(version))
+            .map(|b| b.get(d::COUNT).and_then(d::number))
+            .collect()
+    };
+    assert_eq!(count_of(1.0), vec![Some(2.0)], "the schema-1 bucket is left as it was");
+    assert_eq!(count_of(f64::from(SCHEMA_VERSION)), vec![Some(3.0)], "a new schema-2 bucket");
+
+    let mut expected = old.to_vec();
+    expected.extend(new);
+    assert_eq!(read(&store, range(&s.key, T0, T0 + HOUR_MS)).await, expected);
+    let rollup = store
+        .rollups(bucketd::store::RollupQuery {
+            sensor: s.key.clone(),
+            from: T0,
+            to: T0 + HOUR_MS,
+            step_ms: HOUR_MS,
+            fields: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!((rollup[0].fields["v"].count, rollup[0].fields["v"].sum), (5, 15.0));
+}

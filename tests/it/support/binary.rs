@@ -1,0 +1,162 @@
+//! The real `bucketd` binary as a child process, for tests that signal or kill it.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+
+/// A bucketd child process. It binds port 0 and the test learns the address from its
+/// "bucketd listening" log line (JSON logs on stdout), so no port is ever picked by the test,
+/// released and bound again by the child, racing other tests for it.
+pub struct Bucketd {
+    pub child: Child,
+    /// `http://<address>`: set by [`Bucketd::wait_ready`].
+    pub base: String,
+    listening: mpsc::Receiver<String>,
+}
+
+impl Bucketd {
+    pub fn spawn(data_dir: &std::path::Path) -> Bucketd {
+        // Nothing is due before the signal: the final flush must do the work.
+        Self::spawn_with(data_dir, "1h")
+    }
+
+    pub fn spawn_with(data_dir: &std::path::Path, flush_interval: &str) -> Bucketd {
+        Self::spawn_args(data_dir, flush_interval, &[])
+    }
+
+    pub fn spawn_args(data_dir: &std::path::Path, flush_interval: &str, args: &[&str]) -> Bucketd {
+        Self::spawn_logged(data_dir, flush_interval, args, None)
+    }
+
+    /// Like `spawn_args`, also appending every log line (JSON) to `log` when given.
+    pub fn spawn_logged(
+        data_dir: &std::path::Path,
+        flush_interval: &str,
+        args: &[&str],
+        log: Option<&std::path::Path>,
+    ) -> Bucketd {
+        let mut log = log.map(|path| {
+            std::fs::OpenOptions::new().create(true).append(true).open(path).expect("log file")
+        });
+        let mut child = Command::new(env!("CARGO_BIN_EXE_bucketd"))
+            .args(["--http-addr", "127.0.0.1:0", "--log-format", "json"])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--flush-interval", flush_interval])
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("bucketd starts");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (tx, listening) = mpsc::channel();
+        // Reads the log to its end, so the child never blocks on a full pipe; passes on
+        // warnings and errors.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if let Some(file) = &mut log {
+                    let _ = writeln!(file, "{line}");
+                }
+                let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
+                    eprintln!("bucketd: {line}");
+                    continue;
+                };
+                let fields = &event["fields"];
+                if fields["message"] == "bucketd listening"
+                    && let Some(http) = fields["http"].as_str()
+                {
+                    let _ = tx.send(http.to_owned());
+                } else if !matches!(event["level"].as_str(), Some("INFO" | "DEBUG" | "TRACE")) {
+                    eprintln!("bucketd: {line}");
+                }
+            }
+        });
+        Bucketd { child, base: String::new(), listening }
+    }
+
+    /// Waits until bucketd has said where it listens and `/ready` answers 200.
+    pub async fn wait_ready(&mut self, client: &reqwest::Client) {
+        // A guard against a hang, not a performance bound.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.base.is_empty() {
+            match self.listening.try_recv() {
+                Ok(http) => self.base = format!("http://{http}"),
+                Err(mpsc::TryRecvError::Empty) => {}
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    let status = self.child.wait().unwrap();
+                    panic!("bucketd exited before it listened: {status}");
+                }
+            }
+            assert!(Instant::now() < deadline, "bucketd did not listen within 60 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("bucketd exited before it was ready: {status}");
+            }
+            if let Ok(r) = client.get(format!("{}/ready", self.base)).send().await
+                && r.status() == StatusCode::OK
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "bucketd not ready within 60 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// An unlabelled metric of this process, by its exact name; `None` when it cannot be read.
+    pub async fn metric(&self, client: &reqwest::Client, name: &str) -> Option<f64> {
+        let url = format!("{}/metrics", self.base);
+        let text = client.get(url).send().await.ok()?.text().await.ok()?;
+        text.lines()
+            .find(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(' ')))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+
+    /// Whether everything this process took is in the store: nothing buffered, nothing in its
+    /// log unsettled (its replay included).
+    pub async fn settled(&self, client: &reqwest::Client) -> bool {
+        self.metric(client, "bucketd_readings_buffered").await == Some(0.0)
+            && self.metric(client, "bucketd_wal_unsettled_readings").await == Some(0.0)
+    }
+
+    /// Waits until [`Bucketd::settled`]; `secs` guards against a hang.
+    pub async fn wait_settled(&self, client: &reqwest::Client, secs: u64) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while !self.settled(client).await {
+            assert!(Instant::now() < deadline, "{} not settled within {secs} s", self.base);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("bucketd did not exit within 30 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Bucketd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
