@@ -325,6 +325,21 @@ mod tests {
         assert_eq!(body["accepted"], 3);
     }
 
+    #[test]
+    fn with_accepted_counts_only_on_refusals_that_carry_it() {
+        let accepted = |e: ApiError| match e.with_accepted(5) {
+            ApiError::BuffersFull { accepted }
+            | ApiError::WalFull { accepted }
+            | ApiError::DiskFull { accepted } => Some(accepted),
+            _ => None,
+        };
+        assert_eq!(accepted(ApiError::BuffersFull { accepted: 0 }), Some(5));
+        assert_eq!(accepted(ApiError::WalFull { accepted: 0 }), Some(5));
+        assert_eq!(accepted(ApiError::DiskFull { accepted: 0 }), Some(5));
+        assert_eq!(accepted(ApiError::Overloaded), None);
+        assert!(matches!(ApiError::WalFailed("x".into()).with_accepted(5), ApiError::WalFailed(_)));
+    }
+
     #[tokio::test]
     async fn internal_errors_hide_their_detail() {
         let (s, _, body) =

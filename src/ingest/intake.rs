@@ -142,3 +142,40 @@ impl Intake {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::*;
+
+    #[test]
+    fn each_refusal_has_its_status_and_its_reason() {
+        let cases = [
+            (
+                IntakeError::BuffersFull(BufferFull { buffered: 1, limit: 1 }),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "buffers_full",
+            ),
+            (
+                IntakeError::Wal(WalError::Full { used: 2, limit: 1 }),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "wal_full",
+            ),
+            (
+                IntakeError::Wal(WalError::NoSpace("ENOSPC".into())),
+                StatusCode::INSUFFICIENT_STORAGE,
+                "disk_full",
+            ),
+            (
+                IntakeError::Wal(WalError::Failed("EIO".into())),
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "wal_failed",
+            ),
+        ];
+        for (e, status, reason) in cases {
+            assert_eq!(e.reason(), reason);
+            assert_eq!(ApiError::from(e).status(), status, "{reason}");
+        }
+    }
+}
