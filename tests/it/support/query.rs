@@ -1,5 +1,5 @@
 //! Helpers for the query API tests: an in-process app over a `MemoryStore` and a fake source of
-//! unflushed readings, and request helpers that go through the router with `oneshot`.
+//! unflushed readings (with the OpenAPI document's route), and request helpers that go through the router with `oneshot`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode};
+
 use bucketd::model::{Batch, FieldValue, Reading, SeriesMeta, TimestampMs, hour_start};
 use bucketd::query::{QueryLimits, QueryState, Unflushed, router};
 use bucketd::store::memory::MemoryStore;
@@ -91,7 +92,10 @@ pub fn app_with(
         unflushed: unflushed.clone(),
         limits: QueryLimits::default(),
     };
-    App { store, unflushed, router: router(state) }
+    // The API's one OpenAPI document beside the query routes, as the server serves them.
+    let router = router(state)
+        .route("/api/v1/openapi.json", axum::routing::get(bucketd::api::openapi::get_openapi));
+    App { store, unflushed, router }
 }
 
 pub fn series(key: &str, measurement: &str, tags: &[(&str, &str)]) -> SeriesMeta {
