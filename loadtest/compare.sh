@@ -79,7 +79,8 @@ load() { # name base_url path [extra loadtest args...]
 load_day() { # name base_url path
   taskset -c "$LOAD_CPU" "$LOADTEST" --url "$2" --path "$3" --protocol lp-http --sensors 1 \
     --count 86400 --batch "$BATCH" --connections 1 --duration 5m --measurement day \
-    --sensor-prefix d --start-ms "$DAY_START" >/dev/null 2>&1
+    --sensor-prefix d --start-ms "$DAY_START" >"$OUT/$1-day.log" 2>&1 ||
+    { echo "compare.sh: loading the day into $1 failed; see $OUT/$1-day.log" >&2; return 1; }
 }
 
 median_time() { # url [expect-substring-count-check cmd]; prints median seconds of QUERY_RUNS
@@ -113,7 +114,10 @@ record() { # name pid
 if [[ $SERVERS == *bucketd* ]]; then
   echo "== bucketd" >&2
   # shellcheck disable=SC2086 # BUCKETD_ARGS is a list of flags
+  # Room for the day's series beside the load's: the default series (cardinality) bound is
+  # 1,000,000, which a 1,000,000-sensor load fills.
   taskset -c "$SERVER_CPU" "$BUCKETD" --http-addr 127.0.0.1:18080 --data-dir "$WORK/bucketd" \
+    --max-series "$(( SENSORS + 1 > 1000000 ? SENSORS + 1 : 1000000 ))" \
     ${BUCKETD_ARGS:-} >"$WORK/bucketd.log" 2>&1 &
   pid=$!; PIDS+=("$pid")
   wait_http http://127.0.0.1:18080/health 30
