@@ -28,6 +28,11 @@
 // and the bridge started must stay the same for both.
 #[path = "../tests/it/support/mongo_standin.rs"]
 mod mongo_standin;
+// The Store suite's helpers for building and reading batches, shared rather than copied; the
+// bench uses a few of the suite's items, not its cases.
+#[allow(dead_code, unused_macros, unused_imports)]
+#[path = "../tests/it/store/suite.rs"]
+mod suite;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,17 +42,13 @@ use std::time::{Duration, Instant};
 
 use bucketd::buffer::Buffers;
 use bucketd::flush::Flusher;
-use bucketd::model::hour_start;
 use bucketd::model::{Batch, FieldValue, HOUR_MS, Item, Reading, SeriesMeta};
 use bucketd::store::mongo::{MongoConfig, MongoStore};
-use bucketd::store::{BucketLimits, Order, RangeQuery, Store, WriteReport};
-use futures::StreamExt;
+use bucketd::store::{BucketLimits, Store};
 use mongo_standin::{MongoBackend, StandInOptions};
+use suite::W;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-
-/// The writer these writes are made as.
-const W: bucketd::model::WriterId = bucketd::model::WriterId(1);
 
 const SENSORS: usize = 100;
 const FLUSHES: usize = 3;
@@ -329,43 +330,6 @@ async fn flush_intervals() {
 /// 2024-01-01T00:00:00Z: an hour boundary.
 const T0_MS: i64 = 1_704_067_200_000;
 
-fn series_of(key: &str, measurement: &str, tags: &[(&str, &str)]) -> Arc<SeriesMeta> {
-    let mut tags: Vec<(String, String)> =
-        tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    tags.sort();
-    Arc::new(SeriesMeta { key: key.into(), measurement: measurement.into(), tags })
-}
-
-fn reading_of(ts: i64, fields: &[(&str, FieldValue)]) -> Reading {
-    Reading { ts, fields: fields.iter().map(|&(n, ref v)| (n.into(), v.clone())).collect() }
-}
-
-/// One batch per hour, readings in order.
-fn batches(series: &Arc<SeriesMeta>, readings: &[Reading]) -> Vec<Batch> {
-    let mut out: Vec<Batch> = Vec::new();
-    for r in readings {
-        let hour = hour_start(r.ts);
-        match out.iter_mut().find(|b| b.hour == hour) {
-            Some(b) => b.readings.push(r.clone()),
-            None => out.push(Batch::new(series.clone(), hour, vec![r.clone()])),
-        }
-    }
-    out
-}
-
-async fn write_ok(store: &dyn Store, batches: &[Batch]) -> Vec<WriteReport> {
-    let results = store.write(W, batches).await;
-    results.into_iter().map(|r| r.expect("write")).collect()
-}
-
-fn range(sensor: &str, from: i64, to: i64) -> RangeQuery {
-    RangeQuery { sensor: sensor.into(), from, to, order: Order::Asc, limit: None }
-}
-
-async fn read(store: &dyn Store, query: RangeQuery) -> Vec<Reading> {
-    store.readings(query).map(|r| r.expect("read")).collect().await
-}
-
 /// Round trips of one flush of 10,000 sensors x 10 readings with the default caps. Counts,
 /// not timings: the stand-in is far slower than MongoDB.
 async fn large_flush() {
@@ -379,7 +343,7 @@ async fn large_flush() {
             .flat_map(|i| {
                 let readings: Vec<Reading> = (0..10)
                     .map(|j| {
-                        reading_of(
+                        suite::reading(
                             T0_MS + offset + j * 1000,
                             &[
                                 ("temp", FieldValue::Float(20.0 + j as f64 * 0.5)),
@@ -388,7 +352,10 @@ async fn large_flush() {
                         )
                     })
                     .collect();
-                batches(&series_of(&format!("sensor-{i:05}"), "env", &[("site", "a")]), &readings)
+                suite::batches(
+                    &suite::series(&format!("sensor-{i:05}"), "env", &[("site", "a")]),
+                    &readings,
+                )
             })
             .collect()
     };
@@ -396,7 +363,7 @@ async fn large_flush() {
     // The first flush of an hour creates every bucket; the second appends to them.
     for (name, offset) in [("first flush", 0), ("second flush", 60_000)] {
         let started = Instant::now();
-        let reports = write_ok(&store, &flush(offset)).await;
+        let reports = suite::write_ok(&store, &flush(offset)).await;
         let after = store.write_round_trips();
         println!(
             "{name}, 10,000 sensors x 10 readings: {} update command(s), {} statements, \
@@ -433,16 +400,19 @@ async fn day_range() {
     let store = MongoStore::connect_with(config).await.expect("connect");
     let day: Vec<Reading> = (0..86_400)
         .map(|s| {
-            reading_of(T0_MS + s * 1000, &[("temp", FieldValue::Float(20.0 + (s % 100) as f64))])
+            suite::reading(
+                T0_MS + s * 1000,
+                &[("temp", FieldValue::Float(20.0 + (s % 100) as f64))],
+            )
         })
         .collect();
-    let day_series = series_of("day", "env", &[]);
+    let day_series = suite::series("day", "env", &[]);
     for hour in day.chunks(3600) {
-        write_ok(&store, &batches(&day_series, hour)).await;
+        suite::write_ok(&store, &suite::batches(&day_series, hour)).await;
     }
     let before = commands_received(&backend).await;
     let started = Instant::now();
-    let got = read(&store, range("day", T0_MS, T0_MS + 24 * HOUR_MS)).await;
+    let got = suite::read(&store, suite::range("day", T0_MS, T0_MS + 24 * HOUR_MS)).await;
     let elapsed = started.elapsed();
     let after = commands_received(&backend).await;
     assert_eq!(got.len(), 86_400);
