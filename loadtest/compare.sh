@@ -113,12 +113,13 @@ record() { # name pid
 # ------------------------------------------------------------------------------------------
 if [[ $SERVERS == *bucketd* ]]; then
   echo "== bucketd" >&2
+  # Room for the day's series beside the load's, only where the default series (cardinality)
+  # bound of 1,000,000 is too small for both, so that BUCKETD_ARGS may still set it.
+  series_args=()
+  if ((SENSORS + 1 > 1000000)); then series_args=(--max-series "$((SENSORS + 1))"); fi
   # shellcheck disable=SC2086 # BUCKETD_ARGS is a list of flags
-  # Room for the day's series beside the load's: the default series (cardinality) bound is
-  # 1,000,000, which a 1,000,000-sensor load fills.
   taskset -c "$SERVER_CPU" "$BUCKETD" --http-addr 127.0.0.1:18080 --data-dir "$WORK/bucketd" \
-    --max-series "$(( SENSORS + 1 > 1000000 ? SENSORS + 1 : 1000000 ))" \
-    ${BUCKETD_ARGS:-} >"$WORK/bucketd.log" 2>&1 &
+    "${series_args[@]}" ${BUCKETD_ARGS:-} >"$WORK/bucketd.log" 2>&1 &
   pid=$!; PIDS+=("$pid")
   wait_http http://127.0.0.1:18080/health 30
   verify_rc=0
