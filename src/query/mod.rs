@@ -20,6 +20,7 @@
 pub mod cursor;
 pub mod encode;
 pub mod error;
+pub mod influxql;
 mod merge;
 pub mod params;
 pub mod readings;

@@ -1,0 +1,3 @@
+//! InfluxQL on `/query`, for Grafana's built-in InfluxDB data source and InfluxDB 1.x clients.
+
+pub mod ast;
