@@ -34,7 +34,7 @@ use crate::query::sensors::{SensorJson, SensorsResponse};
         crate::ingest::http::influx::write_v1,
         crate::ingest::http::influx::write_v2,
         crate::ingest::http::influx::ping,
-        crate::ingest::http::influx::influx_query,
+        crate::query::influxql::query,
         super::ops::health,
         super::ops::ready,
         super::ops::render_metrics,

@@ -15,6 +15,11 @@ use axum::response::{IntoResponse, Response};
 
 pub use error::{ApiError, ErrorBody, InfluxApi, InfluxError};
 
+/// What ``/ping` and `/query`` reports as the InfluxDB version: clients (Telegraf, influx CLI) read it to pick
+/// the v1 API; the suffix says who is really answering.
+pub const INFLUXDB_VERSION: &str = "1.8.10-bucketd";
+
+
 /// Route label for requests that matched no route, so unknown paths cannot create series.
 const UNMATCHED_ROUTE: &str = "unmatched";
 

@@ -112,6 +112,7 @@ pub fn router(state: QueryState) -> Router {
         .route("/api/v1/readings", get(readings::get_readings))
         .route("/api/v1/rollups", get(rollups::get_rollups))
         .route("/api/v1/sensors", get(sensors::get_sensors))
+        .route("/query", get(influxql::query).post(influxql::query))
         .with_state(state)
 }
 

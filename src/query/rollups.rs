@@ -15,7 +15,8 @@ use super::encode::format_ts;
 use super::error::QueryError;
 use super::params::{Params, parse_step, parse_time, resolve_range};
 use super::{QueryState, now_ms, sensor_known};
-use crate::store::{FieldStats, RollupQuery};
+use crate::model::TimestampMs;
+use crate::store::{FieldStats, RollupQuery, StoreError};
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct RollupsResponse {
@@ -104,29 +105,8 @@ pub async fn get_rollups(
         });
     }
 
-    // Buffers before the store, as for readings: double counting is possible, missing is not.
-    let unflushed = state.unflushed.unflushed(&sensor, from, to);
-    let rows = state
-        .store
-        .rollups(RollupQuery { sensor: sensor.clone(), from, to, step_ms, fields: fields.clone() })
-        .await?;
-    let mut merged: BTreeMap<i64, BTreeMap<String, FieldStats>> =
-        rows.into_iter().map(|r| (r.start, r.fields)).collect();
-    for reading in unflushed {
-        let start = reading.ts.div_euclid(step_ms) * step_ms;
-        for (name, value) in &reading.fields {
-            let Some(v) = value.as_f64() else { continue };
-            if fields.as_ref().is_some_and(|f| !f.iter().any(|w| name == w)) {
-                continue;
-            }
-            merged
-                .entry(start)
-                .or_default()
-                .entry(name.to_string())
-                .and_modify(|s| s.merge(&FieldStats::of(v)))
-                .or_insert_with(|| FieldStats::of(v));
-        }
-    }
+    let merged =
+        merged_rollups(&state, &sensor, from, to, step_ms, fields.as_deref()).await?;
     if merged.is_empty() && !sensor_known(&state, &sensor).await? {
         return Err(QueryError::UnknownSensor(sensor));
     }
@@ -142,4 +122,46 @@ pub async fn get_rollups(
             })
             .collect(),
     }))
+}
+
+/// The store's rollup rows with the unflushed readings of `[from, to)` merged in, by step
+/// start; `fields` of `None` is every numeric field. Shared with InfluxQL's time groupings.
+pub async fn merged_rollups(
+    state: &QueryState,
+    sensor: &str,
+    from: TimestampMs,
+    to: TimestampMs,
+    step_ms: i64,
+    fields: Option<&[String]>,
+) -> Result<BTreeMap<TimestampMs, BTreeMap<String, FieldStats>>, StoreError> {
+    // Buffers before the store, as for readings: double counting is possible, missing is not.
+    let unflushed = state.unflushed.unflushed(sensor, from, to);
+    let rows = state
+        .store
+        .rollups(RollupQuery {
+            sensor: sensor.to_owned(),
+            from,
+            to,
+            step_ms,
+            fields: fields.map(<[String]>::to_vec),
+        })
+        .await?;
+    let mut merged: BTreeMap<TimestampMs, BTreeMap<String, FieldStats>> =
+        rows.into_iter().map(|r| (r.start, r.fields)).collect();
+    for reading in unflushed {
+        let start = reading.ts.div_euclid(step_ms) * step_ms;
+        for (name, value) in &reading.fields {
+            let Some(v) = value.as_f64() else { continue };
+            if fields.is_some_and(|f| !f.iter().any(|w| name == w)) {
+                continue;
+            }
+            merged
+                .entry(start)
+                .or_default()
+                .entry(name.to_string())
+                .and_modify(|s| s.merge(&FieldStats::of(v)))
+                .or_insert_with(|| FieldStats::of(v));
+        }
+    }
+    Ok(merged)
 }

@@ -1,19 +1,17 @@
 //! InfluxDB's endpoints: line protocol on `POST /write` (v1) and `POST /api/v2/write` (v2),
-//! `/ping`, and `/query` as far as Telegraf needs at start-up.
+//! and `/ping`.
 
-use std::collections::HashMap;
 
-use axum::Json;
 use axum::body::Body;
-use axum::extract::rejection::{FormRejection, QueryRejection};
-use axum::extract::{Form, Query, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use serde::Deserialize;
-use serde_json::json;
 
 use super::body::read_body;
-use super::{INFLUXDB_VERSION, IngestState, now_ms, partition, push};
+use super::{IngestState, now_ms, partition, push};
+use crate::http::INFLUXDB_VERSION;
 use crate::http::error::{InfluxV2ErrorBody, MAX_LISTED_ERRORS};
 use crate::http::{ApiError, ErrorBody, InfluxApi, InfluxError};
 use crate::ingest::line_protocol::{self, LineError, Precision};
@@ -165,7 +163,7 @@ fn partial_write_message(accepted: usize, bad: &[LineError]) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
-// GET|HEAD /ping, GET|POST /query
+// GET|HEAD /ping
 // ---------------------------------------------------------------------------------------------
 
 #[utoipa::path(
@@ -184,69 +182,9 @@ pub(crate) async fn ping() -> impl IntoResponse {
     )
 }
 
-/// The form body Telegraf sends to `/query`.
-#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
-pub(crate) struct QueryParams {
-    q: Option<String>,
-}
-
-/// InfluxQL is not bucketd's query language; only `CREATE DATABASE` is answered (as a no-op
-/// success) because Telegraf's InfluxDB output sends it at start-up and stops if it fails.
-/// `q` may come in the URL or, as Telegraf sends it, in a form body.
-#[utoipa::path(
-    method(get, post),
-    path = "/query",
-    tag = "ingest",
-    params(("q" = String, Query, example = "CREATE DATABASE telegraf", description = "InfluxQL; only `CREATE DATABASE ...` is answered. With POST it may also come as a form body.")),
-    responses(
-        (status = 200, description = "`CREATE DATABASE` acknowledged as InfluxDB does: `{\"results\":[{\"statement_id\":0}]}`."),
-        (status = 400, description = "Any other statement: bucketd's query API is under /api/v1.", body = ErrorBody),
-    )
-)]
-pub(crate) async fn influx_query(
-    url: Result<Query<HashMap<String, String>>, QueryRejection>,
-    form: Result<Form<QueryParams>, FormRejection>,
-) -> Result<Response, InfluxError> {
-    let q = url
-        .ok()
-        .and_then(|Query(mut params)| params.remove("q"))
-        .or_else(|| form.ok().and_then(|Form(params)| params.q))
-        .filter(|q| !q.trim().is_empty())
-        .ok_or_else(|| {
-            InfluxError::v1(ApiError::BadRequest("missing required parameter \"q\"".into()))
-        })?;
-    let statements: Vec<&str> = q.split(';').map(str::trim).filter(|s| !s.is_empty()).collect();
-    if !statements.iter().all(|s| is_create_database(s)) {
-        return Err(InfluxError::v1(ApiError::BadRequest(
-            "bucketd does not run InfluxQL: only CREATE DATABASE is accepted here (as a no-op); \
-             read data with GET /api/v1/readings"
-                .into(),
-        )));
-    }
-    let results: Vec<_> = (0..statements.len()).map(|i| json!({ "statement_id": i })).collect();
-    Ok(Json(json!({ "results": results })).into_response())
-}
-
-fn is_create_database(statement: &str) -> bool {
-    let mut words = statement.split_whitespace();
-    matches!(
-        (words.next(), words.next(), words.next()),
-        (Some(a), Some(b), Some(_)) if a.eq_ignore_ascii_case("create") && b.eq_ignore_ascii_case("database")
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn create_database_is_recognised() {
-        assert!(is_create_database("CREATE DATABASE \"telegraf\""));
-        assert!(is_create_database("create   database x"));
-        assert!(!is_create_database("CREATE DATABASE"));
-        assert!(!is_create_database("SELECT * FROM cpu"));
-        assert!(!is_create_database("DROP DATABASE x"));
-    }
 
     #[test]
     fn partial_write_lists_at_most_the_limit() {

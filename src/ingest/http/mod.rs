@@ -1,5 +1,5 @@
 //! HTTP write endpoints: bucketd's JSON/NDJSON API and InfluxDB's `/write`, `/api/v2/write`,
-//! `/ping` and `/query` (the last only as far as Telegraf needs at start-up).
+//! and `/ping`. (`/query`, InfluxQL, is the query module's.)
 //!
 //! | request | success | failures |
 //! |---|---|---|
@@ -7,7 +7,6 @@
 //! | `POST /api/v1/readings` (`application/x-ndjson`, streamed) | 202 `{"accepted": n}` | as JSON, but pushed every 10,000 lines: a 503 body's `accepted` counts pieces already taken, which stay accepted; only each line is bound by `--max-body-bytes` |
 //! | `POST /write` (v1), `POST /api/v2/write` (v2), gzip accepted | 204 | 400 partial write (good lines kept; v1 `{"error"}`, v2 `{"code": "invalid", "message"}` naming the first 100 bad lines, 1-based); 400 bad precision; 413; 503 + `Retry-After` (nothing accepted) |
 //! | `GET`, `HEAD` `/ping` | 204, `X-Influxdb-Version`, `X-Influxdb-Build: OSS` | |
-//! | `GET`, `POST` `/query` | 200 `{"results": [{"statement_id": 0}]}` for `CREATE DATABASE` | 400 for anything else |
 //!
 //! Write routes share one concurrency limit (`--max-concurrent-writes`, over it: 503 +
 //! `Retry-After`) and a timeout (`--request-timeout`, 408); those two answer in bucketd's
@@ -20,7 +19,7 @@
 //!
 //! # Layout
 //! - [`readings`]: bucketd's JSON/NDJSON endpoint.
-//! - [`influx`]: InfluxDB's write endpoints, `/ping` and `/query`.
+//! - [`influx`]: InfluxDB's write endpoints and `/ping`.
 //! - `body`: reading bodies, gzip.
 //! - [`schemas`]: the ingest bodies' shapes, for the OpenAPI document.
 
@@ -51,9 +50,6 @@ use crate::model::{Item, TimestampMs};
 /// enough to amortise the push, small enough to bound one request's extra memory.
 pub const NDJSON_PUSH_READINGS: usize = 10_000;
 
-/// What `/ping` reports as the InfluxDB version: clients (Telegraf, influx CLI) read it to pick
-/// the v1 API; the suffix says who is really answering.
-pub const INFLUXDB_VERSION: &str = "1.8.10-bucketd";
 
 /// What the write endpoints use. Cheap to clone: one per request.
 #[derive(Clone)]
@@ -78,8 +74,8 @@ pub struct HttpLimits {
     pub max_buffered_readings: usize,
 }
 
-/// The write routes, with their own concurrency limit and timeout; `/ping` and `/query` are
-/// cheap and stay outside both.
+/// The write routes, with their own concurrency limit and timeout; `/ping` is cheap and stays
+/// outside both.
 pub fn router(state: IngestState) -> Router {
     let timeout = state.http.request_timeout;
     let guard = ServiceBuilder::new()
@@ -108,7 +104,6 @@ pub fn router(state: IngestState) -> Router {
         .route("/api/v2/write", post(influx::write_v2))
         .route_layer(guard)
         .route("/ping", get(influx::ping))
-        .route("/query", get(influx::influx_query).post(influx::influx_query))
         .with_state(state)
 }
 

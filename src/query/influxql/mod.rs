@@ -1,3 +1,163 @@
-//! InfluxQL on `/query`, for Grafana's built-in InfluxDB data source and InfluxDB 1.x clients.
+//! InfluxQL on `GET`/`POST /query`, for Grafana's built-in InfluxDB data source and other
+//! InfluxDB 1.x clients.
+//!
+//! - [`ast`]: the statements; [`parse`] (with `lex`): the parser, whose errors carry InfluxDB's
+//!   "at line L, char C" positions.
+//! - [`exec`]: runs statements (`Ctx`), lists series, formats times (`epoch`).
+//! - [`show`]: the metadata statements; [`select`]: `SELECT`; [`cond`]: `WHERE` (time bounds,
+//!   tag and field conditions); [`agg`]: the aggregate functions and selectors.
+//!
+//! The model: a line's measurement and tags are InfluxQL's measurement and tags, a JSON
+//! reading's sensor is its measurement; fields are fields. bucketd has one database: `db` and
+//! `rp` are accepted and ignored (any name reads the same data; the one retention policy is
+//! `autogen`).
 
+pub mod agg;
 pub mod ast;
+pub mod cond;
+pub mod exec;
+pub mod select;
+
+pub mod show;
+
+use axum::body::Bytes;
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::json;
+
+use self::exec::{Ctx, Epoch, Series};
+use super::QueryState;
+use crate::http::INFLUXDB_VERSION;
+
+/// Statements one request may carry: each is answered in memory before the response is sent.
+pub const MAX_STATEMENTS: usize = 100;
+
+#[derive(Serialize)]
+struct StatementResult {
+    statement_id: usize,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    series: Vec<Series>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// The request's parameters: from the URL, and for a form-encoded POST from the body too (the
+/// body's `q` wins, as InfluxDB's does).
+#[derive(Default)]
+struct Params {
+    q: Option<String>,
+    epoch: Option<String>,
+    pretty: bool,
+    chunked: bool,
+}
+
+impl Params {
+    fn read(raw: Option<&str>, headers: &HeaderMap, body: &[u8]) -> Params {
+        let mut p = Params::default();
+        let mut take = |pairs: Vec<(String, String)>| {
+            for (k, v) in pairs {
+                match k.as_str() {
+                    "q" => p.q = Some(v),
+                    "epoch" => p.epoch = Some(v),
+                    "pretty" => p.pretty = v == "true",
+                    "chunked" => p.chunked = v == "true",
+                    _ => {}
+                }
+            }
+        };
+        take(serde_urlencoded::from_str(raw.unwrap_or("")).unwrap_or_default());
+        let form = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+        if form {
+            take(serde_urlencoded::from_bytes(body).unwrap_or_default());
+        }
+        p
+    }
+}
+
+fn influx_response(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut r = (status, body).into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert("x-influxdb-version", HeaderValue::from_static(INFLUXDB_VERSION));
+    h.insert("x-influxdb-build", HeaderValue::from_static("OSS"));
+    r
+}
+
+fn error_response(status: StatusCode, message: &str) -> Response {
+    influx_response(status, serde_json::to_vec(&json!({ "error": message })).unwrap_or_default())
+}
+
+/// `GET`/`POST /query`: each statement answered in order with its `statement_id`; a statement
+/// that fails carries its own `error` and the others still run (HTTP 200), as in InfluxDB. A
+/// query that does not parse is a 400 with InfluxDB's `error parsing query: … at line L, char
+/// C`. With `chunked=true`, each statement's result is its own JSON line.
+#[utoipa::path(
+    method(get, post),
+    path = "/query",
+    tag = "query",
+    request_body(content = String, content_type = "application/x-www-form-urlencoded", description = "Optional: `q` (and the other parameters) as a form, as InfluxDB clients send them with POST."),
+    params(
+        ("q" = String, Query, example = "SELECT mean(\"value\") FROM \"temp\" WHERE time > now() - 1h GROUP BY time(5m)", description = "InfluxQL: SELECT and SHOW statements separated by `;`. With POST it may come in a form body. `CREATE DATABASE` is a no-op; statements that would write or delete are refused."),
+        ("db" = Option<String>, Query, description = "Accepted and ignored: bucketd has one database."),
+        ("rp" = Option<String>, Query, description = "Accepted and ignored: the one retention policy is `autogen`."),
+        ("epoch" = Option<String>, Query, description = "Times as integers in `ns`, `u`, `ms`, `s`, `m` or `h`; RFC 3339 strings without it."),
+        ("pretty" = Option<bool>, Query, description = "Indented JSON."),
+        ("chunked" = Option<bool>, Query, description = "One JSON object per statement, each on its own line."),
+    ),
+    responses(
+        (status = 200, description = "InfluxDB 1.x results: `{\"results\": [{\"statement_id\": 0, \"series\": [{\"name\", \"tags\", \"columns\", \"values\"}]}]}`; a failed statement has `error` instead of `series`."),
+        (status = 400, description = "Missing `q`, a query that does not parse, or a bad `epoch`: `{\"error\": \"...\"}`."),
+    )
+)]
+pub async fn query(
+    State(state): State<QueryState>,
+    RawQuery(raw): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let p = Params::read(raw.as_deref(), &headers, &body);
+    let Some(q) = p.q.filter(|q| !q.trim().is_empty()) else {
+        return error_response(StatusCode::BAD_REQUEST, "missing required parameter \"q\"");
+    };
+    let epoch = match Epoch::parse(p.epoch.as_deref()) {
+        Ok(e) => e,
+        Err(message) => return error_response(StatusCode::BAD_REQUEST, &message),
+    };
+    let parsed = match parse::parse(&q) {
+        Ok(parsed) => parsed,
+        Err(e) => return error_response(StatusCode::BAD_REQUEST, &e.to_string()),
+    };
+    if parsed.statements.len() > MAX_STATEMENTS {
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            &format!("more than {MAX_STATEMENTS} statements in one query"),
+        );
+    }
+    let now_ns = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
+    let ctx = Ctx { state: &state, now_ns, epoch };
+    let mut results = Vec::with_capacity(parsed.statements.len());
+    for (statement_id, statement) in parsed.statements.iter().enumerate() {
+        results.push(match ctx.run(statement).await {
+            Ok(series) => StatementResult { statement_id, series, error: None },
+            Err(e) => StatementResult { statement_id, series: Vec::new(), error: Some(e.0) },
+        });
+    }
+    let body = if p.chunked {
+        let mut out = Vec::new();
+        for r in &results {
+            serde_json::to_writer(&mut out, &json!({ "results": [r] })).unwrap_or_default();
+            out.push(b'\n');
+        }
+        out
+    } else if p.pretty {
+        serde_json::to_vec_pretty(&json!({ "results": results })).unwrap_or_default()
+    } else {
+        serde_json::to_vec(&json!({ "results": results })).unwrap_or_default()
+    };
+    influx_response(StatusCode::OK, body)
+}

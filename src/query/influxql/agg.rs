@@ -1,0 +1,369 @@
+//! InfluxQL's aggregate and selector functions, one accumulator per (function, field, window).
+//!
+//! Types follow InfluxDB: `count` is an integer; `sum`, `min`, `max`, `spread`, `first`,
+//! `last` and `percentile` keep an integer field's integers; `mean`, `median` and `stddev` are
+//! floats. Non-numeric values count in `count`, `first`, `last` and `distinct` only.
+
+use serde_json::Value;
+
+use crate::model::{FieldValue, TimestampMs};
+use crate::store::FieldStats;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Func {
+    Mean,
+    Median,
+    Count,
+    Sum,
+    Min,
+    Max,
+    First,
+    Last,
+    Spread,
+    Stddev,
+    Percentile(f64),
+    Distinct,
+    /// `count(distinct(x))`.
+    CountDistinct,
+}
+
+impl Func {
+    /// The function of a call with `n` arguments, or why it is refused.
+    pub fn of(name: &str) -> Option<Func> {
+        Some(match name {
+            "mean" => Func::Mean,
+            "median" => Func::Median,
+            "count" => Func::Count,
+            "sum" => Func::Sum,
+            "min" => Func::Min,
+            "max" => Func::Max,
+            "first" => Func::First,
+            "last" => Func::Last,
+            "spread" => Func::Spread,
+            "stddev" => Func::Stddev,
+            "distinct" => Func::Distinct,
+            _ => return None,
+        })
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Func::Mean => "mean",
+            Func::Median => "median",
+            Func::Count | Func::CountDistinct => "count",
+            Func::Sum => "sum",
+            Func::Min => "min",
+            Func::Max => "max",
+            Func::First => "first",
+            Func::Last => "last",
+            Func::Spread => "spread",
+            Func::Stddev => "stddev",
+            Func::Percentile(_) => "percentile",
+            Func::Distinct => "distinct",
+        }
+    }
+
+    /// Selectors pick one reading; alone in a statement without `GROUP BY time`, the row takes
+    /// that reading's time.
+    pub fn is_selector(&self) -> bool {
+        matches!(self, Func::Min | Func::Max | Func::First | Func::Last | Func::Percentile(_))
+    }
+
+    /// Answerable from bucket statistics (count, min, max, sum per hour).
+    pub fn from_stats(&self) -> bool {
+        matches!(self, Func::Mean | Func::Count | Func::Sum | Func::Min | Func::Max | Func::Spread)
+    }
+}
+
+/// A number as InfluxDB keeps it: integer fields stay integers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Num {
+    Int(i64),
+    Float(f64),
+}
+
+impl Num {
+    pub fn of(v: &FieldValue) -> Option<Num> {
+        match *v {
+            FieldValue::Float(f) => Some(Num::Float(f)),
+            FieldValue::Int(i) => Some(Num::Int(i)),
+            FieldValue::UInt(u) => Some(i64::try_from(u).map_or(Num::Float(u as f64), Num::Int)),
+            FieldValue::Bool(_) | FieldValue::Str(_) => None,
+        }
+    }
+
+    pub fn f(self) -> f64 {
+        match self {
+            Num::Int(i) => i as f64,
+            Num::Float(f) => f,
+        }
+    }
+
+    fn json(self) -> Value {
+        match self {
+            Num::Int(i) => Value::from(i),
+            Num::Float(f) => float(f),
+        }
+    }
+
+    fn lt(self, other: Num) -> bool {
+        match (self, other) {
+            (Num::Int(a), Num::Int(b)) => a < b,
+            _ => self.f() < other.f(),
+        }
+    }
+}
+
+/// JSON has no NaN or infinity; InfluxDB leaves such values out as null.
+pub fn float(f: f64) -> Value {
+    serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)
+}
+
+pub fn field_json(v: &FieldValue) -> Value {
+    match v {
+        FieldValue::Bool(b) => Value::Bool(*b),
+        FieldValue::Str(s) => Value::String(s.clone()),
+        other => Num::of(other).map_or(Value::Null, Num::json),
+    }
+}
+
+/// One function's state over one field in one window.
+#[derive(Clone, Debug)]
+pub enum Acc {
+    Count(u64),
+    /// Sum and mean: integer sums stay exact while every value is an integer.
+    Sum { int: i128, float: f64, n: u64, all_int: bool },
+    Extreme { best: Option<(Num, TimestampMs)>, max: bool },
+    Edge { best: Option<(FieldValue, TimestampMs)>, last: bool },
+    Spread { min: Num, max: Num, seen: bool },
+    /// Median, percentile, stddev and distinct keep the values.
+    Values(Vec<(Num, TimestampMs)>),
+    Distinct(Vec<FieldValue>),
+}
+
+impl Acc {
+    pub fn new(func: Func) -> Acc {
+        match func {
+            Func::Count => Acc::Count(0),
+            Func::Sum | Func::Mean => Acc::Sum { int: 0, float: 0.0, n: 0, all_int: true },
+            Func::Min | Func::Max => Acc::Extreme { best: None, max: func == Func::Max },
+            Func::First | Func::Last => Acc::Edge { best: None, last: func == Func::Last },
+            Func::Spread => Acc::Spread { min: Num::Int(0), max: Num::Int(0), seen: false },
+            Func::Median | Func::Stddev | Func::Percentile(_) => Acc::Values(Vec::new()),
+            Func::Distinct | Func::CountDistinct => Acc::Distinct(Vec::new()),
+        }
+    }
+
+    pub fn push(&mut self, ts: TimestampMs, v: &FieldValue) {
+        let num = Num::of(v);
+        match self {
+            Acc::Count(n) => *n += 1,
+            Acc::Sum { int, float, n, all_int } => {
+                let Some(num) = num else { return };
+                *n += 1;
+                *float += num.f();
+                match num {
+                    Num::Int(i) => *int += i128::from(i),
+                    Num::Float(_) => *all_int = false,
+                }
+            }
+            Acc::Extreme { best, max } => {
+                let Some(num) = num else { return };
+                let better = match best {
+                    None => true,
+                    Some((b, bt)) => {
+                        let wins = if *max { b.lt(num) } else { num.lt(*b) };
+                        // Equal values: the earlier reading, as InfluxDB picks.
+                        wins || (!b.lt(num) && !num.lt(*b) && ts < *bt)
+                    }
+                };
+                if better {
+                    *best = Some((num, ts));
+                }
+            }
+            Acc::Edge { best, last } => {
+                let better = match best {
+                    None => true,
+                    Some((_, bt)) => if *last { ts > *bt } else { ts < *bt },
+                };
+                if better {
+                    *best = Some((v.clone(), ts));
+                }
+            }
+            Acc::Spread { min, max, seen } => {
+                let Some(num) = num else { return };
+                if !*seen || num.lt(*min) {
+                    *min = num;
+                }
+                if !*seen || max.lt(num) {
+                    *max = num;
+                }
+                *seen = true;
+            }
+            Acc::Values(vs) => {
+                if let Some(num) = num {
+                    vs.push((num, ts));
+                }
+            }
+            Acc::Distinct(vs) => {
+                if !vs.contains(v) {
+                    vs.push(v.clone());
+                }
+            }
+        }
+    }
+
+    /// Adds one hour's (or step's) statistics: only for functions where [`Func::from_stats`].
+    pub fn push_stats(&mut self, s: &FieldStats, integer: bool, start: TimestampMs) {
+        let num = |f: f64| if integer && f.fract() == 0.0 && f.abs() < 9.0e15 { Num::Int(f as i64) } else { Num::Float(f) };
+        match self {
+            Acc::Count(n) => *n += s.count,
+            Acc::Sum { int, float, n, all_int } => {
+                *n += s.count;
+                *float += s.sum;
+                match num(s.sum) {
+                    Num::Int(i) => *int += i128::from(i),
+                    Num::Float(_) => *all_int = false,
+                }
+            }
+            Acc::Extreme { best, max } => {
+                let v = num(if *max { s.max } else { s.min });
+                let better = best.is_none_or(|(b, _)| if *max { b.lt(v) } else { v.lt(b) });
+                if better {
+                    *best = Some((v, start));
+                }
+            }
+            Acc::Spread { min, max, seen } => {
+                let (lo, hi) = (num(s.min), num(s.max));
+                if !*seen || lo.lt(*min) {
+                    *min = lo;
+                }
+                if !*seen || max.lt(hi) {
+                    *max = hi;
+                }
+                *seen = true;
+            }
+            Acc::Edge { .. } | Acc::Values(_) | Acc::Distinct(_) => {}
+        }
+    }
+
+    /// The function's value, and the time of the reading a selector picked. `None` when the
+    /// window had nothing this function counts.
+    pub fn finish(&mut self, func: Func) -> Option<(Value, Option<TimestampMs>)> {
+        match self {
+            Acc::Count(n) => Some((Value::from(*n), None)),
+            Acc::Sum { n: 0, .. } => None,
+            Acc::Sum { int, float: sum, n, all_int } => Some((
+                match func {
+                    Func::Mean => float_mean(*all_int, *int, *sum, *n),
+                    _ if *all_int => i64::try_from(*int).map_or_else(|_| float(*sum), Value::from),
+                    _ => float(*sum),
+                },
+                None,
+            )),
+            Acc::Extreme { best, .. } => best.map(|(v, t)| (v.json(), Some(t))),
+            Acc::Edge { best, .. } => best.as_ref().map(|(v, t)| (field_json(v), Some(*t))),
+            Acc::Spread { seen: false, .. } => None,
+            Acc::Spread { min, max, .. } => Some((
+                match (*min, *max) {
+                    (Num::Int(a), Num::Int(b)) => b.checked_sub(a).map_or(Value::Null, Value::from),
+                    (a, b) => float(b.f() - a.f()),
+                },
+                None,
+            )),
+            Acc::Values(vs) if vs.is_empty() => None,
+            Acc::Values(vs) => values(func, vs),
+            Acc::Distinct(vs) if func == Func::CountDistinct => Some((Value::from(vs.len()), None)),
+            Acc::Distinct(vs) if vs.is_empty() => None,
+            // Each distinct value becomes its own row; the caller asks `distinct_values`.
+            Acc::Distinct(_) => Some((Value::Null, None)),
+        }
+    }
+
+    pub fn distinct_values(&self) -> Vec<Value> {
+        match self {
+            Acc::Distinct(vs) => vs.iter().map(field_json).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+fn float_mean(all_int: bool, int: i128, float_sum: f64, n: u64) -> Value {
+    // An integer sum is exact; dividing it once keeps the mean as exact as InfluxDB's.
+    let sum = if all_int { int as f64 } else { float_sum };
+    float(sum / n as f64)
+}
+
+fn values(func: Func, vs: &mut [(Num, TimestampMs)]) -> Option<(Value, Option<TimestampMs>)> {
+    match func {
+        Func::Median => {
+            vs.sort_by(|a, b| a.0.f().total_cmp(&b.0.f()));
+            let n = vs.len();
+            let v = if n % 2 == 1 {
+                vs[n / 2].0.f()
+            } else {
+                let (a, b) = (vs[n / 2 - 1].0.f(), vs[n / 2].0.f());
+                a + (b - a) / 2.0
+            };
+            Some((float(v), None))
+        }
+        Func::Percentile(p) => {
+            vs.sort_by(|a, b| a.0.f().total_cmp(&b.0.f()).then(a.1.cmp(&b.1)));
+            let i = (vs.len() as f64 * p / 100.0 + 0.5).floor() as i64 - 1;
+            let (v, t) = *vs.get(usize::try_from(i).ok()?)?;
+            Some((v.json(), Some(t)))
+        }
+        Func::Stddev => {
+            if vs.len() < 2 {
+                return Some((Value::Null, None));
+            }
+            let n = vs.len() as f64;
+            let mean = vs.iter().map(|v| v.0.f()).sum::<f64>() / n;
+            let var = vs.iter().map(|v| (v.0.f() - mean).powi(2)).sum::<f64>() / (n - 1.0);
+            Some((float(var.sqrt()), None))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(func: Func, vs: &[FieldValue]) -> Option<Value> {
+        let mut acc = Acc::new(func);
+        for (i, v) in vs.iter().enumerate() {
+            acc.push(i as i64, v);
+        }
+        acc.finish(func).map(|(v, _)| v)
+    }
+
+    #[test]
+    fn integer_fields_stay_integers_where_influxdb_keeps_them() {
+        let ints = [FieldValue::Int(4), FieldValue::Int(-1), FieldValue::Int(9)];
+        assert_eq!(run(Func::Sum, &ints), Some(Value::from(12)));
+        assert_eq!(run(Func::Max, &ints), Some(Value::from(9)));
+        assert_eq!(run(Func::Spread, &ints), Some(Value::from(10)));
+        assert_eq!(run(Func::Mean, &ints), Some(float(4.0)));
+        assert_eq!(run(Func::Median, &ints), Some(float(4.0)));
+        assert_eq!(run(Func::Count, &[FieldValue::Str("x".into())]), Some(Value::from(1)));
+        assert_eq!(run(Func::Sum, &[FieldValue::Str("x".into())]), None);
+    }
+
+    #[test]
+    fn percentile_picks_the_nearest_rank() {
+        let vs: Vec<FieldValue> = (1..=10).map(|i| FieldValue::Float(i as f64)).collect();
+        assert_eq!(run(Func::Percentile(90.0), &vs), Some(float(9.0)));
+        assert_eq!(run(Func::Percentile(50.0), &vs), Some(float(5.0)));
+        assert_eq!(run(Func::Percentile(0.0), &vs), None);
+        assert_eq!(run(Func::Median, &vs), Some(float(5.5)));
+    }
+
+    #[test]
+    fn first_and_last_are_by_time_not_arrival() {
+        let mut acc = Acc::new(Func::First);
+        acc.push(20, &FieldValue::Bool(true));
+        acc.push(10, &FieldValue::Bool(false));
+        assert_eq!(acc.finish(Func::First), Some((Value::Bool(false), Some(10))));
+    }
+}

@@ -1,0 +1,302 @@
+//! Runs parsed statements against the store and the unflushed buffers.
+
+use std::collections::{BTreeMap, HashMap};
+
+use futures::stream::BoxStream;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::ast::{Source, Statement};
+use super::cond::compile_regex;
+use super::{select, show};
+use crate::model::{FieldValue, Reading, TimestampMs};
+use crate::query::QueryState;
+use crate::query::merge::merge;
+use crate::query::rollups::merged_rollups;
+use crate::store::{FieldStats, Order, RangeQuery, SensorInfo, SensorQuery, StoreError};
+
+/// Series one statement may read: bounds the series lists held while answering it.
+pub const MAX_SERIES: usize = 100_000;
+
+/// Why one statement failed; InfluxDB reports it in that statement's `error`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecError(pub String);
+
+impl ExecError {
+    pub fn new(message: impl Into<String>) -> ExecError {
+        ExecError(message.into())
+    }
+}
+
+impl From<StoreError> for ExecError {
+    fn from(e: StoreError) -> Self {
+        ExecError(format!("store unavailable: {e}"))
+    }
+}
+
+/// One series of a statement's result, in InfluxDB 1.x's shape.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Series {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tags: Option<BTreeMap<String, String>>,
+    pub columns: Vec<String>,
+    pub values: Vec<Vec<Value>>,
+}
+
+/// How times are written: `epoch=ns|u|µ|ms|s|m|h`, or RFC 3339 strings without it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Epoch {
+    Rfc3339,
+    Ns,
+    Us,
+    Ms,
+    S,
+    M,
+    H,
+}
+
+impl Epoch {
+    pub fn parse(s: Option<&str>) -> Result<Epoch, String> {
+        Ok(match s {
+            None | Some("") => Epoch::Rfc3339,
+            Some("ns" | "n") => Epoch::Ns,
+            Some("u" | "µ" | "us") => Epoch::Us,
+            Some("ms") => Epoch::Ms,
+            Some("s") => Epoch::S,
+            Some("m") => Epoch::M,
+            Some("h") => Epoch::H,
+            Some(other) => {
+                return Err(format!("invalid epoch {other:?}: use ns, u, ms, s, m or h"));
+            }
+        })
+    }
+
+    pub fn format(self, ms: TimestampMs) -> Value {
+        let div = |d: i64| Value::from(ms / d);
+        match self {
+            Epoch::Rfc3339 => Value::String(rfc3339(ms)),
+            // Every millisecond bucketd keeps fits in i64 nanoseconds except past year 2262.
+            Epoch::Ns => ms.checked_mul(1_000_000).map_or(Value::Null, Value::from),
+            Epoch::Us => Value::from(ms * 1_000),
+            Epoch::Ms => Value::from(ms),
+            Epoch::S => div(1_000),
+            Epoch::M => div(60_000),
+            Epoch::H => div(3_600_000),
+        }
+    }
+}
+
+/// RFC 3339 with the fraction's trailing zeros dropped, as InfluxDB writes times.
+fn rfc3339(ms: TimestampMs) -> String {
+    let Some(t) = chrono::DateTime::from_timestamp_millis(ms) else { return ms.to_string() };
+    let mut s = t.format("%Y-%m-%dT%H:%M:%S").to_string();
+    let frac = ms.rem_euclid(1_000);
+    if frac != 0 {
+        let digits = format!("{frac:03}");
+        s.push('.');
+        s.push_str(digits.trim_end_matches('0'));
+    }
+    s.push('Z');
+    s
+}
+
+/// A field's InfluxQL type, as `SHOW FIELD KEYS` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldKind {
+    Float,
+    Integer,
+    String,
+    Boolean,
+}
+
+impl FieldKind {
+    pub fn of(v: &FieldValue) -> FieldKind {
+        match v {
+            FieldValue::Float(_) => FieldKind::Float,
+            FieldValue::Int(_) | FieldValue::UInt(_) => FieldKind::Integer,
+            FieldValue::Str(_) => FieldKind::String,
+            FieldValue::Bool(_) => FieldKind::Boolean,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FieldKind::Float => "float",
+            FieldKind::Integer => "integer",
+            FieldKind::String => "string",
+            FieldKind::Boolean => "boolean",
+        }
+    }
+}
+
+/// What every statement of one request shares.
+pub struct Ctx<'a> {
+    pub state: &'a QueryState,
+    /// `now()`, fixed for the whole request as in InfluxDB.
+    pub now_ns: i64,
+    pub epoch: Epoch,
+}
+
+impl Ctx<'_> {
+    pub fn time(&self, ms: TimestampMs) -> Value {
+        self.epoch.format(ms)
+    }
+
+    /// Runs one statement.
+    pub async fn run(&self, statement: &Statement) -> Result<Vec<Series>, ExecError> {
+        match statement {
+            Statement::Select(s) => select::select(self, s).await,
+            Statement::CreateDatabase(_) => Ok(Vec::new()),
+            Statement::Write { what } => Err(ExecError::new(format!(
+                "{what} is not supported: bucketd's /query is read-only (readings are written \
+                 with /write; retention is set with --retention)"
+            ))),
+            Statement::Unsupported { what } => {
+                Err(ExecError::new(format!("{what} is not supported by bucketd")))
+            }
+            other => show::show(self, other).await,
+        }
+    }
+
+    /// Every series (stored, or only buffered so far) of the measurements `sources` name, by
+    /// measurement; every measurement when `sources` is empty. At most [`MAX_SERIES`].
+    pub async fn series_of(
+        &self,
+        sources: &[Source],
+    ) -> Result<BTreeMap<String, Vec<SensorInfo>>, ExecError> {
+        let mut names = Vec::new();
+        let mut regexes = Vec::new();
+        for s in sources {
+            match s {
+                Source::Measurement { name, .. } => names.push(name.clone()),
+                Source::Regex { pattern, .. } => regexes.push(compile_regex(pattern)?),
+            }
+        }
+        let mut found: BTreeMap<String, SensorInfo> = BTreeMap::new();
+        let wanted = |m: &str| {
+            sources.is_empty() || names.iter().any(|n| n == m) || regexes.iter().any(|r| r.is_match(m))
+        };
+        // A named measurement is listed by the store's index; a regex needs every series.
+        let listings: Vec<Option<String>> =
+            if regexes.is_empty() && !sources.is_empty() { names.iter().cloned().map(Some).collect() } else { vec![None] };
+        for measurement in listings {
+            self.list(measurement, &wanted, &mut found).await?;
+        }
+        for s in self.state.unflushed.unflushed_sensors() {
+            if !wanted(&s.measurement) {
+                continue;
+            }
+            found.entry(s.key.clone()).or_insert(s);
+            if found.len() > MAX_SERIES {
+                return Err(too_many_series());
+            }
+        }
+        let mut by_measurement: BTreeMap<String, Vec<SensorInfo>> = BTreeMap::new();
+        for (_, s) in found {
+            by_measurement.entry(s.measurement.clone()).or_default().push(s);
+        }
+        Ok(by_measurement)
+    }
+
+    async fn list(
+        &self,
+        measurement: Option<String>,
+        wanted: &impl Fn(&str) -> bool,
+        found: &mut BTreeMap<String, SensorInfo>,
+    ) -> Result<(), ExecError> {
+        let page = self.state.limits.max_sensors;
+        let mut after = None;
+        loop {
+            let batch = self
+                .state
+                .store
+                .sensors(SensorQuery {
+                    tags: Vec::new(),
+                    measurement: measurement.clone(),
+                    after: after.take(),
+                    limit: page,
+                })
+                .await?;
+            let full = batch.len() == page;
+            after = batch.last().map(|s| s.key.clone());
+            for s in batch {
+                if wanted(&s.measurement) {
+                    found.insert(s.key.clone(), s);
+                }
+            }
+            if found.len() > MAX_SERIES {
+                return Err(too_many_series());
+            }
+            if !full || after.is_none() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The readings of one series in `[from, to)`, unflushed ones merged in.
+    pub fn readings(
+        &self,
+        key: &str,
+        from: TimestampMs,
+        to: TimestampMs,
+        order: Order,
+    ) -> BoxStream<'static, Result<Reading, StoreError>> {
+        // Buffers before the store: double counting is possible during a flush, missing is not.
+        let unflushed = self.state.unflushed.unflushed(key, from, to);
+        let stored = self.state.store.readings(RangeQuery {
+            sensor: key.to_owned(),
+            from,
+            to,
+            order,
+            limit: None,
+        });
+        merge(stored, unflushed, order)
+    }
+
+    pub async fn rollups(
+        &self,
+        key: &str,
+        range: super::cond::TimeRange,
+        step_ms: i64,
+    ) -> Result<BTreeMap<TimestampMs, BTreeMap<String, FieldStats>>, ExecError> {
+        Ok(merged_rollups(self.state, key, range.from, range.to, step_ms, None).await?)
+    }
+
+    /// The types of the fields of a series' latest reading in range: what decides whether
+    /// bucket statistics (numbers only) can answer. `None` without readings in range.
+    pub async fn field_kinds(
+        &self,
+        info: &SensorInfo,
+        range: super::cond::TimeRange,
+    ) -> Result<Option<HashMap<String, FieldKind>>, ExecError> {
+        use futures::StreamExt;
+        let mut latest = self.readings(&info.key, range.from, range.to, Order::Desc);
+        Ok(match latest.next().await.transpose()? {
+            None => None,
+            Some(r) => Some(r.fields.iter().map(|(k, v)| (k.to_string(), FieldKind::of(v))).collect()),
+        })
+    }
+}
+
+fn too_many_series() -> ExecError {
+    ExecError::new(format!(
+        "the statement reads more than {MAX_SERIES} series: name a measurement or add a tag \
+         condition"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_written_as_influxdb_writes_them() {
+        assert_eq!(rfc3339(1_709_251_200_000), "2024-03-01T00:00:00Z");
+        assert_eq!(rfc3339(1_709_251_200_120), "2024-03-01T00:00:00.12Z");
+        assert_eq!(Epoch::Ns.format(5), Value::from(5_000_000));
+        assert_eq!(Epoch::S.format(5_999), Value::from(5));
+        assert!(Epoch::parse(Some("fortnight")).is_err());
+    }
+}

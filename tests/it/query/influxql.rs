@@ -1,0 +1,266 @@
+//! InfluxQL on `/query`, through the query router: what the oracle comparison with InfluxDB
+//! cannot show (bucketd's own answers, hour statistics against readings, unflushed readings,
+//! the request and error shapes).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use bucketd::model::{Batch, FieldValue, HOUR_MS, Reading, Seq, TimestampMs, WriterId};
+use bucketd::store::memory::MemoryStore;
+use bucketd::store::{
+    BucketLimits, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery, Store, StoreError,
+    WriteReport,
+};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use crate::support::query::{App, FakeUnflushed, app, app_with, enc, get, get_json, reading, series, write};
+
+const BASE: i64 = 1_709_251_200_000; // 2024-03-01T00:00:00Z
+
+/// Three sites of `temp` over six hours, one reading a minute, integer and float fields; site
+/// `c` starts in the third hour.
+async fn fixture(app: &App) {
+    for (site, start_hour, offset) in [("a", 0, 0.0), ("b", 0, 10.0), ("c", 2, -5.0)] {
+        let s = series(&format!("temp,site={site}"), "temp", &[("site", site)]);
+        let readings: Vec<Reading> = (start_hour * 60..6 * 60)
+            .map(|i| {
+                reading(
+                    BASE + i * 60_000,
+                    vec![
+                        // Quarters: sums are exact whatever the order of addition.
+                        ("v", FieldValue::Float(offset + (i % 13) as f64 * 0.25)),
+                        ("n", FieldValue::Int(i % 7)),
+                    ],
+                )
+            })
+            .collect();
+        write(&app.store, &s, &readings).await;
+    }
+}
+
+async fn q(app: &App, query: &str) -> (StatusCode, Value) {
+    get_json(&app.router, &format!("/query?db=x&epoch=ms&q={}", enc(query))).await
+}
+
+fn range(from_h: i64, to_h: i64) -> String {
+    format!("time >= {}ms AND time < {}ms", BASE + from_h * HOUR_MS, BASE + to_h * HOUR_MS)
+}
+
+#[tokio::test]
+async fn whole_hour_groups_from_statistics_equal_those_from_readings() {
+    let app = app(BucketLimits::default());
+    fixture(&app).await;
+    let fields = "mean(v), count(v), sum(v), min(v), max(v), spread(v), sum(n), max(n)";
+    for group in ["time(1h)", "time(1h), site", "time(2h), *"] {
+        let stats = format!("SELECT {fields} FROM temp WHERE {} GROUP BY {group}", range(0, 6));
+        // A field condition that holds for every reading forces the readings path.
+        let readings = format!(
+            "SELECT {fields} FROM temp WHERE {} AND v > -1000 GROUP BY {group}",
+            range(0, 6)
+        );
+        let (s1, a) = q(&app, &stats).await;
+        let (s2, b) = q(&app, &readings).await;
+        assert_eq!((s1, s2), (StatusCode::OK, StatusCode::OK));
+        assert!(a["results"][0]["series"].as_array().is_some_and(|s| !s.is_empty()), "{a}");
+        assert_eq!(a, b, "{group}");
+    }
+}
+
+/// Counts the readings the store streams out, to show that hour groups read statistics.
+struct Counting {
+    inner: Arc<MemoryStore>,
+    readings: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Store for Counting {
+    fn name(&self) -> &'static str {
+        "counting"
+    }
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.inner.ping().await
+    }
+    async fn write(&self, w: WriterId, b: &[Batch]) -> Vec<Result<WriteReport, StoreError>> {
+        self.inner.write(w, b).await
+    }
+    async fn high_water(
+        &self,
+        w: WriterId,
+        keys: &[(String, TimestampMs)],
+    ) -> Result<Vec<Seq>, StoreError> {
+        self.inner.high_water(w, keys).await
+    }
+    fn readings(&self, query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {
+        let counter = self.readings.clone();
+        self.inner
+            .readings(query)
+            .inspect(move |_| {
+                counter.fetch_add(1, Ordering::Relaxed);
+            })
+            .boxed()
+    }
+    async fn rollups(&self, query: RollupQuery) -> Result<Vec<RollupRow>, StoreError> {
+        self.inner.rollups(query).await
+    }
+    async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError> {
+        self.inner.sensors(query).await
+    }
+}
+
+#[tokio::test]
+async fn hour_groups_read_one_reading_per_series_not_every_reading() {
+    let store = Arc::new(MemoryStore::new(BucketLimits::default()));
+    let readings = Arc::new(AtomicUsize::new(0));
+    let counting = Arc::new(Counting { inner: store.clone(), readings: readings.clone() });
+    let app = app_with(store, counting, Arc::new(FakeUnflushed::default()));
+    fixture(&app).await;
+    let (status, body) = q(
+        &app,
+        &format!("SELECT mean(v), max(n) FROM temp WHERE {} GROUP BY time(1h), site", range(0, 6)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["results"][0]["series"].as_array().unwrap().len(), 3);
+    // Each series' latest reading tells its field types; the rest comes from statistics.
+    assert_eq!(readings.load(Ordering::Relaxed), 3);
+    readings.store(0, Ordering::Relaxed);
+    q(&app, &format!("SELECT median(v) FROM temp WHERE {} GROUP BY time(1h)", range(0, 6))).await;
+    assert_eq!(readings.load(Ordering::Relaxed), 2 * 6 * 60 + 4 * 60, "median reads every reading");
+}
+
+#[tokio::test]
+async fn unflushed_readings_are_answered_on_both_paths() {
+    let app = app(BucketLimits::default());
+    fixture(&app).await;
+    let s = series("temp,site=a", "temp", &[("site", "a")]);
+    app.unflushed.push(&s, reading(BASE + 6 * HOUR_MS + 5, vec![("v", FieldValue::Float(100.0))]));
+    for extra in ["", " AND v > -1000"] {
+        let (_, body) = q(
+            &app,
+            &format!(
+                "SELECT max(v), count(v) FROM temp WHERE site = 'a'{extra} AND {} GROUP BY time(1h)",
+                range(6, 7)
+            ),
+        )
+        .await;
+        assert_eq!(
+            body["results"][0]["series"][0]["values"],
+            json!([[BASE + 6 * HOUR_MS, 100.0, 1]]),
+            "{extra}"
+        );
+    }
+    let (_, body) = q(&app, "SHOW TAG VALUES FROM temp WITH KEY = \"site\"").await;
+    assert_eq!(body["results"][0]["series"][0]["values"], json!([["site", "a"], ["site", "b"], ["site", "c"]]));
+}
+
+#[tokio::test]
+async fn statements_answer_in_order_and_fail_one_by_one() {
+    let app = app(BucketLimits::default());
+    fixture(&app).await;
+    let (status, body) = q(
+        &app,
+        "CREATE DATABASE telegraf; DROP MEASUREMENT temp; SELECT last(n) FROM temp WHERE site = 'b'; SHOW DATABASES",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let results = body["results"].as_array().unwrap();
+    assert_eq!(results.len(), 4);
+    assert_eq!(results[0], json!({"statement_id": 0}));
+    assert_eq!(results[1]["statement_id"], 1);
+    assert!(results[1]["error"].as_str().unwrap().contains("read-only"), "{}", results[1]);
+    let last = BASE + (6 * 60 - 1) * 60_000;
+    assert_eq!(
+        results[2]["series"],
+        json!([{"name": "temp", "columns": ["time", "last"], "values": [[last, (6 * 60 - 1) % 7]]}])
+    );
+    assert_eq!(results[3]["series"][0]["values"], json!([["bucketd"]]));
+}
+
+#[tokio::test]
+async fn requests_and_errors_have_influxdbs_shapes() {
+    let app = app(BucketLimits::default());
+    fixture(&app).await;
+    let (status, body) = get_json(&app.router, "/query?db=x").await;
+    assert_eq!((status, body), (StatusCode::BAD_REQUEST, json!({"error": "missing required parameter \"q\""})));
+
+    let (status, body) = q(&app, "SELECT mean(v) FROM temp WHERE\n  site = ").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let message = body["error"].as_str().unwrap();
+    assert!(message.starts_with("error parsing query: ") && message.contains("at line 2, char"), "{message}");
+
+    let (status, body) = get_json(&app.router, &format!("/query?epoch=fortnight&q={}", enc("SHOW DATABASES"))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+    // Without epoch, RFC 3339 strings; with it, integers in its unit.
+    let select = format!("SELECT first(v) FROM temp WHERE site = 'a' AND {}", range(0, 1));
+    let (_, body) = get_json(&app.router, &format!("/query?q={}", enc(&select))).await;
+    assert_eq!(body["results"][0]["series"][0]["values"][0][0], "2024-03-01T00:00:00Z");
+    let (_, body) = get_json(&app.router, &format!("/query?epoch=s&q={}", enc(&select))).await;
+    assert_eq!(body["results"][0]["series"][0]["values"][0][0], BASE / 1000);
+
+    // POST with a form body, as Grafana and Telegraf send it.
+    let request = Request::post("/query?db=x&epoch=ms")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(Body::from(format!("q={}", enc("SHOW MEASUREMENTS"))))
+        .unwrap();
+    let response = app.router.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["x-influxdb-build"], "OSS");
+    let body: Value =
+        serde_json::from_slice(&axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap()).unwrap();
+    assert_eq!(body["results"][0]["series"][0]["values"], json!([["temp"]]));
+
+    // chunked: one line per statement.
+    let (status, _, bytes) =
+        get(&app.router, &format!("/query?chunked=true&q={}", enc("SHOW DATABASES; SHOW MEASUREMENTS"))).await;
+    assert_eq!(status, StatusCode::OK);
+    let lines: Vec<Value> = bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[1]["results"][0]["statement_id"], 1);
+
+    // What bucketd cannot answer says so, per statement.
+    for (statement, says) in [
+        ("SELECT derivative(mean(v), 1s) FROM temp WHERE time > 0 GROUP BY time(1h)", "unsupported function derivative()"),
+        ("SELECT mean(v) INTO other FROM temp", "read-only"),
+        ("SELECT mean(v) FROM temp GROUP BY time(1h)", "lower bound"),
+        ("SELECT v FROM temp tz('Europe/Paris')", "UTC"),
+        ("SELECT v, mean(v) FROM temp", "mixing aggregate"),
+        ("SHOW USERS", "not supported"),
+    ] {
+        let (status, body) = q(&app, statement).await;
+        assert_eq!(status, StatusCode::OK, "{statement}");
+        let error = body["results"][0]["error"].as_str().unwrap_or_else(|| panic!("{statement}: {body}"));
+        assert!(error.contains(says), "{statement}: {error}");
+    }
+}
+
+#[tokio::test]
+async fn metadata_statements_list_what_was_written() {
+    let app = app(BucketLimits::default());
+    fixture(&app).await;
+    let s = series("power,site=a,phase=1", "power", &[("phase", "1"), ("site", "a")]);
+    write(&app.store, &s, &[reading(BASE, vec![("on", FieldValue::Bool(true)), ("w", FieldValue::Int(3))])]).await;
+    let cases = [
+        ("SHOW MEASUREMENTS", json!([{"name": "measurements", "columns": ["name"], "values": [["power"], ["temp"]]}])),
+        ("SHOW MEASUREMENTS WITH MEASUREMENT =~ /^te/", json!([{"name": "measurements", "columns": ["name"], "values": [["temp"]]}])),
+        ("SHOW MEASUREMENTS WHERE phase = '1'", json!([{"name": "measurements", "columns": ["name"], "values": [["power"]]}])),
+        ("SHOW TAG KEYS FROM power", json!([{"name": "power", "columns": ["tagKey"], "values": [["phase"], ["site"]]}])),
+        ("SHOW FIELD KEYS FROM power", json!([{"name": "power", "columns": ["fieldKey", "fieldType"], "values": [["on", "boolean"], ["w", "integer"]]}])),
+        ("SHOW SERIES WHERE site = 'a'", json!([{"columns": ["key"], "values": [["power,phase=1,site=a"], ["temp,site=a"]]}])),
+        ("SHOW TAG VALUES WITH KEY IN (\"phase\", \"site\") WHERE site != 'b' LIMIT 2", json!([
+            {"name": "power", "columns": ["key", "value"], "values": [["phase", "1"], ["site", "a"]]},
+            {"name": "temp", "columns": ["key", "value"], "values": [["site", "a"], ["site", "c"]]},
+        ])),
+    ];
+    for (statement, expected) in cases {
+        let (status, body) = q(&app, statement).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["results"][0]["series"], expected, "{statement}");
+    }
+}
