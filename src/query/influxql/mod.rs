@@ -16,6 +16,8 @@ pub mod agg;
 pub mod ast;
 pub mod cond;
 pub mod exec;
+mod lex;
+pub mod parse;
 pub mod select;
 
 pub mod show;
