@@ -1,4 +1,5 @@
 //! Reading data out, through the query router in process.
 
 mod api;
+mod influxql_oracle;
 mod readings;
