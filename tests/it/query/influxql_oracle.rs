@@ -8,6 +8,10 @@
 //!
 //! Run: `cargo test --test it influxql_oracle`.
 //!
+//! `BUCKETD_INFLUXQL_ORACLE_FILTER=<text>` sends only the queries containing `<text>` (or, if
+//! it is a number, the query on that line of `queries.txt`). The full report of a failed run is
+//! also written to `target/tmp/influxql_oracle_report.txt`.
+//!
 //! `BUCKETD_INFLUXQL_ORACLE_SUBJECT=influxd` puts a second influxd where bucketd would be:
 //! the harness checking itself (every query must then match).
 //!
@@ -33,6 +37,8 @@ const QUERIES: &str = include_str!("influxql/queries.txt");
 const DB: &str = "oracle";
 /// Set to `influxd` to compare InfluxDB with itself (see the module documentation).
 const SUBJECT_ENV: &str = "BUCKETD_INFLUXQL_ORACLE_SUBJECT";
+/// Set to a line number or a piece of query text to send only the matching queries.
+const FILTER_ENV: &str = "BUCKETD_INFLUXQL_ORACLE_FILTER";
 /// Floats are equal when within this much of each other, relative to the larger (absolute
 /// below 1): sums in another order differ in the last bits.
 const FLOAT_TOLERANCE: f64 = 1e-9;
@@ -49,11 +55,15 @@ async fn influxql_oracle_matches_influxdb() {
     wait_for_all_points(&reference).await;
 
     let subject = Subject::start().await;
-    let queries = parse_queries(QUERIES);
+    let mut queries = parse_queries(QUERIES);
     assert!(queries.len() > 100, "queries.txt parsed to only {} queries", queries.len());
+    if let Ok(filter) = std::env::var(FILTER_ENV) {
+        queries.retain(|q| q.text.contains(&filter) || filter == q.line.to_string());
+        assert!(!queries.is_empty(), "{FILTER_ENV}={filter:?} matches no query");
+    }
 
     let mut report = String::new();
-    let mut failed = 0;
+    let mut failed = Vec::new();
     for query in &queries {
         let expected = send(&reference.client, &reference.url, query).await;
         let got = send(&subject.client, &subject.url, query).await;
@@ -63,17 +73,27 @@ async fn influxql_oracle_matches_influxdb() {
         }
         compare_bodies(&expected.body, &got.body, query.sorted, &mut diffs);
         if !diffs.is_empty() {
-            failed += 1;
+            failed.push(query.line.to_string());
             write_report(&mut report, query, &expected, &got, &diffs, subject.name);
         }
     }
-    assert!(
-        failed == 0,
-        "{failed} of {} InfluxQL queries answered differently by {} than by InfluxDB \
-         (queries in tests/it/query/influxql/queries.txt):\n{report}",
+    if failed.is_empty() {
+        return;
+    }
+    let report = format!(
+        "{} of {} InfluxQL queries answered differently by {} than by InfluxDB; their lines in \
+         tests/it/query/influxql/queries.txt: {}\n{report}",
+        failed.len(),
         queries.len(),
-        subject.name
+        subject.name,
+        failed.join(" ")
     );
+    let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("influxql_oracle_report.txt");
+    let saved = match std::fs::write(&file, &report) {
+        Ok(()) => format!("(also in {})", file.display()),
+        Err(e) => format!("({} not written: {e})", file.display()),
+    };
+    panic!("{report}\n{saved}");
 }
 
 /// `SHOW DATABASES` and `SHOW RETENTION POLICIES` (Grafana sends both): bucketd's answers have

@@ -10,7 +10,7 @@ Two days from 2024-03-01T00:00:00Z, millisecond timestamps (write with precision
   at all in 2024-03-01T05:00/06:00; host c starts mid-range at ~2024-03-01T09:27, host b stops
   at ~2024-03-02T20:00.
 - temp,site=lab|roof  value (float, negative on the roof at night), every ~7 min; the lab has no
-  data 2024-03-02T02:00..04:00.
+  data 2024-03-02T02:00..04:00, and some whole values (written `21` and `21.0`, floats both).
 - counter,dev=x|y  i, n (integers), every 15 min, irregular milliseconds.
 - status,dev=x|y  state (string), ok (boolean), code (integer), every ~30 min.
 """
@@ -57,7 +57,13 @@ for site in ("lab", "roof"):
                 value = 21.0 + rng.uniform(-0.5, 0.5)
             else:
                 value = 4.0 + 8 * math.sin((h - 9) / 24 * 2 * math.pi) + rng.uniform(-1, 1)
-            lines.append((t, f"temp,site={site} value={fmt(value)} {t}"))
+            text = fmt(value)
+            # Whole floats, written both ways: InfluxDB answers them without a fraction.
+            if site == "lab" and len(lines) % 40 == 0:
+                text = str(round(value))
+            elif site == "lab" and len(lines) % 40 == 20:
+                text = f"{round(value)}.0"
+            lines.append((t, f"temp,site={site} value={text} {t}"))
         t += 420_000 + rng.randrange(-30_000, 30_000)
 
 # counter: integer fields
