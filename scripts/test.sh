@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test bucketd has. Installs what the tests need and cannot install themselves:
 #   - promtool (Debian package `prometheus`), which checks the /metrics output;
+#   - influxd (Debian package `influxdb`, InfluxDB 1.6), the reference the InfluxQL oracle
+#     test (tests/it/query/influxql_oracle.rs) compares bucketd's /query answers with;
 #   - python3 with venv, for the MongoDB stand-in (the tests build the venv themselves under
 #     target/mongo-standin-venv from tests/mongo_standin/requirements.txt).
 # Set BUCKETD_TEST_MONGODB_URI=mongodb://... to run the MongoDB tests against a real server
@@ -22,6 +24,10 @@ apt_install() {
 if ! command -v promtool >/dev/null; then
   echo "scripts/test.sh: installing promtool (Debian package prometheus)"
   apt_install prometheus
+fi
+if ! command -v influxd >/dev/null; then
+  echo "scripts/test.sh: installing influxd (Debian package influxdb) for the InfluxQL oracle test"
+  apt_install influxdb
 fi
 if ! command -v python3 >/dev/null; then
   echo "scripts/test.sh: installing python3 for the MongoDB stand-in"

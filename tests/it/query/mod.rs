@@ -2,4 +2,5 @@
 
 mod api;
 mod influxql;
+mod influxql_oracle;
 mod readings;

@@ -4,6 +4,7 @@
 //! [`in_own_process`], for the few tests that measure something the whole process shares.
 
 pub mod binary;
+pub mod influxd;
 pub mod mongo_standin;
 pub mod proxy;
 pub mod query;
