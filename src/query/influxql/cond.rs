@@ -216,6 +216,29 @@ impl Condition {
         Ok(Condition { expr, regexes })
     }
 
+    /// Whether a series matches when every name is a tag, as in the metadata statements.
+    pub fn series_matches_tags(&self, tags: &[(String, String)]) -> bool {
+        let keys: BTreeSet<String> = self.names().into_iter().collect();
+        self.eval(&self.expr, &Env { tags, tag_keys: &keys, reading: None }) == Some(true)
+    }
+
+    fn names(&self) -> Vec<String> {
+        fn walk(e: &Expr, out: &mut Vec<String>) {
+            match e {
+                Expr::Ref { name, .. } => out.push(name.clone()),
+                Expr::Paren(i) => walk(i, out),
+                Expr::Binary { lhs, rhs, .. } => {
+                    walk(lhs, out);
+                    walk(rhs, out);
+                }
+                _ => {}
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.expr, &mut out);
+        out
+    }
+
     /// Whether a series can have matching readings: `None` when that depends on its fields.
     pub fn series_may_match(&self, tags: &[(String, String)], tag_keys: &BTreeSet<String>) -> bool {
         let env = Env { tags, tag_keys, reading: None };

@@ -81,6 +81,20 @@ impl Params {
     }
 }
 
+/// Go's JSON writes a whole float without a fraction (`21`, not `21.0`), and clients and tests
+/// written against InfluxDB compare the text; done last so that the values' types stay right
+/// for arithmetic and fill.
+fn whole_floats_as_go_writes_them(series: &mut Series) {
+    for v in series.values.iter_mut().flatten() {
+        if let Some(f) = v.as_f64().filter(|_| v.is_f64())
+            && f.fract() == 0.0
+            && f.abs() < 1e15
+        {
+            *v = serde_json::Value::from(f as i64);
+        }
+    }
+}
+
 fn influx_response(status: StatusCode, body: Vec<u8>) -> Response {
     let mut r = (status, body).into_response();
     let h = r.headers_mut();
@@ -145,7 +159,10 @@ pub async fn query(
     let mut results = Vec::with_capacity(parsed.statements.len());
     for (statement_id, statement) in parsed.statements.iter().enumerate() {
         results.push(match ctx.run(statement).await {
-            Ok(series) => StatementResult { statement_id, series, error: None },
+            Ok(mut series) => {
+                series.iter_mut().for_each(whole_floats_as_go_writes_them);
+                StatementResult { statement_id, series, error: None }
+            }
             Err(e) => StatementResult { statement_id, series: Vec::new(), error: Some(e.0) },
         });
     }

@@ -159,11 +159,9 @@ impl Filter {
     }
 
     fn matching<'a>(&'a self, series: &'a [SensorInfo]) -> impl Iterator<Item = &'a SensorInfo> + 'a {
-        let keys: BTreeSet<String> =
-            series.iter().flat_map(|s| s.tags.iter().map(|(k, _)| k.clone())).collect();
-        series.iter().filter(move |s| {
-            self.condition.as_ref().is_none_or(|c| c.series_may_match(&s.tags, &keys))
-        })
+        series
+            .iter()
+            .filter(move |s| self.condition.as_ref().is_none_or(|c| c.series_matches_tags(&s.tags)))
     }
 
     fn any(&self, series: &[SensorInfo]) -> bool {

@@ -68,10 +68,24 @@ async fn influxql_oracle_matches_influxdb() {
         let expected = send(&reference.client, &reference.url, query).await;
         let got = send(&subject.client, &subject.url, query).await;
         let mut diffs = Vec::new();
-        if expected.status != got.status {
-            diffs.push(format!("HTTP status: expected {}, got {}", expected.status, got.status));
+        match query.expect {
+            Expect::Same => {
+                if expected.status != got.status {
+                    diffs.push(format!(
+                        "HTTP status: expected {}, got {}",
+                        expected.status, got.status
+                    ));
+                }
+                compare_bodies(&expected.body, &got.body, query.sorted, &mut diffs);
+            }
+            Expect::Refused if !refused(&got) => {
+                diffs.push(format!("expected a refusal (expect=refused), got {}", got.status));
+            }
+            Expect::Differs if got.status >= 500 => {
+                diffs.push(format!("expected an answer (expect=differs), got {}", got.status));
+            }
+            Expect::Refused | Expect::Differs => {}
         }
-        compare_bodies(&expected.body, &got.body, query.sorted, &mut diffs);
         if !diffs.is_empty() {
             failed.push(query.line.to_string());
             write_report(&mut report, query, &expected, &got, &diffs, subject.name);
@@ -108,6 +122,7 @@ async fn influxql_oracle_show_databases_and_rps() {
         sorted: false,
         post: false,
         rp: None,
+        expect: Expect::Same,
     };
     let databases = send(&subject.client, &subject.url, &query("SHOW DATABASES")).await;
     let series = only_series(&databases, "SHOW DATABASES");
@@ -221,6 +236,7 @@ async fn wait_for_all_points(influxd: &Influxd) {
         sorted: false,
         post: false,
         rp: None,
+        expect: Expect::Same,
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
@@ -259,12 +275,26 @@ struct Query {
     post: bool,
     /// The `rp` parameter (Grafana sends it when a policy other than the default is picked).
     rp: Option<String>,
+    expect: Expect,
+}
+
+/// What bucketd's answer is held to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// InfluxDB's answer.
+    Same,
+    /// A form bucketd does not answer: it must refuse it with an error (400, or an error in
+    /// every statement), whatever InfluxDB answers.
+    Refused,
+    /// An InfluxDB quirk bucketd does not copy: any answer but a 5xx.
+    Differs,
 }
 
 /// `queries.txt`: one query per line; blocks separated by blank lines; `#` starts a comment.
 /// A comment made only of `key=value` directives applies them to every following query of its
 /// block: `epoch=ms|s|ns|…` (default `ms`; `epoch=` sends none: RFC3339 times),
-/// `compare=sorted`, `method=post|get`, `rp=<policy>` (`rp=` sends none, the default).
+/// `compare=sorted`, `method=post|get`, `rp=<policy>` (`rp=` sends none, the default),
+/// `expect=same|refused|differs` (see [`Expect`]).
 fn parse_queries(text: &str) -> Vec<Query> {
     let mut out = Vec::new();
     let default = Query {
@@ -274,6 +304,7 @@ fn parse_queries(text: &str) -> Vec<Query> {
         sorted: false,
         post: false,
         rp: None,
+        expect: Expect::Same,
     };
     let mut block = default.clone();
     for (i, raw) in text.lines().enumerate() {
@@ -292,6 +323,9 @@ fn parse_queries(text: &str) -> Vec<Query> {
                         ("method", "get") => block.post = false,
                         ("rp", "") => block.rp = None,
                         ("rp", rp) => block.rp = Some(rp.to_owned()),
+                        ("expect", "same") => block.expect = Expect::Same,
+                        ("expect", "refused") => block.expect = Expect::Refused,
+                        ("expect", "differs") => block.expect = Expect::Differs,
                         _ => panic!("queries.txt:{}: unknown directive {key}={value}", i + 1),
                     }
                 }
@@ -305,12 +339,24 @@ fn parse_queries(text: &str) -> Vec<Query> {
 
 /// The directives of a comment, if it is made of nothing else.
 fn directives(comment: &str) -> Option<Vec<(&str, &str)>> {
-    const KEYS: [&str; 4] = ["epoch", "compare", "method", "rp"];
+    const KEYS: [&str; 5] = ["epoch", "compare", "method", "rp", "expect"];
     let words: Vec<&str> = comment.split_whitespace().collect();
     if words.is_empty() {
         return None;
     }
     words.iter().map(|w| w.split_once('=').filter(|(k, _)| KEYS.contains(k))).collect()
+}
+
+/// A 400 with an error, or a 200 whose every statement failed.
+fn refused(answer: &Answer) -> bool {
+    let body = &answer.body;
+    match answer.status {
+        400 => body["error"].is_string(),
+        200 => body["results"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty() && r.iter().all(|s| s["error"].is_string())),
+        _ => false,
+    }
 }
 
 struct Answer {
