@@ -92,8 +92,8 @@ fn model_rollup(
                 rows.entry(r.ts.div_euclid(q.step_ms) * q.step_ms)
                     .or_default()
                     .entry(name.to_string())
-                    .and_modify(|s| s.merge(&FieldStats::of(v)))
-                    .or_insert(FieldStats::of(v));
+                    .and_modify(|s| s.merge(&FieldStats::of(r.ts, v)))
+                    .or_insert(FieldStats::of(r.ts, v));
             }
         }
     }
@@ -111,7 +111,12 @@ fn assert_rollups_match(
         assert_eq!(row.fields.keys().collect::<Vec<_>>(), w.keys().collect::<Vec<_>>());
         for (name, s) in &row.fields {
             let e = &w[name];
-            assert_eq!((s.count, s.min, s.max), (e.count, e.min, e.max), "{name} at {}", row.start);
+            assert_eq!(
+                (s.count, s.min, s.max, s.first, s.last),
+                (e.count, e.min, e.max, e.first, e.last),
+                "{name} at {}",
+                row.start
+            );
             assert!((s.sum - e.sum).abs() <= 1e-9 * e.sum.abs().max(1.0), "{name} sum");
         }
     }

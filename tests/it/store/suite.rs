@@ -225,8 +225,8 @@ pub fn expected_rollups(
                 rows.entry(r.ts.div_euclid(step) * step)
                     .or_default()
                     .entry(name.to_string())
-                    .and_modify(|s| s.merge(&FieldStats::of(v)))
-                    .or_insert_with(|| FieldStats::of(v));
+                    .and_modify(|s| s.merge(&FieldStats::of(r.ts, v)))
+                    .or_insert_with(|| FieldStats::of(r.ts, v));
             }
         }
     }
