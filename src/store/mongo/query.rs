@@ -15,8 +15,8 @@ use crate::model::{
     HOUR_MS, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, Seq, TimestampMs, hour_start,
 };
 use crate::store::{
-    FieldStats, Marks, Order, RangeQuery, RollupQuery, RollupRow, SensorInfo,
-    SensorQuery, StoreError,
+    FieldStats, Marks, Order, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery,
+    StoreError,
 };
 
 /// Documents per cursor batch: enough to amortize round trips, few enough that a range is

@@ -123,6 +123,29 @@ impl BucketHeader {
         out
     }
 
+    /// The encoding of header version 1 (schemas 1 and 2), as those versions wrote it: the
+    /// statistics without first/last. For tests of reading old files.
+    #[cfg(test)]
+    pub fn encode_version_1(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        put_varint(&mut out, HEADER_VERSION_1);
+        put_varint(&mut out, u64::from(self.count));
+        put_varint(&mut out, self.bytes);
+        put_varint(&mut out, zigzag(self.min_ts));
+        put_varint(&mut out, zigzag(self.max_ts));
+        out.push(u8::from(self.sorted));
+        put_varint(&mut out, u64::from(self.chunks));
+        put_varint(&mut out, self.stats.len() as u64);
+        for (name, s) in &self.stats {
+            put_str(&mut out, name);
+            put_varint(&mut out, s.count);
+            out.extend_from_slice(&s.min.to_le_bytes());
+            out.extend_from_slice(&s.max.to_le_bytes());
+            out.extend_from_slice(&s.sum.to_le_bytes());
+        }
+        out
+    }
+
     pub fn decode(bytes: &[u8]) -> Result<Self, EmbeddedError> {
         let mut c = Cursor::new(bytes);
         let version = c.varint()?;
@@ -204,27 +227,6 @@ mod tests {
         assert!(BucketHeader::decode(&h.encode()[..5]).is_err());
     }
 
-    /// The encoding of header version 1 (schemas 1 and 2), as those versions wrote it.
-    pub(crate) fn encode_v1(h: &BucketHeader) -> Vec<u8> {
-        let mut out = Vec::new();
-        put_varint(&mut out, 1);
-        put_varint(&mut out, u64::from(h.count));
-        put_varint(&mut out, h.bytes);
-        put_varint(&mut out, zigzag(h.min_ts));
-        put_varint(&mut out, zigzag(h.max_ts));
-        out.push(u8::from(h.sorted));
-        put_varint(&mut out, u64::from(h.chunks));
-        put_varint(&mut out, h.stats.len() as u64);
-        for (name, s) in &h.stats {
-            put_str(&mut out, name);
-            put_varint(&mut out, s.count);
-            out.extend_from_slice(&s.min.to_le_bytes());
-            out.extend_from_slice(&s.max.to_le_bytes());
-            out.extend_from_slice(&s.sum.to_le_bytes());
-        }
-        out
-    }
-
     #[test]
     fn a_version_1_header_decodes_without_first_and_last() {
         let a = r(-7_000, vec![("v", FieldValue::Float(2.5)), ("n", FieldValue::Int(3))]);
@@ -232,7 +234,7 @@ mod tests {
         let mut h = BucketHeader::empty();
         h.append(&[&b, &a]);
         assert!(!h.lacks_first_last());
-        let old = BucketHeader::decode(&encode_v1(&h)).unwrap();
+        let old = BucketHeader::decode(&h.encode_version_1()).unwrap();
         assert!(old.lacks_first_last());
         assert_eq!((old.count, old.bytes, old.min_ts, old.max_ts), (2, h.bytes, -9_000, -7_000));
         for (name, s) in &old.stats {
