@@ -45,10 +45,12 @@ pub struct StatsJson {
     /// smallest). Absent only when the step includes whole hours stored by a bucketd older than
     /// schema 3, which did not record it.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub first: Option<PointJson>,
     /// The value with the latest time in the step (of values at that same time, the largest).
     /// Absent when `first` is.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub last: Option<PointJson>,
 }
 
