@@ -32,8 +32,9 @@ const READINGS_CURSOR_BATCH: u32 = 10_000;
 const HIGH_WATER_KEYS: usize = 1000;
 
 /// `Store::high_water` and `schema1_high_water`: per hour asked about, the highest mark of
-/// each sensor's buckets (`w.<writer>` of schema 2 and later, or the one `w` of schema-1 buckets), with
-/// one aggregation per hour and up to [`HIGH_WATER_KEYS`] sensors (index `{s, start}`).
+/// each sensor's buckets (`w.<writer>` of schema 2 and later, or the one `w` of schema-1
+/// buckets), with one aggregation per hour and up to [`HIGH_WATER_KEYS`] sensors (index
+/// `{s, start}`).
 pub(super) async fn high_water(
     inner: &Inner,
     marks: Marks,
