@@ -15,7 +15,7 @@ use crate::http::{ErrorBody, InfluxApi};
 use crate::ingest::http::schemas::{
     AcceptedBody, IngestBody, IngestFieldValue, IngestReading, IngestTs,
 };
-use crate::query::rollups::{RollupRowJson, RollupsResponse, StatsJson};
+use crate::query::rollups::{PointJson, RollupRowJson, RollupsResponse, StatsJson};
 use crate::query::schemas::{FieldValueJson, ReadingJson, ReadingsPage};
 use crate::query::sensors::{SensorJson, SensorsResponse};
 
@@ -47,6 +47,7 @@ use crate::query::sensors::{SensorJson, SensorsResponse};
         RollupsResponse,
         RollupRowJson,
         StatsJson,
+        PointJson,
         SensorsResponse,
         SensorJson,
         IngestReading,

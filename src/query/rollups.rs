@@ -42,6 +42,25 @@ pub struct StatsJson {
     pub sum: Option<f64>,
     /// `null` when `sum` is.
     pub mean: Option<f64>,
+    /// The value with the earliest time in the step (of values at that same time, the
+    /// smallest). Absent only when the step includes whole hours stored by a bucketd older than
+    /// schema 3, which did not record it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub first: Option<PointJson>,
+    /// The value with the latest time in the step (of values at that same time, the largest).
+    /// Absent when `first` is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub last: Option<PointJson>,
+}
+
+/// One value of a field with its time.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct PointJson {
+    /// RFC 3339 UTC, milliseconds.
+    pub t: String,
+    pub value: f64,
 }
 
 impl From<&FieldStats> for StatsJson {
@@ -55,6 +74,8 @@ impl From<&FieldStats> for StatsJson {
             max: s.max,
             sum: finite(s.sum),
             mean: finite(s.mean()),
+            first: s.first.map(|(t, value)| PointJson { t: format_ts(t), value }),
+            last: s.last.map(|(t, value)| PointJson { t: format_ts(t), value }),
         }
     }
 }
@@ -159,8 +180,8 @@ pub async fn merged_rollups(
                 .entry(start)
                 .or_default()
                 .entry(name.to_string())
-                .and_modify(|s| s.merge(&FieldStats::of(v)))
-                .or_insert_with(|| FieldStats::of(v));
+                .and_modify(|s| s.merge(&FieldStats::of(reading.ts, v)))
+                .or_insert_with(|| FieldStats::of(reading.ts, v));
         }
     }
     Ok(merged)

@@ -31,8 +31,8 @@ impl Bucket {
             if let Some(v) = value.as_f64() {
                 self.stats
                     .entry(name.to_string())
-                    .and_modify(|s| s.merge(&FieldStats::of(v)))
-                    .or_insert_with(|| FieldStats::of(v));
+                    .and_modify(|s| s.merge(&FieldStats::of(reading.ts, v)))
+                    .or_insert_with(|| FieldStats::of(reading.ts, v));
             }
         }
         self.bytes += size;
@@ -287,7 +287,7 @@ impl Store for MemoryStore {
                     rows.entry(reading.ts.div_euclid(query.step_ms) * query.step_ms).or_default();
                 for (name, value) in &reading.fields {
                     if let Some(v) = value.as_f64().filter(|_| wanted(&query.fields, name)) {
-                        merge_into(row, name, &FieldStats::of(v));
+                        merge_into(row, name, &FieldStats::of(reading.ts, v));
                     }
                 }
             }
@@ -371,7 +371,17 @@ mod tests {
             })
             .await
             .unwrap();
-        assert_eq!(stats[0].fields["v"], FieldStats { count: 25, min: 0.0, max: 24.0, sum: 300.0 });
+        assert_eq!(
+            stats[0].fields["v"],
+            FieldStats {
+                count: 25,
+                min: 0.0,
+                max: 24.0,
+                sum: 300.0,
+                first: Some((0, 0.0)),
+                last: Some((24, 24.0))
+            }
+        );
     }
 
     #[tokio::test]

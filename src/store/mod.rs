@@ -24,7 +24,13 @@ use crate::model::{
 /// 2: high-water marks are kept per writer (`Store::high_water`). Data of schema 1 is read as it
 /// is; its single mark per (series, hour) is still asked for when a schema-1 log is replayed
 /// (`Store::schema1_high_water`).
-pub const SCHEMA_VERSION: i32 = 2;
+///
+/// 3: bucket statistics keep each numeric field's first and last value with its time
+/// ([`FieldStats::first`], [`FieldStats::last`]). Buckets of schema 1 and 2 are read as they
+/// are, their statistics without first/last (`None`); new readings never go into them
+/// (MongoDB: the write filter names the version; embedded: see `store::embedded`), so every
+/// schema-3 bucket's first/last cover all of its readings.
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// Caps that close a bucket. A bucket never holds more than `max_readings` readings, and the
 /// approximate encoded size of its readings never exceeds `max_bytes`.
@@ -182,29 +188,66 @@ pub struct RollupQuery {
     pub fields: Option<Vec<String>>,
 }
 
+/// Statistics of one numeric field over a set of readings (a bucket, a step, or a single
+/// reading).
+///
+/// `first` and `last` are the value with the smallest and the largest timestamp among the
+/// counted values, with that timestamp (InfluxQL's `first()` / `last()`). Several values at the
+/// same timestamp are ordered by value: `first` takes the smallest of them, `last` the largest
+/// (equal values: the one already held stays). That is the order MongoDB gives the `{t, v}`
+/// documents it `$min`s and `$max`es, and it does not depend on the order in which readings
+/// or buckets are merged, so every store answers the same whatever the arrival order.
+///
+/// They are `None` only when (part of) the statistics come from a bucket written before
+/// schema 3, which did not record them: then the readings are the only way to know, and a
+/// caller that needs them must read those (see [`FieldStats::merge`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FieldStats {
     pub count: u64,
     pub min: f64,
     pub max: f64,
     pub sum: f64,
+    pub first: Option<(TimestampMs, f64)>,
+    pub last: Option<(TimestampMs, f64)>,
 }
 
 impl FieldStats {
-    pub fn of(v: f64) -> Self {
-        FieldStats { count: 1, min: v, max: v, sum: v }
+    /// The statistics of one value at `ts`.
+    pub fn of(ts: TimestampMs, v: f64) -> Self {
+        FieldStats { count: 1, min: v, max: v, sum: v, first: Some((ts, v)), last: Some((ts, v)) }
     }
 
+    /// Adds `other`'s values to these statistics.
+    ///
+    /// `first`/`last` of the result are `None` when either side's are: a side without them
+    /// (a pre-schema-3 bucket) may hold a value earlier (later) than anything the other side
+    /// knows, so taking the known side's would be a silently wrong answer, while `None`
+    /// tells the caller to read the readings. (Bucket statistics carry no per-field time range
+    /// that could prove the unknown side cannot win, so no finer rule is possible here.)
     pub fn merge(&mut self, other: &FieldStats) {
         self.count += other.count;
         self.min = self.min.min(other.min);
         self.max = self.max.max(other.max);
         self.sum += other.sum;
+        self.first = match (self.first, other.first) {
+            (Some(a), Some(b)) => Some(if precedes(b, a) { b } else { a }),
+            _ => None,
+        };
+        self.last = match (self.last, other.last) {
+            (Some(a), Some(b)) => Some(if precedes(a, b) { b } else { a }),
+            _ => None,
+        };
     }
 
     pub fn mean(&self) -> f64 {
         self.sum / self.count as f64
     }
+}
+
+/// Whether `a` comes strictly before `b` in the order of [`FieldStats::first`] and
+/// [`FieldStats::last`]: by timestamp, then by value.
+fn precedes(a: (TimestampMs, f64), b: (TimestampMs, f64)) -> bool {
+    a.0 < b.0 || (a.0 == b.0 && a.1 < b.1)
 }
 
 /// One step of a rollup; steps without readings are omitted.
@@ -295,5 +338,76 @@ pub trait Store: Send + Sync + 'static {
             limit: Some(1),
         });
         Ok(readings.next().await.transpose()?.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn of_all(points: &[(TimestampMs, f64)]) -> FieldStats {
+        let mut s = FieldStats::of(points[0].0, points[0].1);
+        for &(ts, v) in &points[1..] {
+            s.merge(&FieldStats::of(ts, v));
+        }
+        s
+    }
+
+    #[test]
+    fn merge_keeps_the_earliest_first_and_the_latest_last() {
+        let mut a = FieldStats::of(20, 1.0);
+        a.merge(&FieldStats::of(10, 5.0));
+        a.merge(&FieldStats::of(30, -2.0));
+        assert_eq!(
+            a,
+            FieldStats {
+                count: 3,
+                min: -2.0,
+                max: 5.0,
+                sum: 4.0,
+                first: Some((10, 5.0)),
+                last: Some((30, -2.0)),
+            }
+        );
+        let mut b = FieldStats::of(-5, 7.0);
+        b.merge(&FieldStats::of(25, 0.5));
+        a.merge(&b);
+        assert_eq!((a.count, a.first, a.last), (5, Some((-5, 7.0)), Some((30, -2.0))));
+    }
+
+    #[test]
+    fn ties_in_time_are_ordered_by_value_whatever_the_merge_order() {
+        let points = [(10, 3.0), (10, -1.0), (10, 8.0), (5, 2.0), (20, 4.0), (20, 9.0), (20, 1.0)];
+        let want = of_all(&points);
+        assert_eq!((want.first, want.last), (Some((5, 2.0)), Some((20, 9.0))));
+        let ties = of_all(&points[..3]);
+        assert_eq!((ties.first, ties.last), (Some((10, -1.0)), Some((10, 8.0))));
+        // Every rotation, and merged as two halves the other way round: the same answer.
+        for k in 0..points.len() {
+            let mut rotated = points.to_vec();
+            rotated.rotate_left(k);
+            assert_eq!(of_all(&rotated), want, "rotation {k}");
+            let (left, right) = rotated.split_at(k.max(1));
+            let mut halves = if right.is_empty() { of_all(left) } else { of_all(right) };
+            if !right.is_empty() {
+                halves.merge(&of_all(left));
+            }
+            assert_eq!((halves.first, halves.last), (want.first, want.last), "halves {k}");
+        }
+    }
+
+    #[test]
+    fn unknown_first_or_last_makes_the_merge_unknown() {
+        let old = FieldStats { first: None, last: None, ..FieldStats::of(50, 1.0) };
+        let mut known = FieldStats::of(10, 2.0);
+        known.merge(&old);
+        assert_eq!((known.count, known.min, known.max, known.sum), (2, 1.0, 2.0, 3.0));
+        assert_eq!((known.first, known.last), (None, None));
+        let mut from_old = old;
+        from_old.merge(&FieldStats::of(10, 2.0));
+        assert_eq!(from_old, known);
+        // Merging more known values never brings them back.
+        known.merge(&FieldStats::of(0, 0.0));
+        assert_eq!((known.first, known.last), (None, None));
     }
 }

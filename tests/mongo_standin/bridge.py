@@ -44,8 +44,10 @@ import bson
 import mockupdb
 import mongomock
 from collections.abc import Mapping
+from mongomock import aggregate as mongomock_aggregate
+from mongomock import collection as mongomock_collection
 from mongomock.collection import Collection as MockCollection
-from mongomock.filtering import filter_applies
+from mongomock.filtering import BsonComparable, filter_applies
 from bson import Int64
 from pymongo.errors import OperationFailure
 
@@ -121,6 +123,42 @@ def _iter_documents(self, filter):
 
 
 MockCollection._iter_documents = _iter_documents
+
+
+# mongomock's `$min`/`$max` (update operators and `$group` accumulators) use Python's min/max,
+# which cannot order two documents (TypeError) and orders values of different BSON types by
+# Python's rules. mongod compares with BSON's comparison order: by type, then documents field
+# by field (name, then value, in order). The store's `stats.<f>.first/last` are `{t, v}`
+# documents whose order must be the time's first, so both use mongomock's own BSON comparison
+# here (on ties the value already held stays, as in mongod: it updates only when strictly
+# less / greater).
+def _bson_min(values):
+    return min(values, key=BsonComparable)
+
+
+def _bson_max(values):
+    # max() keeps the first of equal maxima, like min(); mongod's $max keeps the held value.
+    return max(values, key=BsonComparable)
+
+
+def _min_updater(doc, field_name, value):
+    if isinstance(doc, dict):
+        doc[field_name] = _bson_min([doc.get(field_name, value), value])
+
+
+def _max_updater(doc, field_name, value):
+    if isinstance(doc, dict):
+        doc[field_name] = _bson_max([doc.get(field_name, value), value])
+
+
+mongomock_collection._updaters["$min"] = _min_updater
+mongomock_collection._updaters["$max"] = _max_updater
+mongomock_aggregate._GROUPING_OPERATOR_MAP["$min"] = lambda values: mongomock_aggregate._group_operation(
+    values, _bson_min
+)
+mongomock_aggregate._GROUPING_OPERATOR_MAP["$max"] = lambda values: mongomock_aggregate._group_operation(
+    values, _bson_max
+)
 
 
 def _index_document(coll, doc_id):

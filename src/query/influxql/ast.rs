@@ -15,7 +15,9 @@ pub enum Statement {
     Select(Box<Select>),
     ShowDatabases,
     /// `SHOW RETENTION POLICIES [ON db]`.
-    ShowRetentionPolicies { database: Option<String> },
+    ShowRetentionPolicies {
+        database: Option<String>,
+    },
     /// `SHOW MEASUREMENTS [ON db] [WITH MEASUREMENT = m | =~ /re/] [WHERE …] [LIMIT n] [OFFSET n]`.
     ShowMeasurements {
         database: Option<String>,
@@ -43,7 +45,12 @@ pub enum Statement {
         offset: Option<u64>,
     },
     /// `SHOW FIELD KEYS [ON db] [FROM …] [LIMIT n] [OFFSET n]`.
-    ShowFieldKeys { database: Option<String>, from: Vec<Source>, limit: Option<u64>, offset: Option<u64> },
+    ShowFieldKeys {
+        database: Option<String>,
+        from: Vec<Source>,
+        limit: Option<u64>,
+        offset: Option<u64>,
+    },
     /// `SHOW SERIES [ON db] [FROM …] [WHERE …] [LIMIT n] [OFFSET n]`.
     ShowSeries {
         database: Option<String>,
@@ -57,10 +64,14 @@ pub enum Statement {
     /// A statement InfluxQL has that would change data or the schema (`DROP …`, `DELETE`,
     /// `ALTER …`, `CREATE` other than a database, `GRANT`, `REVOKE`, `SET PASSWORD`, `KILL QUERY`):
     /// recognised so that it is refused with a clear message. `what` names it, e.g. "DROP MEASUREMENT".
-    Write { what: String },
+    Write {
+        what: String,
+    },
     /// A read-only statement InfluxQL has that bucketd does not answer (`SHOW USERS`,
     /// `SHOW CONTINUOUS QUERIES`, `EXPLAIN`, …). `what` names it, e.g. "SHOW USERS".
-    Unsupported { what: String },
+    Unsupported {
+        what: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -166,13 +177,25 @@ pub enum Expr {
     /// A regex literal `/…/`, its pattern without the slashes (`\/` unescaped to `/`).
     Regex(String),
     /// A field, tag or `time` reference: `value`, `"value"`, `"value"::field`, `host::tag`.
-    Ref { name: String, kind: Option<RefKind> },
+    Ref {
+        name: String,
+        kind: Option<RefKind>,
+    },
     /// `*` (or `*::field`, `*::tag`) in a projection or as an aggregate's argument.
-    Wildcard { kind: Option<RefKind> },
+    Wildcard {
+        kind: Option<RefKind>,
+    },
     /// A call: `mean("value")`, `percentile(value, 95)`, `now()`. `name` is lowercase.
-    Call { name: String, args: Vec<Expr> },
+    Call {
+        name: String,
+        args: Vec<Expr>,
+    },
     /// `SELECT DISTINCT x` is parsed as `Call { name: "distinct", args: [Ref x] }`.
-    Binary { op: BinaryOp, lhs: Box<Expr>, rhs: Box<Expr> },
+    Binary {
+        op: BinaryOp,
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+    },
     /// A parenthesised expression, kept so that printing it back keeps the parentheses.
     Paren(Box<Expr>),
 }

@@ -12,14 +12,23 @@
 //! | `series`            | `&str` sensor key                     | series record: id, measurement, tags, first, last |
 //! | `tag_index`         | `(tag key, tag value, sensor key)`    | `()`                        |
 //! | `measurement_index` | `(measurement, sensor key)`           | `()`                        |
-//! | `buckets`           | `(series id u64, hour i64, seq u32)`  | bucket header: count, approximate bytes, min/max ts, sorted flag, chunk count, per-field `{count,min,max,sum}` |
+//! | `buckets`           | `(series id u64, hour i64, seq u32)`  | bucket header: count, approximate bytes, min/max ts, sorted flag, chunk count, per-field `{count,min,max,sum,first,last}` (first/last: a value with its time; schema 3) |
 //! | `chunks`            | `(series id, hour, seq, chunk u32)`   | the readings one flush appended to that bucket |
 //! | `writer_marks`      | `(sensor key, hour i64, writer u64)`  | `u64`: highest write sequence number that writer stored for that hour (`Store::high_water`) |
 //! | `high_water`        | `(sensor key, hour i64)`              | `u64`: schema 1's one mark per hour, whoever wrote (`Store::schema1_high_water`); no longer written |
 //!
 //! `meta` holds `schema_version` (written when the file is created; a file from a newer
-//! bucketd is refused at open; a schema-1 file is upgraded in place by creating
-//! `writer_marks`, since every other table is unchanged) and `next_series_id`.
+//! bucketd is refused at open; an older file is upgraded in place at open: schema 1 → 2
+//! creates `writer_marks`, schema 2 → 3 changes nothing stored, see below) and
+//! `next_series_id`.
+//!
+//! Schema 3 added each numeric field's first and last value (with its time) to the bucket
+//! header (header encoding version 2). Headers of schemas 1 and 2 (version 1) are still
+//! decoded, their statistics with `first`/`last` `None`; the first write into such a bucket
+//! counts its statistics again from its chunks and writes a version-2 header, so a bucket
+//! that is written to again answers first/last. The version is bumped because a schema-2
+//! bucketd cannot decode version-2 headers: it refuses the file at open rather than failing
+//! on reads.
 //!
 //! A flush never rewrites a bucket's readings: it appends one chunk per bucket it touches and
 //! rewrites only the bucket's header (whose size depends on the number of numeric fields, not
@@ -237,7 +246,8 @@ fn init_schema(db: &Database, path: &Path) -> Result<(), EmbeddedError> {
                 });
             }
             Some(found) if found < SCHEMA_VERSION as u64 => {
-                // Schema 1 → 2 adds `writer_marks` (opened below) and nothing else.
+                // Schema 1 → 2 adds `writer_marks` (opened below) and nothing else; 2 → 3
+                // only writes headers of a newer encoding, which old ones still decode as.
                 meta.insert(META_SCHEMA_VERSION, SCHEMA_VERSION as u64)?;
                 tracing::info!(path = %path.display(), from = found, to = SCHEMA_VERSION, "upgraded the embedded store's schema");
             }

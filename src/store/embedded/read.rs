@@ -465,7 +465,7 @@ pub(super) fn rollups(db: &Database, q: &RollupQuery) -> Result<Vec<RollupRow>, 
             let start = step_of(r.ts);
             for (name, value) in &r.fields {
                 if let Some(v) = value.as_f64().filter(|_| wanted(name)) {
-                    add(start, name, &FieldStats::of(v));
+                    add(start, name, &FieldStats::of(r.ts, v));
                 }
             }
             ControlFlow::Continue(())

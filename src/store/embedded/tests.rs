@@ -92,8 +92,8 @@ fn model_rollup(
                 rows.entry(r.ts.div_euclid(q.step_ms) * q.step_ms)
                     .or_default()
                     .entry(name.to_string())
-                    .and_modify(|s| s.merge(&FieldStats::of(v)))
-                    .or_insert(FieldStats::of(v));
+                    .and_modify(|s| s.merge(&FieldStats::of(r.ts, v)))
+                    .or_insert(FieldStats::of(r.ts, v));
             }
         }
     }
@@ -111,7 +111,12 @@ fn assert_rollups_match(
         assert_eq!(row.fields.keys().collect::<Vec<_>>(), w.keys().collect::<Vec<_>>());
         for (name, s) in &row.fields {
             let e = &w[name];
-            assert_eq!((s.count, s.min, s.max), (e.count, e.min, e.max), "{name} at {}", row.start);
+            assert_eq!(
+                (s.count, s.min, s.max, s.first, s.last),
+                (e.count, e.min, e.max, e.first, e.last),
+                "{name} at {}",
+                row.start
+            );
             assert!((s.sum - e.sum).abs() <= 1e-9 * e.sum.abs().max(1.0), "{name} sum");
         }
     }
@@ -500,6 +505,93 @@ async fn data_survives_reopen_and_series_ids_continue() {
         .await
         .unwrap();
     assert_eq!(tagged.len(), 2);
+}
+
+/// A file schema 2 wrote (bucket headers of version 1, without first/last) opens, is marked
+/// schema 3, and reads: hour rollups from its buckets have no first/last (`None`), rollups from
+/// the readings do. The next write into such a bucket counts its statistics again from its
+/// chunks, so from then on the bucket answers them.
+#[tokio::test]
+async fn a_schema2_file_reads_and_its_written_buckets_gain_first_and_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = meta("old", "m", &[]);
+    let h1 = HOUR_MS;
+    let limits = BucketLimits { max_readings: 3, max_bytes: 1 << 20 };
+    let mut written =
+        vec![reading(500, 5.0), reading(100, 1.0), reading(900, 9.0), reading(h1 + 10, 4.0)];
+    {
+        let store = open(dir.path(), limits);
+        write_ok(&store, &batches(&s, &written)).await;
+        let spilled = [reading(50, -2.0), reading(950, 7.0)];
+        write_ok(&store, &batches(&s, &spilled)).await;
+        written.extend(spilled);
+        assert_eq!(headers(&store, "old").len(), 3, "hour 0 has two buckets");
+    }
+    // Make it the file schema 2 would have written: version-1 headers, schema_version 2.
+    {
+        let db = redb::Database::create(dir.path().join(DB_FILE_NAME)).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut buckets = txn.open_table(BUCKETS).unwrap();
+            let old: Vec<_> = buckets
+                .iter()
+                .unwrap()
+                .map(|e| {
+                    let (k, v) = e.unwrap();
+                    (k.value(), BucketHeader::decode(v.value()).unwrap().encode_version_1())
+                })
+                .collect();
+            for (k, v) in old {
+                buckets.insert(k, v.as_slice()).unwrap();
+            }
+            txn.open_table(META).unwrap().insert(META_SCHEMA_VERSION, 2).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+
+    let store = open(dir.path(), limits);
+    let version = {
+        let txn = store.db.begin_read().unwrap();
+        txn.open_table(META).unwrap().get(META_SCHEMA_VERSION).unwrap().unwrap().value()
+    };
+    assert_eq!(version, SCHEMA_VERSION as u64, "upgraded at open");
+    assert!(headers(&store, "old").iter().all(|(_, _, h)| h.lacks_first_last()));
+    let rollup = |from: TimestampMs, to: TimestampMs, step_ms: i64| {
+        let q = RollupQuery { sensor: "old".into(), from, to, step_ms, fields: None };
+        let store = &store;
+        async move { store.rollups(q).await.unwrap() }
+    };
+    let hours = rollup(0, 2 * HOUR_MS, HOUR_MS).await;
+    assert_eq!(hours.len(), 2);
+    for row in &hours {
+        let (v, want) = (&row.fields["v"], &model_rollup(&written, &q(HOUR_MS))[&row.start]["v"]);
+        assert_eq!((v.count, v.min, v.max, v.sum), (want.count, want.min, want.max, want.sum));
+        assert_eq!((v.first, v.last), (None, None), "hour {}", row.start);
+    }
+    // The readings path knows them.
+    let fine = rollup(0, 2 * HOUR_MS, 30 * 60_000).await;
+    assert_rollups_match(&fine, &model_rollup(&written, &q(30 * 60_000)));
+    assert_eq!(fine[0].fields["v"].first, Some((50, -2.0)));
+
+    // Writing into hour 0's open bucket and hour 1's: both are counted again.
+    let more = [reading(20, 3.0), reading(h1 + 5, 2.0)];
+    write_ok(&store, &batches(&s, &more)).await;
+    written.extend(more);
+    let after = headers(&store, "old");
+    assert_eq!(after.len(), 3, "no new bucket");
+    assert!(after[0].2.lacks_first_last(), "a bucket not written to stays as it was");
+    assert_eq!(after[1].2.stats["v"].first, Some((20, 3.0)));
+    assert_eq!(after[1].2.stats["v"].last, Some((950, 7.0)));
+    assert_eq!(after[1].2.stats["v"].count, 3);
+    let hours = rollup(0, 2 * HOUR_MS, HOUR_MS).await;
+    assert_eq!((hours[0].fields["v"].first, hours[0].fields["v"].count), (None, 6));
+    assert_rollups_match(&hours[1..], &model_rollup(&written[..], &q(HOUR_MS)).split_off(&h1));
+    assert_eq!(hours[1].fields["v"].first, Some((h1 + 5, 2.0)));
+    assert_eq!(hours[1].fields["v"].last, Some((h1 + 10, 4.0)));
+
+    fn q(step_ms: i64) -> RollupQuery {
+        RollupQuery { sensor: "old".into(), from: 0, to: 2 * HOUR_MS, step_ms, fields: None }
+    }
 }
 
 #[test]

@@ -183,12 +183,29 @@ fn append_batch(
             let mut range = t.buckets.range((s.id, hour, 0)..=(s.id, hour, u32::MAX))?;
             match range.next_back().transpose()? {
                 Some((k, v)) => match BucketHeader::decode(v.value()) {
-                    Ok(h) => Some((k.value().2, h)),
+                    Ok(h) => Some((s.id, k.value().2, h)),
                     Err(e) => return Ok(Err(e.into())),
                 },
                 None => None,
             }
         }
+        None => None,
+    };
+    // A bucket written before schema 3 has no first/last values: count its statistics again
+    // from its readings (at most a bucket's worth, once), so that every bucket written to from
+    // now on answers them.
+    let open_bucket = match open_bucket {
+        Some((id, seq, mut h)) if h.lacks_first_last() => {
+            let mut readings = Vec::with_capacity(h.count as usize);
+            for chunk in t.chunks.range((id, hour, seq, 0)..=(id, hour, seq, u32::MAX))? {
+                if let Err(e) = codec::decode_chunk(chunk?.1.value(), hour, &mut readings) {
+                    return Ok(Err(e.into()));
+                }
+            }
+            h.recount_stats(&readings);
+            Some((seq, h))
+        }
+        Some((_, seq, h)) => Some((seq, h)),
         None => None,
     };
 

@@ -8,7 +8,10 @@
 //!   m: <measurement>, tags: [{k, v}, ...],
 //!   n: <readings, int>, bytes: <approximate BSON bytes of r, int>,
 //!   first: Date, last: Date,
-//!   stats: { <field>: {min: double, max: double, sum: double, n: int} },
+//!   stats: { <field>: {min: double, max: double, sum: double, n: int,
+//!                      first: {t: Date, v: double}, last: {t: Date, v: double}} },
+//!                      (first/last: schema 3 on; `$min`/`$max` of `{t, v}` documents order
+//!                      them by time, then value)
 //!   w: { <writer id, 16 hex digits>: <highest write sequence number of its readings that
 //!        this writer wrote, int64>, ... },        (schema 1: one int64 for every writer)
 //!   r: [ {t: Date, f: { <field>: value }}, ... ] }
@@ -54,6 +57,23 @@ pub const STAT_MIN: &str = "min";
 pub const STAT_MAX: &str = "max";
 pub const STAT_SUM: &str = "sum";
 pub const STAT_COUNT: &str = "n";
+/// `{t, v}`: the value with the earliest time (ties: the smallest value). Schema 3 on.
+pub const STAT_FIRST: &str = "first";
+/// `{t, v}`: the value with the latest time (ties: the largest value). Schema 3 on.
+pub const STAT_LAST: &str = "last";
+/// The time of a `first`/`last` point: a Date as stored, a number of milliseconds as the
+/// readings rollup groups it.
+pub const POINT_TIME: &str = "t";
+pub const POINT_VALUE: &str = "v";
+
+/// `{t: Date, v: double}`, the shape of `stats.<field>.first/last`. The key order matters:
+/// MongoDB compares documents field by field, so `$min`/`$max` order these by time first.
+pub fn point((ts, v): (TimestampMs, f64)) -> RawDocumentBuf {
+    let mut doc = RawDocumentBuf::new();
+    doc.append(POINT_TIME, date(ts));
+    doc.append(POINT_VALUE, v);
+    doc
+}
 
 /// What one element of the `r` array adds to a bucket besides the reading document itself:
 /// the element type byte and its key, the array index as a decimal C string. Seven digits
@@ -186,8 +206,8 @@ pub fn number(value: &Bson) -> Option<f64> {
     }
 }
 
-/// Decodes `{min, max, sum, n}` as stored under `stats.<field>` (or as produced by the
-/// rollup aggregation).
+/// Decodes `{min, max, sum, n, first, last}` as stored under `stats.<field>` (or as produced by
+/// the rollup aggregation). `first`/`last` are missing from buckets before schema 3: `None`.
 pub fn decode_stats(doc: &Document) -> Result<FieldStats, StoreError> {
     let get = |key: &str| {
         doc.get(key).and_then(number).ok_or_else(|| {
@@ -199,7 +219,33 @@ pub fn decode_stats(doc: &Document) -> Result<FieldStats, StoreError> {
         min: get(STAT_MIN)?,
         max: get(STAT_MAX)?,
         sum: get(STAT_SUM)?,
+        first: decode_point(doc, STAT_FIRST)?,
+        last: decode_point(doc, STAT_LAST)?,
     })
+}
+
+fn decode_point(doc: &Document, key: &str) -> Result<Option<(TimestampMs, f64)>, StoreError> {
+    let point = match doc.get(key) {
+        None | Some(Bson::Null) => return Ok(None),
+        Some(Bson::Document(point)) => point,
+        Some(other) => {
+            return Err(StoreError::Corrupt(format!(
+                "statistic `{key}` is a {:?}, not a document",
+                other.element_type()
+            )));
+        }
+    };
+    let ts = match point.get(POINT_TIME) {
+        Some(Bson::DateTime(t)) => Some(t.timestamp_millis()),
+        Some(Bson::Int64(t)) => Some(*t),
+        Some(Bson::Int32(t)) => Some(i64::from(*t)),
+        Some(Bson::Double(t)) if t.fract() == 0.0 => Some(*t as i64),
+        _ => None,
+    };
+    match (ts, point.get(POINT_VALUE).and_then(number)) {
+        (Some(ts), Some(v)) => Ok(Some((ts, v))),
+        _ => Err(StoreError::Corrupt(format!("statistic `{key}` is not a {{t, v}} point"))),
+    }
 }
 
 #[cfg(test)]

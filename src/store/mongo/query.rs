@@ -15,8 +15,8 @@ use crate::model::{
     HOUR_MS, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, Seq, TimestampMs, hour_start,
 };
 use crate::store::{
-    FieldStats, Marks, Order, RangeQuery, RollupQuery, RollupRow, SCHEMA_VERSION, SensorInfo,
-    SensorQuery, StoreError,
+    FieldStats, Marks, Order, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery,
+    StoreError,
 };
 
 /// Documents per cursor batch: enough to amortize round trips, few enough that a range is
@@ -32,16 +32,19 @@ const READINGS_CURSOR_BATCH: u32 = 10_000;
 const HIGH_WATER_KEYS: usize = 1000;
 
 /// `Store::high_water` and `schema1_high_water`: per hour asked about, the highest mark of
-/// each sensor's buckets (`w.<writer>` of schema 2, or the one `w` of schema-1 buckets), with
-/// one aggregation per hour and up to [`HIGH_WATER_KEYS`] sensors (index `{s, start}`).
+/// each sensor's buckets (`w.<writer>` of schema 2 and later, or the one `w` of schema-1
+/// buckets), with one aggregation per hour and up to [`HIGH_WATER_KEYS`] sensors (index
+/// `{s, start}`).
 pub(super) async fn high_water(
     inner: &Inner,
     marks: Marks,
     keys: &[(String, TimestampMs)],
 ) -> Result<Vec<Seq>, StoreError> {
     let (mark, version) = match marks {
-        Marks::Of(writer) => (d::writer_mark(writer), SCHEMA_VERSION),
-        Marks::Schema1 => (d::HIGH_WATER.to_owned(), 1),
+        // Per-writer marks are in the buckets of schema 2 and every later one: an hour written
+        // across an upgrade has some of a writer's readings in each.
+        Marks::Of(writer) => (d::writer_mark(writer), Bson::from(doc! {"$gte": 2})),
+        Marks::Schema1 => (d::HIGH_WATER.to_owned(), Bson::Int32(1)),
     };
     let mut by_hour: BTreeMap<TimestampMs, Vec<usize>> = BTreeMap::new();
     for (i, (_, hour)) in keys.iter().enumerate() {
@@ -52,8 +55,9 @@ pub(super) async fn high_water(
         for part in indices.chunks(HIGH_WATER_KEYS) {
             let sensors: Vec<&str> = part.iter().map(|&i| keys[i].0.as_str()).collect();
             let pipeline = vec![
-                // A mark is only ever in buckets of its own schema version.
-                doc! {"$match": {d::SENSOR: {"$in": &sensors}, d::START: d::date(hour), d::VERSION: version}},
+                // A schema-1 mark is only ever in schema-1 buckets, and per-writer marks
+                // never are.
+                doc! {"$match": {d::SENSOR: {"$in": &sensors}, d::START: d::date(hour), d::VERSION: version.clone()}},
                 doc! {"$group": {d::ID: format!("${}", d::SENSOR), "w": {"$max": format!("${mark}")}}},
             ];
             let action = inner.buckets.aggregate(pipeline).batch_size(CURSOR_BATCH);
@@ -281,6 +285,7 @@ async fn from_readings(
         doc! {"$match": {&time[1..]: {"$gte": d::date(from), "$lt": d::date(to)}}},
         doc! {"$project": {
             "ms": ms,
+            d::POINT_TIME: &time,
             "kv": {"$objectToArray": format!("${}.{}", d::READINGS, d::FIELDS)},
         }},
         doc! {"$unwind": "$kv"},
@@ -291,6 +296,9 @@ async fn from_readings(
             d::STAT_MAX: {"$max": "$kv.v"},
             d::STAT_SUM: {"$sum": "$kv.v"},
             d::STAT_COUNT: {"$sum": 1},
+            // As `$min`/`$max` of the bucket statistics: by time, then value.
+            d::STAT_FIRST: {"$min": {d::POINT_TIME: format!("${}", d::POINT_TIME), d::POINT_VALUE: "$kv.v"}},
+            d::STAT_LAST: {"$max": {d::POINT_TIME: format!("${}", d::POINT_TIME), d::POINT_VALUE: "$kv.v"}},
         }},
     ];
     let action = inner.buckets.aggregate(pipeline).batch_size(CURSOR_BATCH).allow_disk_use(true);

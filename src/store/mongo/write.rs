@@ -289,10 +289,10 @@ fn statement(state: &BatchState, work: &Work, limits: BucketLimits) -> RawDocume
             if let Some(v) = value.as_f64() {
                 stats
                     .entry(name.as_str())
-                    .and_modify(|s| s.merge(&crate::store::FieldStats::of(v)))
+                    .and_modify(|s| s.merge(&crate::store::FieldStats::of(reading.ts, v)))
                     .or_insert_with(|| {
                         order.push(name.as_str());
-                        crate::store::FieldStats::of(v)
+                        crate::store::FieldStats::of(reading.ts, v)
                     });
             }
         }
@@ -358,6 +358,11 @@ fn statement(state: &BatchState, work: &Work, limits: BucketLimits) -> RawDocume
         inc.append(format!("{}.{key}.{}", d::STATS, d::STAT_COUNT), s.count as i64);
         min.append(format!("{}.{key}.{}", d::STATS, d::STAT_MIN), s.min);
         max.append(format!("{}.{key}.{}", d::STATS, d::STAT_MAX), s.max);
+        // Always `Some` for statistics of readings; `{t, v}` documents order by time first.
+        if let (Some(first), Some(last)) = (s.first, s.last) {
+            min.append(format!("{}.{key}.{}", d::STATS, d::STAT_FIRST), d::point(first));
+            max.append(format!("{}.{key}.{}", d::STATS, d::STAT_LAST), d::point(last));
+        }
     }
 
     let mut update = RawDocumentBuf::new();

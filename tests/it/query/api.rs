@@ -88,6 +88,55 @@ fn actual(v: &serde_json::Value) -> Expected {
         .collect()
 }
 
+/// Each field's (first, last) as (time, value) per step, computed directly from the readings:
+/// earliest and latest time; at one time, the smallest value first and the largest last.
+type Points = BTreeMap<i64, BTreeMap<String, ((i64, f64), (i64, f64))>>;
+
+fn expected_points(readings: &[Reading], from: i64, to: i64, step: i64) -> Points {
+    let mut out: Points = BTreeMap::new();
+    for r in readings.iter().filter(|r| r.ts >= from && r.ts < to) {
+        for (name, value) in &r.fields {
+            let Some(v) = value.as_f64() else { continue };
+            let p = (r.ts, v);
+            out.entry(r.ts.div_euclid(step) * step)
+                .or_default()
+                .entry(name.to_string())
+                .and_modify(|(first, last)| {
+                    if p.0 < first.0 || (p.0 == first.0 && p.1 < first.1) {
+                        *first = p;
+                    }
+                    if p.0 > last.0 || (p.0 == last.0 && p.1 > last.1) {
+                        *last = p;
+                    }
+                })
+                .or_insert((p, p));
+        }
+    }
+    out
+}
+
+fn actual_points(v: &serde_json::Value) -> Points {
+    let point = |p: &serde_json::Value| {
+        let keys: Vec<&String> = p.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["t", "value"], "{p}");
+        (parse_t(p["t"].as_str().unwrap()), p["value"].as_f64().unwrap())
+    };
+    v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            let fields = row["fields"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(name, s)| (name.clone(), (point(&s["first"]), point(&s["last"]))))
+                .collect();
+            (parse_t(row["t"].as_str().unwrap()), fields)
+        })
+        .collect()
+}
+
 /// 108 stored readings over three hours in buckets of 5, plus unflushed readings.
 async fn rollup_fixture() -> (App, Vec<Reading>) {
     let app = app(BucketLimits { max_readings: 5, max_bytes: 1 << 20 });
@@ -127,6 +176,11 @@ async fn rollups_agree_with_stats_computed_here() {
         let want = expected(&all, from, to, step_ms, None);
         assert!(!want.is_empty());
         assert_eq!(actual(&v), want, "step {step} from {from} to {to}");
+        assert_eq!(
+            actual_points(&v),
+            expected_points(&all, from, to, step_ms),
+            "first/last, step {step} from {from} to {to}"
+        );
     }
     // The default step is one hour; `fields` keeps only the named ones.
     let (_, v) = get_json(
@@ -186,6 +240,14 @@ async fn rollups_whose_sum_overflows_give_null_as_documented() {
         let types = props[name]["type"].as_array().unwrap_or_else(|| panic!("{name}: {props}"));
         assert!(types.contains(&"null".into()) && types.contains(&"number".into()), "{props}");
     }
+    // First and last are optional: absent, never null, when unknown.
+    let required = &doc["components"]["schemas"]["StatsJson"]["required"];
+    for name in ["first", "last"] {
+        assert!(props.get(name).is_some(), "{props}");
+        assert!(!required.as_array().unwrap().contains(&name.into()), "{required}");
+    }
+    let point = &doc["components"]["schemas"]["PointJson"];
+    assert_eq!(point["required"], serde_json::json!(["t", "value"]), "{point}");
 }
 
 async fn sensor_fixture() -> App {

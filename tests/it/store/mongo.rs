@@ -108,6 +108,17 @@ async fn bucket_document_has_the_documented_shape() {
     assert_eq!(stat_keys, vec!["%24n", "a%2Eb", "u"], "strings have no statistics");
     let ab = d::decode_stats(stats.get_document("a%2Eb").unwrap()).unwrap();
     assert_eq!((ab.count, ab.min, ab.max, ab.sum), (2, -2.0, 1.5, -0.5));
+    assert_eq!((ab.first, ab.last), (Some((T0 + 5, -2.0)), Some((T0 + 10, 1.5))));
+    // First and last are `{t: Date, v: double}`, time first (documents compare in key order).
+    let ab = stats.get_document("a%2Eb").unwrap();
+    for (key, t, v) in [(d::STAT_FIRST, T0 + 5, -2.0), (d::STAT_LAST, T0 + 10, 1.5)] {
+        let point = ab.get_document(key).unwrap();
+        assert_eq!(point.keys().collect::<Vec<_>>(), vec![d::POINT_TIME, d::POINT_VALUE]);
+        assert_eq!(point.get_datetime(d::POINT_TIME).unwrap().timestamp_millis(), t);
+        assert_eq!(point.get(d::POINT_VALUE), Some(&Bson::Double(v)));
+    }
+    let n = d::decode_stats(stats.get_document("%24n").unwrap()).unwrap();
+    assert_eq!((n.first, n.last), (Some((T0 + 10, 4.0)), Some((T0 + 10, 4.0))));
     let u = stats.get_document("u").unwrap();
     assert_eq!(u.get(d::STAT_MAX).and_then(d::number), Some(u64::MAX as f64));
     let r = b.get_array(d::READINGS).unwrap();
@@ -375,7 +386,7 @@ async fn schema1_buckets_are_read_and_their_mark_kept_apart() {
             .collect()
     };
     assert_eq!(count_of(1.0), vec![Some(2.0)], "the schema-1 bucket is left as it was");
-    assert_eq!(count_of(f64::from(SCHEMA_VERSION)), vec![Some(3.0)], "a new schema-2 bucket");
+    assert_eq!(count_of(f64::from(SCHEMA_VERSION)), vec![Some(3.0)], "a new bucket");
 
     let mut expected = old.to_vec();
     expected.extend(new);
@@ -391,4 +402,94 @@ async fn schema1_buckets_are_read_and_their_mark_kept_apart() {
         .await
         .unwrap();
     assert_eq!((rollup[0].fields["v"].count, rollup[0].fields["v"].sum), (5, 15.0));
+}
+
+/// Schema 2 → 3: a bucket a schema-2 bucketd wrote (`v: 2`, statistics without first/last) is
+/// read as it is; its writer's mark still counts (an hour written across the upgrade has this
+/// writer's readings in both); new readings go to a schema-3 bucket, never into the old one
+/// (whose first/last would then describe only part of it); an hour with an old bucket has no
+/// first/last from statistics, while the readings path and schema-3-only hours have them.
+#[tokio::test]
+async fn schema2_buckets_are_read_and_their_statistics_lack_first_and_last() {
+    let backend = MongoBackend::start();
+    let store = connect(&backend, BucketLimits::default()).await;
+    let s = series("two,sensor=a", "two", &[("sensor", "a")]);
+    let old = [
+        reading(T0 + 1_000, &[("v", FieldValue::Float(1.0))]),
+        reading(T0 + 2_000, &[("v", FieldValue::Float(2.0))]),
+    ];
+    let encoded: Vec<_> = old.iter().map(d::encode_reading).collect();
+    let bytes: u64 = encoded.iter().map(|e| e.size).sum();
+    let r: Vec<Bson> = encoded
+        .iter()
+        .map(|e| Bson::Document(bson::from_slice(e.doc.as_bytes()).unwrap()))
+        .collect();
+    let v2 = doc! {
+        d::SENSOR: &s.key, d::VERSION: 2, d::START: d::date(T0), d::END: d::date(T0 + HOUR_MS),
+        d::MEASUREMENT: "two", d::TAGS: [{"k": "sensor", "v": "a"}],
+        d::COUNT: 2, d::BYTES: bytes as i64, d::FIRST: d::date(T0 + 1_000),
+        d::LAST: d::date(T0 + 2_000),
+        d::STATS: {"v": {"min": 1.0, "max": 2.0, "sum": 3.0, "n": 2}},
+        d::HIGH_WATER: {W.to_string(): 700_i64}, d::READINGS: r,
+    };
+    store.database().collection::<bson::Document>(COLLECTION).insert_one(v2).await.unwrap();
+
+    let keys = vec![(s.key.clone(), T0), (s.key.clone(), T0 + HOUR_MS)];
+    assert_eq!(store.high_water(W, &keys).await.unwrap(), vec![700, 0], "the schema-2 mark");
+
+    // Earlier, later and in between the old readings, and an hour of its own.
+    let new = vec![
+        reading(T0 + 500, &[("v", FieldValue::Float(0.5))]),
+        reading(T0 + 3_000, &[("v", FieldValue::Float(3.0))]),
+        reading(T0 + 1_500, &[("v", FieldValue::Float(1.5))]),
+    ];
+    let next = reading(T0 + HOUR_MS + 7, &[("v", FieldValue::Int(7))]);
+    write_ok(
+        &store,
+        &[
+            Batch { series: s.clone(), hour: T0, readings: new.clone(), seqs: vec![800, 801, 802] },
+            Batch {
+                series: s.clone(),
+                hour: T0 + HOUR_MS,
+                readings: vec![next.clone()],
+                seqs: vec![803],
+            },
+        ],
+    )
+    .await;
+    assert_eq!(store.high_water(W, &keys).await.unwrap(), vec![802, 803]);
+
+    let docs = raw_buckets(&store, &s.key).await;
+    let old_doc = docs.iter().find(|b| b.get(d::VERSION).and_then(d::number) == Some(2.0));
+    let old_stats = old_doc.unwrap().get_document(d::STATS).unwrap().get_document("v").unwrap();
+    assert_eq!(old_doc.unwrap().get(d::COUNT).and_then(d::number), Some(2.0), "left as it was");
+    assert!(!old_stats.contains_key(d::STAT_FIRST) && !old_stats.contains_key(d::STAT_LAST));
+    assert_eq!(docs.len(), 3, "one schema-2 bucket, a schema-3 bucket per hour");
+
+    let rollup = |from: i64, to: i64, step_ms: i64| {
+        let query =
+            bucketd::store::RollupQuery { sensor: s.key.clone(), from, to, step_ms, fields: None };
+        let store = &store;
+        async move { store.rollups(query).await.unwrap() }
+    };
+    let hours = rollup(T0, T0 + 2 * HOUR_MS, HOUR_MS).await;
+    let v = &hours[0].fields["v"];
+    assert_eq!((v.count, v.min, v.max, v.sum), (5, 0.5, 3.0, 8.0));
+    assert_eq!((v.first, v.last), (None, None), "part of the hour is unknown");
+    let v = &hours[1].fields["v"];
+    assert_eq!((v.first, v.last), (Some((T0 + HOUR_MS + 7, 7.0)), Some((T0 + HOUR_MS + 7, 7.0))));
+    // From the readings (a range that cuts the hour), the old ones count too.
+    let from_readings = rollup(T0, T0 + HOUR_MS - 1, HOUR_MS).await;
+    let v = &from_readings[0].fields["v"];
+    assert_eq!((v.count, v.first, v.last), (5, Some((T0 + 500, 0.5)), Some((T0 + 3_000, 3.0))));
+    let fine = rollup(T0, T0 + HOUR_MS, 1_000).await;
+    assert_eq!(
+        fine.iter().map(|r| (r.start, r.fields["v"].first)).collect::<Vec<_>>(),
+        vec![
+            (T0, Some((T0 + 500, 0.5))),
+            (T0 + 1_000, Some((T0 + 1_000, 1.0))),
+            (T0 + 2_000, Some((T0 + 2_000, 2.0))),
+            (T0 + 3_000, Some((T0 + 3_000, 3.0))),
+        ]
+    );
 }

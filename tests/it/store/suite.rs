@@ -106,6 +106,7 @@ macro_rules! store_suite {
             high_water_marks_follow_writes,
             a_failed_batch_leaves_the_prefix_its_mark_names,
             marks_are_kept_per_writer,
+            first_and_last_of_each_hour,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
@@ -225,8 +226,8 @@ pub fn expected_rollups(
                 rows.entry(r.ts.div_euclid(step) * step)
                     .or_default()
                     .entry(name.to_string())
-                    .and_modify(|s| s.merge(&FieldStats::of(v)))
-                    .or_insert_with(|| FieldStats::of(v));
+                    .and_modify(|s| s.merge(&FieldStats::of(r.ts, v)))
+                    .or_insert_with(|| FieldStats::of(r.ts, v));
             }
         }
     }
@@ -977,4 +978,85 @@ pub async fn write_ok_as(store: &dyn Store, writer: WriterId, batches: &[Batch])
     for (i, r) in store.write(writer, batches).await.into_iter().enumerate() {
         r.unwrap_or_else(|e| panic!("batch {i} as writer {writer}: {e}"));
     }
+}
+
+/// Each field's first and last value of an hour come from the bucket statistics: the values
+/// with the earliest and latest time, however the readings arrived (out of order within a
+/// batch, the earliest in a later flush, across a spill into several buckets of the hour), and
+/// of values at the same time, the smallest first and the largest last. The readings path
+/// (steps finer than an hour) agrees.
+pub async fn first_and_last_of_each_hour(make: Make<'_>) {
+    let f = make(BucketLimits { max_readings: 3, max_bytes: 64 * 1024 }).await;
+    let s = series("firstlast", "m", &[]);
+    let v = |ts: TimestampMs, v: f64| reading(ts, &[("v", FieldValue::Float(v))]);
+    let h1 = T0 + HOUR_MS;
+    let h2 = T0 + 2 * HOUR_MS;
+    let flushes: Vec<Vec<Reading>> = vec![
+        // Hour 0, bucket 0: out of order; neither the hour's first nor its last yet.
+        vec![v(T0 + 500, 5.0), v(T0 + 100, 1.0), v(T0 + 900, 9.0)],
+        // Hour 0 spills: an earlier and a later reading arrive in a second bucket, with a
+        // field the first bucket never saw (its first is not the hour's first reading).
+        vec![
+            v(T0 + 50, -2.0),
+            reading(T0 + 700, &[("w", FieldValue::Int(70)), ("v", FieldValue::Float(7.5))]),
+            v(T0 + 950, 7.0),
+        ],
+        // Ties in time with the hour's first and last, in a third bucket: the smaller value
+        // is first, the larger last; `w` gains an earlier value but keeps its last.
+        vec![v(T0 + 50, -3.0), v(T0 + 950, 8.0), reading(T0 + 60, &[("w", FieldValue::UInt(6))])],
+        // Hour 1: one reading, its own first and last.
+        vec![v(h1 + 42, 4.25)],
+        // Hour 2: one batch, out of order, spilling within the batch; the latest comes first
+        // and the earliest last.
+        vec![
+            v(h2 + 3_000, 30.0),
+            v(h2 + 2_000, 20.0),
+            v(h2 + 1_500, 15.0),
+            v(h2 + 2_500, 25.0),
+            v(h2 + 1_000, 10.0),
+        ],
+        // A late reading for hour 0 in the same write as more of hour 2: a new bucket of
+        // hour 0 (the third is full) with neither extreme.
+        vec![v(T0 + 600, 6.0), v(h2 + 2_200, 22.0)],
+    ];
+    let mut written = Vec::new();
+    let mut created_in_hour0 = 0;
+    for readings in &flushes {
+        let batches = batches(&s, readings);
+        let reports = write_ok(&*f.store, &batches).await;
+        for (b, r) in batches.iter().zip(&reports) {
+            if b.hour == T0 {
+                created_in_hour0 += r.buckets_created;
+            }
+        }
+        written.extend(readings.iter().cloned());
+    }
+    assert!(created_in_hour0 >= 4, "hour 0 spilled into {created_in_hour0} buckets");
+
+    let (from, to) = (T0, T0 + 3 * HOUR_MS);
+    let hours = rollups(&*f.store, &s.key, from, to, HOUR_MS, None).await;
+    assert_eq!(hours, expected_rollups(&written, from, to, HOUR_MS, None));
+    let points = |row: &RollupRow, name: &str| {
+        let stats = &row.fields[name];
+        (stats.first, stats.last)
+    };
+    assert_eq!(hours.iter().map(|r| r.start).collect::<Vec<_>>(), vec![T0, h1, h2]);
+    assert_eq!(points(&hours[0], "v"), (Some((T0 + 50, -3.0)), Some((T0 + 950, 8.0))));
+    assert_eq!(points(&hours[0], "w"), (Some((T0 + 60, 6.0)), Some((T0 + 700, 70.0))));
+    assert_eq!(points(&hours[1], "v"), (Some((h1 + 42, 4.25)), Some((h1 + 42, 4.25))));
+    assert_eq!(points(&hours[2], "v"), (Some((h2 + 1_000, 10.0)), Some((h2 + 3_000, 30.0))));
+
+    // Steps of several hours merge the hours' statistics; one field alone is the same.
+    let all = rollups(&*f.store, &s.key, from, to, 3 * HOUR_MS, None).await;
+    assert_eq!(all, expected_rollups(&written, from, to, 3 * HOUR_MS, None));
+    assert_eq!(points(&all[0], "v"), (Some((T0 + 50, -3.0)), Some((h2 + 3_000, 30.0))));
+    let only_w = rollups(&*f.store, &s.key, from, to, HOUR_MS, Some(&["w"])).await;
+    assert_eq!(only_w.len(), 1);
+    assert_eq!(points(&only_w[0], "w"), points(&hours[0], "w"));
+
+    // From the readings: finer steps, and whole hours over a range that cuts one.
+    let fine = rollups(&*f.store, &s.key, from, to, 30 * MINUTE, None).await;
+    assert_eq!(fine, expected_rollups(&written, from, to, 30 * MINUTE, None));
+    let cut = rollups(&*f.store, &s.key, from, to - MINUTE, HOUR_MS, None).await;
+    assert_eq!(cut, hours, "whole hours from the readings agree with the statistics");
 }

@@ -9,7 +9,17 @@ use crate::store::{FieldStats, approx_reading_bytes};
 
 /// Version of the bucket header encoding: its own number, so that a schema change elsewhere in
 /// the file (schema 2 added per-writer marks) leaves every stored header readable.
-const HEADER_VERSION: u64 = 1;
+///
+/// 1 (schemas 1 and 2): per field `count, min, max, sum`. Still decoded, with `first` and
+/// `last` `None`.
+/// 2 (schema 3): each field's stats are followed by its first and last value with their times.
+const HEADER_VERSION: u64 = 2;
+/// The version schemas 1 and 2 wrote.
+const HEADER_VERSION_1: u64 = 1;
+
+/// Bits of a field's flags byte (header version 2): which of `first` / `last` follow.
+const HAS_FIRST: u8 = 1;
+const HAS_LAST: u8 = 2;
 
 /// The header of one bucket (value of the `buckets` table). Rewritten on every append to the
 /// bucket; its size grows with the number of distinct numeric fields, never with readings.
@@ -28,6 +38,35 @@ pub struct BucketHeader {
 }
 
 impl BucketHeader {
+    /// Whether some field's statistics lack `first`/`last`: the header was written before
+    /// schema 3 (version 1) and the bucket's readings have not been recounted since.
+    pub fn lacks_first_last(&self) -> bool {
+        self.stats.values().any(|s| s.first.is_none() || s.last.is_none())
+    }
+
+    /// Recomputes the per-field statistics from all of the bucket's `readings` (a header
+    /// written before schema 3 gains `first`/`last`); counts and the time range stay.
+    pub fn recount_stats<'r>(&mut self, readings: impl IntoIterator<Item = &'r Reading>) {
+        self.stats.clear();
+        for r in readings {
+            self.add_stats(r);
+        }
+    }
+
+    fn add_stats(&mut self, r: &Reading) {
+        for (name, value) in &r.fields {
+            if let Some(v) = value.as_f64() {
+                let one = FieldStats::of(r.ts, v);
+                match self.stats.get_mut(name.as_str()) {
+                    Some(s) => s.merge(&one),
+                    None => {
+                        self.stats.insert(name.to_string(), one);
+                    }
+                }
+            }
+        }
+    }
+
     pub fn empty() -> Self {
         BucketHeader {
             count: 0,
@@ -52,22 +91,44 @@ impl BucketHeader {
         self.chunks += 1;
         for r in readings {
             self.bytes += approx_reading_bytes(r);
-            for (name, value) in &r.fields {
-                if let Some(v) = value.as_f64() {
-                    match self.stats.get_mut(name.as_str()) {
-                        Some(s) => s.merge(&FieldStats::of(v)),
-                        None => {
-                            self.stats.insert(name.to_string(), FieldStats::of(v));
-                        }
-                    }
-                }
-            }
+            self.add_stats(r);
         }
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(32 + self.stats.len() * 40);
+        let mut out = Vec::with_capacity(32 + self.stats.len() * 64);
         put_varint(&mut out, HEADER_VERSION);
+        put_varint(&mut out, u64::from(self.count));
+        put_varint(&mut out, self.bytes);
+        put_varint(&mut out, zigzag(self.min_ts));
+        put_varint(&mut out, zigzag(self.max_ts));
+        out.push(u8::from(self.sorted));
+        put_varint(&mut out, u64::from(self.chunks));
+        put_varint(&mut out, self.stats.len() as u64);
+        for (name, s) in &self.stats {
+            put_str(&mut out, name);
+            put_varint(&mut out, s.count);
+            out.extend_from_slice(&s.min.to_le_bytes());
+            out.extend_from_slice(&s.max.to_le_bytes());
+            out.extend_from_slice(&s.sum.to_le_bytes());
+            // Times relative to the bucket's first reading: a varint of a few bytes.
+            let flags = if s.first.is_some() { HAS_FIRST } else { 0 }
+                | if s.last.is_some() { HAS_LAST } else { 0 };
+            out.push(flags);
+            for (ts, v) in [s.first, s.last].into_iter().flatten() {
+                put_varint(&mut out, zigzag(ts.wrapping_sub(self.min_ts)));
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// The encoding of header version 1 (schemas 1 and 2), as those versions wrote it: the
+    /// statistics without first/last. For tests of reading old files.
+    #[cfg(test)]
+    pub fn encode_version_1(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        put_varint(&mut out, HEADER_VERSION_1);
         put_varint(&mut out, u64::from(self.count));
         put_varint(&mut out, self.bytes);
         put_varint(&mut out, zigzag(self.min_ts));
@@ -88,7 +149,7 @@ impl BucketHeader {
     pub fn decode(bytes: &[u8]) -> Result<Self, EmbeddedError> {
         let mut c = Cursor::new(bytes);
         let version = c.varint()?;
-        if version != HEADER_VERSION {
+        if version != HEADER_VERSION && version != HEADER_VERSION_1 {
             return Err(EmbeddedError::Corrupt(format!("unknown bucket header version {version}")));
         }
         let count = u32::try_from(c.varint()?).map_err(|_| corrupt("bucket count too large"))?;
@@ -103,7 +164,23 @@ impl BucketHeader {
             let name = c.string()?;
             let count = c.varint()?;
             let (min, max, sum) = (c.f64()?, c.f64()?, c.f64()?);
-            stats.insert(name, FieldStats { count, min, max, sum });
+            let (mut first, mut last) = (None, None);
+            if version >= 2 {
+                let flags = c.u8()?;
+                if flags & !(HAS_FIRST | HAS_LAST) != 0 {
+                    return Err(corrupt("unknown field statistics flags"));
+                }
+                let mut point = || -> Result<_, EmbeddedError> {
+                    Ok((min_ts.wrapping_add(unzigzag(c.varint()?)), c.f64()?))
+                };
+                if flags & HAS_FIRST != 0 {
+                    first = Some(point()?);
+                }
+                if flags & HAS_LAST != 0 {
+                    last = Some(point()?);
+                }
+            }
+            stats.insert(name, FieldStats { count, min, max, sum, first, last });
         }
         c.finish()?;
         Ok(BucketHeader { count, bytes: bytes_, min_ts, max_ts, sorted, chunks, stats })
@@ -133,10 +210,60 @@ mod tests {
             h.bytes,
             approx_reading_bytes(&a) + approx_reading_bytes(&b) + approx_reading_bytes(&c)
         );
-        assert_eq!(h.stats["v"], FieldStats { count: 2, min: -4.0, max: 2.0, sum: -2.0 });
-        assert_eq!(h.stats["w"], FieldStats::of(7.0));
+        assert_eq!(
+            h.stats["v"],
+            FieldStats {
+                count: 2,
+                min: -4.0,
+                max: 2.0,
+                sum: -2.0,
+                first: Some((10, 2.0)),
+                last: Some((20, -4.0))
+            }
+        );
+        assert_eq!(h.stats["w"], FieldStats::of(20, 7.0));
         assert!(!h.stats.contains_key("s"));
         assert_eq!(BucketHeader::decode(&h.encode()).unwrap(), h);
         assert!(BucketHeader::decode(&h.encode()[..5]).is_err());
+    }
+
+    #[test]
+    fn a_version_1_header_decodes_without_first_and_last() {
+        let a = r(-7_000, vec![("v", FieldValue::Float(2.5)), ("n", FieldValue::Int(3))]);
+        let b = r(-9_000, vec![("v", FieldValue::Float(-1.0))]);
+        let mut h = BucketHeader::empty();
+        h.append(&[&b, &a]);
+        assert!(!h.lacks_first_last());
+        let old = BucketHeader::decode(&h.encode_version_1()).unwrap();
+        assert!(old.lacks_first_last());
+        assert_eq!((old.count, old.bytes, old.min_ts, old.max_ts), (2, h.bytes, -9_000, -7_000));
+        for (name, s) in &old.stats {
+            let new = &h.stats[name];
+            assert_eq!((s.count, s.min, s.max, s.sum), (new.count, new.min, new.max, new.sum));
+            assert_eq!((s.first, s.last), (None, None));
+        }
+        // Re-encoded, it is a version-2 header that still says "unknown".
+        assert_eq!(BucketHeader::decode(&old.encode()).unwrap(), old);
+        // Counted again from its readings, it knows them.
+        let mut upgraded = old.clone();
+        upgraded.recount_stats([&b, &a]);
+        assert_eq!(upgraded, h);
+        assert_eq!(h.stats["v"].first, Some((-9_000, -1.0)));
+        assert_eq!(h.stats["v"].last, Some((-7_000, 2.5)));
+    }
+
+    #[test]
+    fn unknown_versions_and_flags_are_corrupt() {
+        let mut h = BucketHeader::empty();
+        h.append(&[&r(5, vec![("v", FieldValue::Float(1.0))])]);
+        let mut bytes = h.encode();
+        bytes[0] = 3;
+        assert!(BucketHeader::decode(&bytes).is_err());
+        let mut bytes = h.encode();
+        // The flags byte follows count, min, max and sum of the one field.
+        let flags = bytes.len() - 2 * 9 - 1;
+        assert_eq!(bytes[flags], HAS_FIRST | HAS_LAST);
+        bytes[flags] = 4;
+        assert!(BucketHeader::decode(&bytes).is_err());
     }
 }
