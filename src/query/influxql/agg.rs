@@ -69,9 +69,35 @@ impl Func {
         matches!(self, Func::Min | Func::Max | Func::First | Func::Last | Func::Percentile(_))
     }
 
-    /// Answerable from bucket statistics (count, min, max, sum per hour).
+    /// Answerable from bucket statistics (count, min, max, sum, first and last per hour).
     pub fn from_stats(&self) -> bool {
-        matches!(self, Func::Mean | Func::Count | Func::Sum | Func::Min | Func::Max | Func::Spread)
+        matches!(
+            self,
+            Func::Mean
+                | Func::Count
+                | Func::Sum
+                | Func::Min
+                | Func::Max
+                | Func::Spread
+                | Func::First
+                | Func::Last
+        )
+    }
+
+    /// Which values the function takes: `count`, `first`, `last` and `distinct` any,
+    /// `min`/`max` numbers and booleans, the others numbers only.
+    pub fn accepts(&self, v: &FieldValue) -> bool {
+        match v {
+            FieldValue::Float(_) | FieldValue::Int(_) | FieldValue::UInt(_) => true,
+            FieldValue::Bool(_) => matches!(
+                self,
+                Func::Count | Func::First | Func::Last | Func::Distinct | Func::CountDistinct | Func::Min | Func::Max
+            ),
+            FieldValue::Str(_) => matches!(
+                self,
+                Func::Count | Func::First | Func::Last | Func::Distinct | Func::CountDistinct
+            ),
+        }
     }
 }
 
@@ -133,12 +159,14 @@ pub enum Acc {
     Count(u64),
     /// Sum and mean: integer sums stay exact while every value is an integer.
     Sum { int: i128, float: f64, n: u64, all_int: bool },
-    Extreme { best: Option<(Num, TimestampMs)>, max: bool },
+    /// Min and max: numbers, or booleans (`false` < `true`).
+    Extreme { best: Option<(FieldValue, TimestampMs)>, max: bool },
     Edge { best: Option<(FieldValue, TimestampMs)>, last: bool },
     Spread { min: Num, max: Num, seen: bool },
     /// Median, percentile, stddev and distinct keep the values.
     Values(Vec<(Num, TimestampMs)>),
-    Distinct(Vec<FieldValue>),
+    /// Each value with the time it first appeared: InfluxDB lists them in that order.
+    Distinct(Vec<(FieldValue, TimestampMs)>),
 }
 
 impl Acc {
@@ -154,12 +182,14 @@ impl Acc {
         }
     }
 
-    pub fn push(&mut self, ts: TimestampMs, v: &FieldValue) {
+    /// Adds one value (the caller checked [`Func::accepts`]). Returns whether a selector now
+    /// holds this value, so the caller can keep the reading it came from.
+    pub fn push(&mut self, ts: TimestampMs, v: &FieldValue) -> bool {
         let num = Num::of(v);
         match self {
             Acc::Count(n) => *n += 1,
             Acc::Sum { int, float, n, all_int } => {
-                let Some(num) = num else { return };
+                let Some(num) = num else { return false };
                 *n += 1;
                 *float += num.f();
                 match num {
@@ -168,30 +198,39 @@ impl Acc {
                 }
             }
             Acc::Extreme { best, max } => {
-                let Some(num) = num else { return };
                 let better = match best {
                     None => true,
-                    Some((b, bt)) => {
-                        let wins = if *max { b.lt(num) } else { num.lt(*b) };
+                    Some((b, bt)) => match order(b, v) {
+                        Some(std::cmp::Ordering::Less) => *max,
+                        Some(std::cmp::Ordering::Greater) => !*max,
                         // Equal values: the earlier reading, as InfluxDB picks.
-                        wins || (!b.lt(num) && !num.lt(*b) && ts < *bt)
-                    }
-                };
-                if better {
-                    *best = Some((num, ts));
-                }
-            }
-            Acc::Edge { best, last } => {
-                let better = match best {
-                    None => true,
-                    Some((_, bt)) => if *last { ts > *bt } else { ts < *bt },
+                        Some(std::cmp::Ordering::Equal) => ts < *bt,
+                        None => false,
+                    },
                 };
                 if better {
                     *best = Some((v.clone(), ts));
                 }
+                return better;
+            }
+            Acc::Edge { best, last } => {
+                let better = match best {
+                    None => true,
+                    Some((_, bt)) => {
+                        if *last {
+                            ts > *bt
+                        } else {
+                            ts < *bt
+                        }
+                    }
+                };
+                if better {
+                    *best = Some((v.clone(), ts));
+                }
+                return better;
             }
             Acc::Spread { min, max, seen } => {
-                let Some(num) = num else { return };
+                let Some(num) = num else { return false };
                 if !*seen || num.lt(*min) {
                     *min = num;
                 }
@@ -205,12 +244,12 @@ impl Acc {
                     vs.push((num, ts));
                 }
             }
-            Acc::Distinct(vs) => {
-                if !vs.contains(v) {
-                    vs.push(v.clone());
-                }
-            }
+            Acc::Distinct(vs) => match vs.iter_mut().find(|(x, _)| x == v) {
+                Some((_, first)) => *first = (*first).min(ts),
+                None => vs.push((v.clone(), ts)),
+            },
         }
+        false
     }
 
     /// Adds one hour's (or step's) statistics: only for functions where [`Func::from_stats`].
@@ -227,8 +266,13 @@ impl Acc {
                 }
             }
             Acc::Extreme { best, max } => {
-                let v = num(if *max { s.max } else { s.min });
-                let better = best.is_none_or(|(b, _)| if *max { b.lt(v) } else { v.lt(b) });
+                let v = match num(if *max { s.max } else { s.min }) {
+                    Num::Int(i) => FieldValue::Int(i),
+                    Num::Float(f) => FieldValue::Float(f),
+                };
+                let better = best.as_ref().is_none_or(|(b, _)| {
+                    order(b, &v) == Some(if *max { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater })
+                });
                 if better {
                     *best = Some((v, start));
                 }
@@ -243,7 +287,18 @@ impl Acc {
                 }
                 *seen = true;
             }
-            Acc::Edge { .. } | Acc::Values(_) | Acc::Distinct(_) => {}
+            Acc::Edge { best, last } => {
+                let Some((t, f)) = (if *last { s.last } else { s.first }) else { return };
+                let v = match num(f) {
+                    Num::Int(i) => FieldValue::Int(i),
+                    Num::Float(f) => FieldValue::Float(f),
+                };
+                let better = best.as_ref().is_none_or(|(_, bt)| if *last { t > *bt } else { t < *bt });
+                if better {
+                    *best = Some((v, t));
+                }
+            }
+            Acc::Values(_) | Acc::Distinct(_) => {}
         }
     }
 
@@ -261,7 +316,7 @@ impl Acc {
                 },
                 None,
             )),
-            Acc::Extreme { best, .. } => best.map(|(v, t)| (v.json(), Some(t))),
+            Acc::Extreme { best, .. } => best.as_ref().map(|(v, t)| (field_json(v), Some(*t))),
             Acc::Edge { best, .. } => best.as_ref().map(|(v, t)| (field_json(v), Some(*t))),
             Acc::Spread { seen: false, .. } => None,
             Acc::Spread { min, max, .. } => Some((
@@ -282,9 +337,24 @@ impl Acc {
 
     pub fn distinct_values(&self) -> Vec<Value> {
         match self {
-            Acc::Distinct(vs) => vs.iter().map(field_json).collect(),
+            Acc::Distinct(vs) => {
+                let mut by_time: Vec<&(FieldValue, TimestampMs)> = vs.iter().collect();
+                by_time.sort_by_key(|(_, t)| *t);
+                by_time.into_iter().map(|(v, _)| field_json(v)).collect()
+            }
             _ => Vec::new(),
         }
+    }
+}
+
+/// Numbers by value, booleans `false` < `true`; anything else does not compare.
+fn order(a: &FieldValue, b: &FieldValue) -> Option<std::cmp::Ordering> {
+    match (a, b) {
+        (FieldValue::Bool(a), FieldValue::Bool(b)) => Some(a.cmp(b)),
+        _ => match (Num::of(a)?, Num::of(b)?) {
+            (Num::Int(a), Num::Int(b)) => Some(a.cmp(&b)),
+            (a, b) => a.f().partial_cmp(&b.f()),
+        },
     }
 }
 

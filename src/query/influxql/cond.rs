@@ -20,6 +20,9 @@ const NS_PER_MS: i64 = 1_000_000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TimeRange {
     pub from: TimestampMs,
+    /// The lower bound as written, in nanoseconds (`time > X` is `X + 1`): InfluxDB reports it
+    /// as the time of an aggregate without `GROUP BY time`.
+    pub lower_ns: i64,
     pub to: TimestampMs,
     pub has_lower: bool,
     pub has_upper: bool,
@@ -27,7 +30,13 @@ pub struct TimeRange {
 
 impl TimeRange {
     fn unbounded() -> TimeRange {
-        TimeRange { from: MIN_TIMESTAMP_MS, to: MAX_TIMESTAMP_MS + 1, has_lower: false, has_upper: false }
+        TimeRange {
+            from: MIN_TIMESTAMP_MS,
+            lower_ns: i64::MIN,
+            to: MAX_TIMESTAMP_MS + 1,
+            has_lower: false,
+            has_upper: false,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -106,19 +115,20 @@ fn bound(range: &mut TimeRange, op: BinaryOp, ns: i64) -> Result<(), ExecError> 
     // Readings are whole milliseconds: `ts_ms * 1e6 >= ns` is `ts_ms >= ceil(ns / 1e6)`.
     let ceil = |ns: i64| ns.div_euclid(NS_PER_MS) + i64::from(ns.rem_euclid(NS_PER_MS) != 0);
     let floor = |ns: i64| ns.div_euclid(NS_PER_MS);
-    fn lower(range: &mut TimeRange, from: i64) {
+    fn lower(range: &mut TimeRange, from: i64, ns: i64) {
         range.from = range.from.max(from);
+        range.lower_ns = range.lower_ns.max(ns);
         range.has_lower = true;
     }
     match op {
-        BinaryOp::GtEq => lower(range, ceil(ns)),
-        BinaryOp::Gt => lower(range, floor(ns) + 1),
+        BinaryOp::GtEq => lower(range, ceil(ns), ns),
+        BinaryOp::Gt => lower(range, floor(ns) + 1, ns.saturating_add(1)),
         BinaryOp::Eq => {
             if ns.rem_euclid(NS_PER_MS) != 0 {
                 // No reading can be at a fraction of a millisecond.
                 range.to = range.from;
             }
-            lower(range, ceil(ns));
+            lower(range, ceil(ns), ns);
             range.to = range.to.min(floor(ns) + 1);
             range.has_upper = true;
         }

@@ -15,6 +15,9 @@ use crate::query::merge::merge;
 use crate::query::rollups::merged_rollups;
 use crate::store::{FieldStats, Order, RangeQuery, SensorInfo, SensorQuery, StoreError};
 
+/// The one retention policy: `FROM "autogen"."m"` reads `m`, any other policy is not found.
+pub const RETENTION_POLICY: &str = "autogen";
+
 /// Series one statement may read: bounds the series lists held while answering it.
 pub const MAX_SERIES: usize = 100_000;
 
@@ -169,6 +172,10 @@ impl Ctx<'_> {
         let mut names = Vec::new();
         let mut regexes = Vec::new();
         for s in sources {
+            let (Source::Measurement { retention_policy, .. } | Source::Regex { retention_policy, .. }) = s;
+            if let Some(rp) = retention_policy.as_deref().filter(|rp| *rp != RETENTION_POLICY) {
+                return Err(ExecError::new(format!("retention policy not found: {rp}")));
+            }
             match s {
                 Source::Measurement { name, .. } => names.push(name.clone()),
                 Source::Regex { pattern, .. } => regexes.push(compile_regex(pattern)?),

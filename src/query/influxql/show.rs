@@ -30,7 +30,7 @@ pub async fn show(ctx: &Ctx<'_>, statement: &Statement) -> Result<Vec<Series>, E
                 .map(String::from)
                 .to_vec(),
             values: vec![vec![
-                "autogen".into(),
+                super::exec::RETENTION_POLICY.into(),
                 "0s".into(),
                 "168h0m0s".into(),
                 Value::from(1),

@@ -151,7 +151,7 @@ async fn unflushed_readings_are_answered_on_both_paths() {
         .await;
         assert_eq!(
             body["results"][0]["series"][0]["values"],
-            json!([[BASE + 6 * HOUR_MS, 100.0, 1]]),
+            json!([[BASE + 6 * HOUR_MS, 100, 1]]),
             "{extra}"
         );
     }

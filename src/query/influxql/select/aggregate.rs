@@ -1,0 +1,360 @@
+//! Aggregates and selectors per time window and tag group, folded from readings or from the
+//! stores' hour statistics; then `fill(…)`, arithmetic, and one row per window.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::{
+    ColExpr, Kind, Measurement, NS_PER_MS, Plan, Statement, arith, dedupe, readings_of,
+    too_many_points, too_many_rows,
+};
+use crate::model::{HOUR_MS, Reading, TimestampMs};
+use crate::query::influxql::agg::{Acc, Func, float};
+use crate::query::influxql::ast::Fill;
+use crate::query::influxql::exec::{Ctx, ExecError, FieldKind, Series};
+use crate::store::SensorInfo;
+
+/// A function's value in one window, with the time of the reading a selector picked; `None`
+/// when the window had nothing it counts (so fill applies).
+type Cell = Option<(Value, Option<TimestampMs>)>;
+
+/// One group's state: per call, per field, per window start.
+struct Group {
+    accs: Vec<BTreeMap<String, BTreeMap<TimestampMs, Acc>>>,
+    /// Per window, the reading (and its series) a lone selector picked, for the fields and
+    /// tags selected beside it (`max(v), host`).
+    aux: BTreeMap<TimestampMs, (Reading, Arc<SensorInfo>)>,
+}
+
+/// An output column: a wildcard call becomes one per field it saw.
+struct OutCol {
+    name: String,
+    expr: ColExpr,
+    field: Option<String>,
+}
+
+pub(super) async fn run(
+    ctx: &Ctx<'_>,
+    st: &Statement<'_>,
+    measurements: &[Measurement],
+) -> Result<Vec<Series>, ExecError> {
+    let plan = st.plan;
+    // Without GROUP BY time, one window at the lower bound as written (or the epoch).
+    let single = if st.range.has_lower { st.range.lower_ns.div_euclid(NS_PER_MS) } else { 0 };
+    let stats_ok = st.window.is_some_and(|w| w.interval % HOUR_MS == 0 && w.offset == 0)
+        && plan.kind == Kind::Aggregate
+        && !plan.aux
+        && plan.calls.iter().all(|c| c.func.from_stats());
+
+    let mut held = 0usize;
+    let mut fields_seen: Vec<BTreeSet<String>> = vec![BTreeSet::new(); plan.calls.len()];
+    let mut scanned: Vec<Vec<Group>> = Vec::new();
+    for m in measurements {
+        let by_stats = stats_ok && st.condition.is_none_or(|c| c.only_tags(&m.tag_keys));
+        let mut groups = Vec::new();
+        for (_, members) in &m.groups {
+            let mut g = Group { accs: vec![BTreeMap::new(); plan.calls.len()], aux: BTreeMap::new() };
+            for info in members {
+                if by_stats && from_stats(ctx, st, info, &mut g, &mut fields_seen).await? {
+                    continue;
+                }
+                readings_of(ctx, st, m, info, |r| {
+                    let w = st.window.map_or(single, |w| w.start(r.ts));
+                    for (i, call) in plan.calls.iter().enumerate() {
+                        for (name, v) in &r.fields {
+                            if call.field.as_ref().is_some_and(|f| f.as_str() != name.as_str()) {
+                                continue;
+                            }
+                            if !call.func.accepts(v) {
+                                // `mean(*)` takes the fields it can; `mean(s)` of a string is an error.
+                                if call.field.is_none() {
+                                    continue;
+                                }
+                                return Err(ExecError::new(format!(
+                                    "unsupported {}() of the {} field {name:?}",
+                                    call.func.name(),
+                                    FieldKind::of(v).name()
+                                )));
+                            }
+                            if !fields_seen[i].contains(name.as_str()) {
+                                fields_seen[i].insert(name.to_string());
+                            }
+                            let acc = g.accs[i]
+                                .entry(name.to_string())
+                                .or_default()
+                                .entry(w)
+                                .or_insert_with(|| Acc::new(call.func));
+                            if matches!(acc, Acc::Values(_) | Acc::Distinct(_)) {
+                                held += 1;
+                                if held > super::MAX_POINTS {
+                                    return Err(too_many_points());
+                                }
+                            }
+                            if acc.push(r.ts, v) && plan.aux {
+                                g.aux.insert(w, (r.clone(), info.clone()));
+                            }
+                        }
+                    }
+                    Ok(())
+                })
+                .await?;
+            }
+            groups.push(g);
+        }
+        scanned.push(groups);
+    }
+
+    let mut cols = Vec::new();
+    for c in &plan.columns {
+        match (&c.expr, c.wildcard) {
+            (ColExpr::Call(i), true) => {
+                let prefix = if c.aliased { c.name.as_str() } else { plan.calls[*i].func.name() };
+                for f in &fields_seen[*i] {
+                    let name = format!("{prefix}_{f}");
+                    cols.push(OutCol { name, expr: c.expr.clone(), field: Some(f.clone()) });
+                }
+            }
+            _ => cols.push(OutCol { name: c.name.clone(), expr: c.expr.clone(), field: None }),
+        }
+    }
+    let mut names: Vec<String> = cols.iter().map(|c| c.name.clone()).collect();
+    dedupe(&mut names);
+    let header: Vec<String> = std::iter::once("time".to_owned()).chain(names).collect();
+    // A selector alone takes its reading's time, unless windows say otherwise.
+    let lone_selector = st.window.is_none()
+        && plan.calls.len() == 1
+        && plan.calls[0].func.is_selector()
+        && cols.iter().filter(|c| matches!(c.expr, ColExpr::Call(_))).count() == 1;
+
+    let mut out = Vec::new();
+    let mut total_rows = 0usize;
+    for (m, groups) in measurements.iter().zip(scanned) {
+        for ((group, _), mut g) in m.groups.iter().zip(groups) {
+            let windows: BTreeSet<TimestampMs> =
+                g.accs.iter().flat_map(|f| f.values().flat_map(|w| w.keys().copied())).collect();
+            if windows.is_empty() {
+                continue;
+            }
+            let starts: Vec<TimestampMs> = match st.window {
+                Some(w) if st.fill != Fill::None => {
+                    let first = w.start(st.range.from);
+                    let n = (w.start(st.range.to - 1) - first) / w.interval + 1;
+                    total_rows = total_rows.saturating_add(usize::try_from(n).unwrap_or(usize::MAX));
+                    if total_rows > super::MAX_ROWS {
+                        return Err(too_many_rows());
+                    }
+                    (0..n).map(|k| first + k * w.interval).collect()
+                }
+                _ => windows.into_iter().collect(),
+            };
+            if plan.kind == Kind::Distinct {
+                let values = distinct_rows(ctx, plan, &cols, &g, &starts);
+                if !values.is_empty() {
+                    out.push(m.series(group, header.clone(), values));
+                }
+                continue;
+            }
+            // Each function's values over the windows, filled before any arithmetic, as
+            // InfluxDB fills (`mean(x) * 2 fill(0)` is 0 where nothing was).
+            let mut cells: HashMap<(usize, String), Vec<Cell>> = HashMap::new();
+            for c in &cols {
+                for i in calls_of(&c.expr) {
+                    let call = &plan.calls[i];
+                    let Some(field) = call.field.clone().or_else(|| c.field.clone()) else { continue };
+                    if cells.contains_key(&(i, field.clone())) {
+                        continue;
+                    }
+                    let mut column: Vec<Cell> = starts
+                        .iter()
+                        .map(|s| g.accs[i].get_mut(&field).and_then(|w| w.get_mut(s)).and_then(|a| a.finish(call.func)))
+                        .collect();
+                    if st.window.is_some() {
+                        fill(&mut column, &starts, st.fill, matches!(call.func, Func::Count | Func::CountDistinct));
+                    }
+                    cells.insert((i, field), column);
+                }
+            }
+            let mut values = Vec::new();
+            for (k, start) in starts.iter().enumerate() {
+                if (st.window.is_none() || st.fill == Fill::None)
+                    && cells.values().all(|c| c[k].is_none())
+                {
+                    continue;
+                }
+                let mut time = *start;
+                if lone_selector && let Some(Some((_, Some(t)))) = cells.values().next().map(|c| &c[k]) {
+                    time = *t;
+                }
+                let aux = g.aux.get(start);
+                let mut row = vec![ctx.time(time)];
+                for c in &cols {
+                    row.push(eval(&c.expr, c.field.as_deref(), plan, &cells, k, aux, &m.tag_keys));
+                }
+                values.push(row);
+            }
+            if !values.is_empty() {
+                out.push(m.series(group, header.clone(), values));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Folds one series' hour statistics into the group, when they can answer: whole-hour windows
+/// of numeric fields whose statistics know what is asked (first/last are unknown in buckets
+/// written before schema 3). `false`: read its readings instead.
+async fn from_stats(
+    ctx: &Ctx<'_>,
+    st: &Statement<'_>,
+    info: &Arc<SensorInfo>,
+    g: &mut Group,
+    fields_seen: &mut [BTreeSet<String>],
+) -> Result<bool, ExecError> {
+    let Some(w) = st.window else { return Ok(false) };
+    let Some(kinds) = ctx.field_kinds(info, st.range).await? else {
+        return Ok(true); // no reading in range: nothing to add
+    };
+    let numeric = |k: &FieldKind| matches!(k, FieldKind::Float | FieldKind::Integer);
+    let all_numeric = st.plan.calls.iter().all(|c| match &c.field {
+        Some(f) => kinds.get(f.as_str()).is_some_and(numeric),
+        None => kinds.values().all(numeric),
+    });
+    if !all_numeric {
+        return Ok(false);
+    }
+    let rows = ctx.rollups(&info.key, st.range, w.interval).await?;
+    let edges = st.plan.calls.iter().any(|c| matches!(c.func, Func::First | Func::Last));
+    if edges && rows.values().flat_map(|f| f.values()).any(|s| s.first.is_none() || s.last.is_none()) {
+        return Ok(false);
+    }
+    for (start, fields) in rows {
+        for (i, call) in st.plan.calls.iter().enumerate() {
+            for (name, stats) in &fields {
+                if call.field.as_ref().is_some_and(|f| f != name) {
+                    continue;
+                }
+                let integer = kinds.get(name.as_str()) == Some(&FieldKind::Integer);
+                fields_seen[i].insert(name.clone());
+                g.accs[i]
+                    .entry(name.clone())
+                    .or_default()
+                    .entry(start)
+                    .or_insert_with(|| Acc::new(call.func))
+                    .push_stats(stats, integer, start);
+            }
+        }
+    }
+    Ok(true)
+}
+
+fn calls_of(e: &ColExpr) -> Vec<usize> {
+    match e {
+        ColExpr::Call(i) => vec![*i],
+        ColExpr::Binary(_, l, r) => {
+            let mut v = calls_of(l);
+            v.extend(calls_of(r));
+            v
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn eval(
+    e: &ColExpr,
+    field: Option<&str>,
+    plan: &Plan,
+    cells: &HashMap<(usize, String), Vec<Cell>>,
+    k: usize,
+    aux: Option<&(Reading, Arc<SensorInfo>)>,
+    tag_keys: &BTreeSet<String>,
+) -> Value {
+    match e {
+        ColExpr::Call(i) => {
+            let Some(name) = plan.calls[*i].field.as_deref().or(field) else { return Value::Null };
+            cells
+                .get(&(*i, name.to_owned()))
+                .and_then(|c| c[k].as_ref())
+                .map_or(Value::Null, |(v, _)| v.clone())
+        }
+        ColExpr::Lit(v) => v.clone(),
+        ColExpr::Binary(op, l, r) => arith(
+            *op,
+            &eval(l, field, plan, cells, k, aux, tag_keys),
+            &eval(r, field, plan, cells, k, aux, tag_keys),
+        ),
+        ColExpr::Ref { .. } => {
+            aux.map_or(Value::Null, |(r, info)| super::raw::value(e, r, info, tag_keys))
+        }
+    }
+}
+
+/// `distinct(x)`: one row per distinct value per window, in the order they first appeared.
+fn distinct_rows(
+    ctx: &Ctx<'_>,
+    plan: &Plan,
+    cols: &[OutCol],
+    g: &Group,
+    starts: &[TimestampMs],
+) -> Vec<Vec<Value>> {
+    let ColExpr::Call(i) = cols[0].expr else { return Vec::new() };
+    let Some(field) = plan.calls[i].field.as_ref().or(cols[0].field.as_ref()) else {
+        return Vec::new();
+    };
+    let mut rows = Vec::new();
+    for start in starts {
+        if let Some(acc) = g.accs[i].get(field).and_then(|w| w.get(start)) {
+            for v in acc.distinct_values() {
+                rows.push(vec![ctx.time(*start), v]);
+            }
+        }
+    }
+    rows
+}
+
+/// `fill(…)` over one function's windows. `count` answers 0 for an empty window under
+/// `fill(null)`, as InfluxDB does.
+fn fill(col: &mut [Cell], starts: &[TimestampMs], fill: Fill, is_count: bool) {
+    match fill {
+        Fill::None => {}
+        Fill::Null => {
+            if is_count {
+                for v in col.iter_mut().filter(|v| v.is_none()) {
+                    *v = Some((Value::from(0), None));
+                }
+            }
+        }
+        Fill::Number(n) => {
+            let value = if n.fract() == 0.0 && n.abs() < 9.0e15 { Value::from(n as i64) } else { float(n) };
+            for v in col.iter_mut().filter(|v| v.is_none()) {
+                *v = Some((value.clone(), None));
+            }
+        }
+        Fill::Previous => {
+            let mut prev: Option<Value> = None;
+            for v in col.iter_mut() {
+                match v {
+                    Some((value, _)) => prev = Some(value.clone()),
+                    None => *v = prev.clone().map(|p| (p, None)),
+                }
+            }
+        }
+        Fill::Linear => {
+            let known: Vec<(usize, f64)> = col
+                .iter()
+                .enumerate()
+                .filter_map(|(k, v)| v.as_ref().and_then(|(v, _)| v.as_f64()).map(|f| (k, f)))
+                .collect();
+            let all_int = col.iter().flatten().all(|(v, _)| v.is_i64());
+            for pair in known.windows(2) {
+                let ((a, va), (b, vb)) = (pair[0], pair[1]);
+                for k in a + 1..b {
+                    let frac = (starts[k] - starts[a]) as f64 / (starts[b] - starts[a]) as f64;
+                    let v = va + (vb - va) * frac;
+                    col[k] = Some((if all_int { Value::from(v as i64) } else { float(v) }, None));
+                }
+            }
+        }
+    }
+}

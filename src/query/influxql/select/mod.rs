@@ -1,0 +1,521 @@
+//! `SELECT`: raw readings, or aggregates per time window and tag group.
+//!
+//! Whole-hour windows of `mean`, `count`, `sum`, `min`, `max`, `spread`, `first` and `last`
+//! over numeric fields, with at most tag conditions, are answered from the stores' hour
+//! statistics ([`Store::rollups`](crate::store::Store::rollups)) without reading the readings;
+//! everything else streams the readings of each series once and folds them into accumulators,
+//! so memory grows with windows and groups, not readings (raw selects, `median`, `percentile`
+//! and `distinct` keep their values, bounded by [`MAX_POINTS`]).
+//!
+//! Every measurement is scanned before any is answered: a wildcard's columns are the union
+//! over all of them, as in InfluxDB.
+
+mod aggregate;
+mod raw;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use serde_json::Value;
+
+use super::agg::{Func, float};
+use super::ast::{BinaryOp, Dimension, Expr, Fill, RefKind, Select};
+use super::cond::{self, Condition, TimeRange, compile_regex};
+use super::exec::{Ctx, ExecError, Series};
+use crate::model::{FieldValue, Reading, TimestampMs};
+use crate::store::{Order, SensorInfo};
+
+/// Readings a raw select (or a value-keeping aggregate) may hold at once.
+pub const MAX_POINTS: usize = 1_000_000;
+/// Rows (windows × groups) one statement may produce.
+pub const MAX_ROWS: usize = 1_000_000;
+
+const NS_PER_MS: i64 = 1_000_000;
+
+/// Where a projected column's value comes from.
+#[derive(Clone, Debug)]
+enum ColExpr {
+    Call(usize),
+    Ref { name: String, kind: Option<RefKind> },
+    Lit(Value),
+    Binary(BinaryOp, Box<ColExpr>, Box<ColExpr>),
+}
+
+#[derive(Clone, Debug)]
+struct Call {
+    func: Func,
+    /// `None`: every field (`mean(*)`).
+    field: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+struct Column {
+    /// The alias, or InfluxDB's default name.
+    name: String,
+    aliased: bool,
+    expr: ColExpr,
+    wildcard: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Raw,
+    Aggregate,
+    Distinct,
+}
+
+struct Plan {
+    kind: Kind,
+    columns: Vec<Column>,
+    calls: Vec<Call>,
+    /// One selector with fields or tags beside it (`max(v), host`): those come from the
+    /// reading the selector picked.
+    aux: bool,
+}
+
+/// What every measurement of one statement shares.
+struct Statement<'a> {
+    plan: &'a Plan,
+    condition: Option<&'a Condition>,
+    range: TimeRange,
+    window: Option<Window>,
+    fill: Fill,
+}
+
+/// One measurement's series, grouped by the `GROUP BY` tags.
+struct Measurement {
+    name: String,
+    tag_keys: BTreeSet<String>,
+    group_keys: Vec<String>,
+    groups: Vec<(Vec<String>, Vec<Arc<SensorInfo>>)>,
+}
+
+impl Measurement {
+    fn series(&self, group: &[String], columns: Vec<String>, values: Vec<Vec<Value>>) -> Series {
+        Series {
+            name: Some(self.name.clone()),
+            tags: (!self.group_keys.is_empty())
+                .then(|| self.group_keys.iter().cloned().zip(group.iter().cloned()).collect()),
+            columns,
+            values,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Window {
+    interval: i64,
+    offset: i64,
+}
+
+impl Window {
+    fn start(&self, ts: TimestampMs) -> TimestampMs {
+        (ts - self.offset).div_euclid(self.interval) * self.interval + self.offset
+    }
+}
+
+pub async fn select(ctx: &Ctx<'_>, s: &Select) -> Result<Vec<Series>, ExecError> {
+    if s.into.is_some() {
+        return Err(ExecError::new(
+            "SELECT INTO writes data: bucketd's /query is read-only (write with /write)",
+        ));
+    }
+    if let Some(tz) = &s.tz
+        && !matches!(tz.as_str(), "UTC" | "Etc/UTC" | "utc")
+    {
+        return Err(ExecError::new(format!(
+            "tz('{tz}') is not supported: bucketd groups and answers in UTC only"
+        )));
+    }
+    let plan = plan(s)?;
+    let (mut range, rest) = cond::split_time(s.condition.as_ref(), ctx.now_ns)?;
+    let condition = rest.map(Condition::new).transpose()?;
+    let window = match s.group_by.time {
+        None => None,
+        Some(_) if plan.kind == Kind::Raw => {
+            return Err(ExecError::new("GROUP BY requires at least one aggregate function"));
+        }
+        Some(t) => {
+            let interval = to_ms(t.interval_ns, "GROUP BY time interval")?;
+            if interval <= 0 {
+                return Err(ExecError::new("GROUP BY time interval must be positive"));
+            }
+            if !range.has_lower {
+                return Err(ExecError::new(
+                    "aggregate functions with GROUP BY time require a WHERE time clause with a \
+                     lower bound",
+                ));
+            }
+            if !range.has_upper {
+                range.to = range.to.min(ctx.now_ns.div_euclid(NS_PER_MS) + 1);
+            }
+            let offset = to_ms(t.offset_ns, "GROUP BY time offset")?.rem_euclid(interval);
+            Some(Window { interval, offset })
+        }
+    };
+    if range.is_empty() {
+        return Ok(Vec::new());
+    }
+
+    let mut measurements = Vec::new();
+    for (name, all) in ctx.series_of(&s.from).await? {
+        let tag_keys: BTreeSet<String> =
+            all.iter().flat_map(|s| s.tags.iter().map(|(k, _)| k.clone())).collect();
+        let group_keys = group_keys(&s.group_by.tags, &tag_keys)?;
+        let mut groups: BTreeMap<Vec<String>, Vec<Arc<SensorInfo>>> = BTreeMap::new();
+        for info in all {
+            if condition.as_ref().is_some_and(|c| !c.series_may_match(&info.tags, &tag_keys)) {
+                continue;
+            }
+            let key = group_keys.iter().map(|k| tag_value(&info, k).to_owned()).collect();
+            groups.entry(key).or_default().push(Arc::new(info));
+        }
+        measurements.push(Measurement {
+            name,
+            tag_keys,
+            group_keys,
+            groups: groups.into_iter().collect(),
+        });
+    }
+    let statement =
+        Statement { plan: &plan, condition: condition.as_ref(), range, window, fill: s.fill };
+    let found = match plan.kind {
+        Kind::Raw => raw::run(ctx, &statement, &measurements).await?,
+        Kind::Aggregate | Kind::Distinct => aggregate::run(ctx, &statement, &measurements).await?,
+    };
+
+    // LIMIT 0 and SLIMIT 0 mean no limit, as in InfluxDB.
+    let limit = |l: Option<u64>| l.filter(|l| *l > 0).map_or(usize::MAX, |l| l as usize);
+    let mut out = Vec::new();
+    let mut rows = 0usize;
+    for mut series in found {
+        if s.descending {
+            series.values.reverse();
+        }
+        let skip = s.offset.unwrap_or(0) as usize;
+        let take = limit(s.limit);
+        if skip > 0 || take < series.values.len() {
+            series.values = series.values.into_iter().skip(skip).take(take).collect();
+        }
+        rows += series.values.len();
+        if rows > MAX_ROWS {
+            return Err(too_many_rows());
+        }
+        if !series.values.is_empty() {
+            out.push(series);
+        }
+    }
+    if s.descending {
+        out.reverse();
+    }
+    Ok(out.into_iter().skip(s.soffset.unwrap_or(0) as usize).take(limit(s.slimit)).collect())
+}
+
+fn too_many_rows() -> ExecError {
+    ExecError::new(format!(
+        "the statement would answer more than {MAX_ROWS} rows: narrow the time range, use a \
+         longer GROUP BY time interval or add LIMIT"
+    ))
+}
+
+fn too_many_points() -> ExecError {
+    ExecError::new(format!(
+        "the statement would hold more than {MAX_POINTS} readings at once: narrow the time \
+         range or aggregate with GROUP BY time"
+    ))
+}
+
+fn to_ms(ns: i64, what: &str) -> Result<i64, ExecError> {
+    if ns % NS_PER_MS != 0 {
+        return Err(ExecError::new(format!(
+            "{what} must be a whole number of milliseconds: bucketd keeps millisecond timestamps"
+        )));
+    }
+    Ok(ns / NS_PER_MS)
+}
+
+fn tag_value<'a>(info: &'a SensorInfo, key: &str) -> &'a str {
+    info.tags.iter().find(|(k, _)| k == key).map_or("", |(_, v)| v)
+}
+
+fn group_keys(dims: &[Dimension], tag_keys: &BTreeSet<String>) -> Result<Vec<String>, ExecError> {
+    let mut keys = BTreeSet::new();
+    for d in dims {
+        match d {
+            Dimension::Tag(k) => {
+                keys.insert(k.clone());
+            }
+            Dimension::Wildcard => keys.extend(tag_keys.iter().cloned()),
+            Dimension::Regex(p) => {
+                let re = compile_regex(p)?;
+                keys.extend(tag_keys.iter().filter(|k| re.is_match(k)).cloned());
+            }
+        }
+    }
+    Ok(keys.into_iter().collect())
+}
+
+/// Streams one series' readings in range that meet the condition.
+async fn readings_of(
+    ctx: &Ctx<'_>,
+    st: &Statement<'_>,
+    m: &Measurement,
+    info: &SensorInfo,
+    mut each: impl FnMut(&Reading) -> Result<(), ExecError>,
+) -> Result<(), ExecError> {
+    let mut stream = ctx.readings(&info.key, st.range.from, st.range.to, Order::Asc);
+    while let Some(r) = stream.next().await {
+        let r = r?;
+        if st.condition.is_some_and(|c| !c.matches(&info.tags, &m.tag_keys, &r)) {
+            continue;
+        }
+        each(&r)?;
+    }
+    Ok(())
+}
+
+fn plan(s: &Select) -> Result<Plan, ExecError> {
+    let mut calls = Vec::new();
+    let mut columns = Vec::new();
+    for f in &s.fields {
+        let mut wildcard = false;
+        let expr = col_expr(&f.expr, &mut calls, &mut wildcard)?;
+        let name = match &f.alias {
+            Some(a) => a.clone(),
+            None => default_name(&f.expr),
+        };
+        columns.push(Column { name, aliased: f.alias.is_some(), expr, wildcard });
+    }
+    let has_calls = !calls.is_empty();
+    let has_refs = columns.iter().any(|c| mentions_ref(&c.expr));
+    // Fields and tags beside one selector come from the reading it picked, as in InfluxDB.
+    let aux = has_calls && has_refs;
+    if aux
+        && !(calls.len() == 1
+            && matches!(calls[0].func, Func::Min | Func::Max | Func::First | Func::Last))
+    {
+        return Err(ExecError::new(
+            "mixing aggregate and non-aggregate queries is not supported (fields and tags may \
+             stand beside one min(), max(), first() or last() only)",
+        ));
+    }
+    let distinct = calls.iter().any(|c: &Call| c.func == Func::Distinct);
+    if distinct && (calls.len() > 1 || columns.len() > 1 || !matches!(columns[0].expr, ColExpr::Call(_))) {
+        return Err(ExecError::new(
+            "distinct() cannot be combined with other functions or fields, nor used in arithmetic",
+        ));
+    }
+    if !has_calls && !has_refs {
+        return Err(ExecError::new("a SELECT needs at least one field or function"));
+    }
+    let kind = if distinct {
+        Kind::Distinct
+    } else if has_calls {
+        Kind::Aggregate
+    } else {
+        Kind::Raw
+    };
+    Ok(Plan { kind, columns, calls, aux })
+}
+
+fn mentions_ref(e: &ColExpr) -> bool {
+    match e {
+        ColExpr::Ref { .. } => true,
+        ColExpr::Binary(_, l, r) => mentions_ref(l) || mentions_ref(r),
+        _ => false,
+    }
+}
+
+const FUNCTIONS: &str =
+    "mean, median, count, sum, min, max, first, last, spread, stddev, percentile and distinct";
+
+fn col_expr(
+    e: &Expr,
+    calls: &mut Vec<Call>,
+    wildcard: &mut bool,
+) -> Result<ColExpr, ExecError> {
+    Ok(match e {
+        Expr::Paren(i) => col_expr(i, calls, wildcard)?,
+        Expr::Integer(i) => ColExpr::Lit(Value::from(*i)),
+        Expr::Number(f) => ColExpr::Lit(float(*f)),
+        Expr::String(s) => ColExpr::Lit(Value::String(s.clone())),
+        Expr::Bool(b) => ColExpr::Lit(Value::Bool(*b)),
+        Expr::Ref { name, kind } => {
+            if name.eq_ignore_ascii_case("time") {
+                return Err(ExecError::new("time is always the first column: select fields"));
+            }
+            ColExpr::Ref { name: name.clone(), kind: *kind }
+        }
+        Expr::Wildcard { .. } => {
+            *wildcard = true;
+            ColExpr::Ref { name: "*".into(), kind: None }
+        }
+        Expr::Binary { op, lhs, rhs }
+            if matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Mod) =>
+        {
+            let l = col_expr(lhs, calls, wildcard)?;
+            let r = col_expr(rhs, calls, wildcard)?;
+            if *wildcard {
+                return Err(ExecError::new("* cannot be used in arithmetic"));
+            }
+            ColExpr::Binary(*op, Box::new(l), Box::new(r))
+        }
+        Expr::Call { name, args } => {
+            let call = call(name, args, wildcard)?;
+            calls.push(call);
+            ColExpr::Call(calls.len() - 1)
+        }
+        other => {
+            return Err(ExecError::new(format!("unsupported expression in SELECT: {other:?}")));
+        }
+    })
+}
+
+fn call(name: &str, args: &[Expr], wildcard: &mut bool) -> Result<Call, ExecError> {
+    let field_arg = |a: &Expr, wildcard: &mut bool| -> Result<Option<String>, ExecError> {
+        match a {
+            Expr::Ref { name, .. } => Ok(Some(name.clone())),
+            Expr::Wildcard { .. } => {
+                *wildcard = true;
+                Ok(None)
+            }
+            Expr::Paren(i) => Ok(match &**i {
+                Expr::Ref { name, .. } => Some(name.clone()),
+                _ => return Err(ExecError::new(format!("expected a field argument in {name}()"))),
+            }),
+            _ => Err(ExecError::new(format!(
+                "expected a field argument in {name}(): bucketd does not nest functions \
+                 other than count(distinct(…))"
+            ))),
+        }
+    };
+    match (name, args) {
+        ("percentile", [f, n]) => {
+            let p = match n {
+                Expr::Integer(i) => *i as f64,
+                Expr::Number(f) => *f,
+                _ => return Err(ExecError::new("expected a number as percentile's second argument")),
+            };
+            Ok(Call { func: Func::Percentile(p), field: field_arg(f, wildcard)? })
+        }
+        ("percentile", _) => Err(ExecError::new("percentile() takes a field and a number")),
+        ("count", [Expr::Call { name: inner, args: inner_args }]) if inner == "distinct" => {
+            match inner_args.as_slice() {
+                [f] => Ok(Call { func: Func::CountDistinct, field: field_arg(f, wildcard)? }),
+                _ => Err(ExecError::new("distinct() takes one field")),
+            }
+        }
+        (_, [f]) => match Func::of(name) {
+            Some(func) => Ok(Call { func, field: field_arg(f, wildcard)? }),
+            None => Err(unsupported_function(name)),
+        },
+        _ if Func::of(name).is_some() => Err(ExecError::new(format!("{name}() takes one field"))),
+        _ => Err(unsupported_function(name)),
+    }
+}
+
+fn unsupported_function(name: &str) -> ExecError {
+    ExecError::new(format!("unsupported function {name}(): bucketd answers {FUNCTIONS}"))
+}
+
+/// InfluxDB's column names: a field's name, a function's name, `a_b` for `a + b`.
+fn default_name(e: &Expr) -> String {
+    fn names(e: &Expr, out: &mut Vec<String>) {
+        match e {
+            Expr::Ref { name, .. } => out.push(name.clone()),
+            Expr::Call { name, args } => {
+                if name == "count" && matches!(args.first(), Some(Expr::Call { name, .. }) if name == "distinct") {
+                    out.push("count".into());
+                } else {
+                    out.push(name.clone());
+                }
+            }
+            Expr::Paren(i) => names(i, out),
+            Expr::Binary { lhs, rhs, .. } => {
+                names(lhs, out);
+                names(rhs, out);
+            }
+            Expr::Wildcard { .. } => out.push("*".into()),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    names(e, &mut out);
+    out.join("_")
+}
+
+/// Adds `_1`, `_2`, … to repeated names, as InfluxDB does.
+fn dedupe(names: &mut [String]) {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for n in names.iter_mut() {
+        let count = seen.entry(n.clone()).or_insert(0);
+        if *count > 0 {
+            let renamed = format!("{n}_{count}");
+            *count += 1;
+            *n = renamed;
+        } else {
+            *count = 1;
+        }
+    }
+}
+
+fn is_tag(name: &str, kind: Option<RefKind>, tag_keys: &BTreeSet<String>) -> bool {
+    match kind {
+        Some(RefKind::Tag) => true,
+        Some(_) => false,
+        None => tag_keys.contains(name),
+    }
+}
+
+fn refs_field(e: &ColExpr, tag_keys: &BTreeSet<String>) -> bool {
+    match e {
+        ColExpr::Ref { name, kind } => !is_tag(name, *kind, tag_keys),
+        ColExpr::Binary(_, l, r) => refs_field(l, tag_keys) || refs_field(r, tag_keys),
+        _ => false,
+    }
+}
+
+/// `::float`, `::integer`, `::string`, `::boolean`: a value of another type is null.
+fn cast(v: &FieldValue, kind: RefKind) -> Value {
+    match (kind, v) {
+        (RefKind::Float, FieldValue::Float(f)) => float(*f),
+        (RefKind::Float, FieldValue::Int(i)) => float(*i as f64),
+        (RefKind::Float, FieldValue::UInt(u)) => float(*u as f64),
+        (RefKind::Integer, FieldValue::Int(i)) => Value::from(*i),
+        (RefKind::Integer, FieldValue::UInt(u)) => Value::from(*u),
+        (RefKind::Integer, FieldValue::Float(f)) => Value::from(*f as i64),
+        (RefKind::String, FieldValue::Str(s)) => Value::String(s.clone()),
+        (RefKind::Boolean, FieldValue::Bool(b)) => Value::Bool(*b),
+        _ => Value::Null,
+    }
+}
+
+/// Arithmetic on column values: integers stay integers except in division, and anything with
+/// a null is null.
+fn arith(op: BinaryOp, l: &Value, r: &Value) -> Value {
+    if let (Some(a), Some(b)) = (l.as_i64().filter(|_| l.is_i64()), r.as_i64().filter(|_| r.is_i64())) {
+        let v = match op {
+            BinaryOp::Add => a.checked_add(b),
+            BinaryOp::Sub => a.checked_sub(b),
+            BinaryOp::Mul => a.checked_mul(b),
+            BinaryOp::Mod => a.checked_rem(b),
+            BinaryOp::Div => return float(if b == 0 { 0.0 } else { a as f64 / b as f64 }),
+            _ => None,
+        };
+        return v.map_or(Value::Null, Value::from);
+    }
+    match (l.as_f64(), r.as_f64()) {
+        (Some(a), Some(b)) => float(match op {
+            BinaryOp::Add => a + b,
+            BinaryOp::Sub => a - b,
+            BinaryOp::Mul => a * b,
+            BinaryOp::Div if b == 0.0 => 0.0,
+            BinaryOp::Div => a / b,
+            BinaryOp::Mod => a % b,
+            _ => return Value::Null,
+        }),
+        _ => Value::Null,
+    }
+}
+
