@@ -398,7 +398,7 @@ impl Parser<'_> {
                 break;
             }
         }
-        let into = if self.eat_kw("INTO")? { Some(self.into_target()?) } else { None };
+        let into = if self.eat_kw("INTO")? { Some(self.select_into()?) } else { None };
         self.expect_kw("FROM")?;
         let from = self.sources()?;
         let condition = self.where_clause()?;
@@ -445,7 +445,7 @@ impl Parser<'_> {
     }
 
     /// The `INTO` target, kept as written: it is only parsed to be refused.
-    fn into_target(&mut self) -> Result<String, ParseError> {
+    fn select_into(&mut self) -> Result<String, ParseError> {
         let start = self.peek()?.start;
         let mut end = None;
         loop {
