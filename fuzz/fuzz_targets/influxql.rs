@@ -12,7 +12,12 @@ fuzz_target!(|data: &[u8]| {
     match parse(q) {
         Err(e) => {
             let lines: Vec<&str> = q.split('\n').collect();
-            assert!(e.line >= 1 && e.line <= lines.len(), "line {} of {}: {e}", e.line, lines.len());
+            assert!(
+                e.line >= 1 && e.line <= lines.len(),
+                "line {} of {}: {e}",
+                e.line,
+                lines.len()
+            );
             let chars = lines[e.line - 1].chars().count();
             assert!(e.char >= 1 && e.char <= chars + 1, "char {} of {chars}: {e}", e.char);
             let _ = e.to_string();
