@@ -398,7 +398,7 @@ impl Parser<'_> {
                 break;
             }
         }
-        let into = if self.eat_kw("INTO")? { Some(self.into_target()?) } else { None };
+        let into = if self.eat_kw("INTO")? { Some(self.select_into()?) } else { None };
         self.expect_kw("FROM")?;
         let from = self.sources()?;
         let condition = self.where_clause()?;
@@ -445,7 +445,7 @@ impl Parser<'_> {
     }
 
     /// The `INTO` target, kept as written: it is only parsed to be refused.
-    fn into_target(&mut self) -> Result<String, ParseError> {
+    fn select_into(&mut self) -> Result<String, ParseError> {
         let start = self.peek()?.start;
         let mut end = None;
         loop {
@@ -674,31 +674,72 @@ impl Parser<'_> {
         Ok(Node { expr, depth })
     }
 
+    // The functions on the recursive path (`unary`, `paren`, `negation`, `named`, `call`,
+    // `binary`) are kept small and separate: in a debug build a function's frame holds every
+    // temporary of every arm, and a hundred nesting levels must fit a worker thread's stack.
+
     fn unary(&mut self) -> Result<Node, ParseError> {
         let t = self.next()?;
         match t.tok {
-            Tok::LParen => {
-                self.enter(t.start)?;
-                if self.peek_kw("SELECT")? {
-                    let at = self.peek()?.start;
-                    return Err(self.err(at, "subqueries are not supported"));
-                }
-                let inner = self.binary(1)?;
-                self.expect(&Tok::RParen, ")")?;
-                self.leave();
-                self.node(t.start, Shape::Paren(inner))
+            Tok::LParen => self.paren(t.start),
+            Tok::Sub => self.negation(t.start),
+            Tok::Ident(_) | Tok::QuotedIdent(_) => self.named(t),
+            _ => self.operand(t),
+        }
+    }
+
+    fn paren(&mut self, at: usize) -> Result<Node, ParseError> {
+        self.enter(at)?;
+        if self.peek_kw("SELECT")? {
+            let at = self.peek()?.start;
+            return Err(self.err(at, "subqueries are not supported"));
+        }
+        let inner = self.binary(1)?;
+        self.expect(&Tok::RParen, ")")?;
+        self.leave();
+        self.node(at, Shape::Paren(inner))
+    }
+
+    /// After a `-`: a negative literal, or the operand times -1, as InfluxDB has it.
+    fn negation(&mut self, at: usize) -> Result<Node, ParseError> {
+        let next = self.peek()?;
+        if matches!(next.tok, Tok::Integer | Tok::Number | Tok::Duration) {
+            let next = self.next()?;
+            return Ok(Node::leaf(self.literal(&next, true)?));
+        }
+        self.enter(at)?;
+        let operand = self.unary()?;
+        self.leave();
+        self.node(at, Binary(BinaryOp::Mul, Node::leaf(Expr::Integer(-1)), operand))
+    }
+
+    /// A name: a literal keyword, `DISTINCT`, a call or a reference.
+    fn named(&mut self, t: Token) -> Result<Node, ParseError> {
+        let name = match t.tok {
+            Tok::Ident(w) if w.eq_ignore_ascii_case("true") => {
+                return Ok(Node::leaf(Expr::Bool(true)));
             }
-            Tok::Sub => {
-                let next = self.peek()?.clone();
-                if matches!(next.tok, Tok::Integer | Tok::Number | Tok::Duration) {
-                    self.next()?;
-                    return Ok(Node::leaf(self.literal(&next, true)?));
-                }
-                self.enter(t.start)?;
-                let operand = self.unary()?;
-                self.leave();
-                self.node(t.start, Binary(BinaryOp::Mul, Node::leaf(Expr::Integer(-1)), operand))
+            Tok::Ident(w) if w.eq_ignore_ascii_case("false") => {
+                return Ok(Node::leaf(Expr::Bool(false)));
             }
+            Tok::Ident(w) if w.eq_ignore_ascii_case("DISTINCT") => return self.distinct(t.start),
+            Tok::Ident(w) if is_keyword(&w) => {
+                let t = Token { tok: Tok::Ident(w), ..t };
+                return Err(self.unexpected(&t, EXPECT_EXPR));
+            }
+            Tok::Ident(name) | Tok::QuotedIdent(name) => name,
+            _ => return Err(self.unexpected(&t, EXPECT_EXPR)),
+        };
+        if self.eat(&Tok::LParen)? {
+            self.call(t.start, name.to_lowercase())
+        } else {
+            Ok(Node::leaf(self.reference(name)?))
+        }
+    }
+
+    /// A literal or `*`: the operands that contain nothing.
+    fn operand(&mut self, t: Token) -> Result<Node, ParseError> {
+        match t.tok {
             Tok::Mul => {
                 let kind = if self.eat(&Tok::DoubleColon)? {
                     let k = self.next()?;
@@ -714,19 +755,6 @@ impl Parser<'_> {
             }
             Tok::Integer | Tok::Number | Tok::Duration => Ok(Node::leaf(self.literal(&t, false)?)),
             Tok::Str(s) => Ok(Node::leaf(Expr::String(s))),
-            Tok::Ident(ref w) if w.eq_ignore_ascii_case("true") => Ok(Node::leaf(Expr::Bool(true))),
-            Tok::Ident(ref w) if w.eq_ignore_ascii_case("false") => {
-                Ok(Node::leaf(Expr::Bool(false)))
-            }
-            Tok::Ident(ref w) if w.eq_ignore_ascii_case("DISTINCT") => self.distinct(t.start),
-            Tok::Ident(ref w) if is_keyword(w) => Err(self.unexpected(&t, EXPECT_EXPR)),
-            Tok::Ident(name) | Tok::QuotedIdent(name) => {
-                if self.eat(&Tok::LParen)? {
-                    self.call(t.start, name.to_lowercase())
-                } else {
-                    Ok(Node::leaf(self.reference(name)?))
-                }
-            }
             _ => Err(self.unexpected(&t, EXPECT_EXPR)),
         }
     }

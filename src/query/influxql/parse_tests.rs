@@ -731,3 +731,37 @@ fn reserved_words_need_quotes() {
     assert_eq!(err_at("SELECT v AS from FROM m").0, "found FROM, expected identifier");
     assert_eq!(select(r#"SELECT v AS "from" FROM m"#).fields[0].alias, Some(s("from")));
 }
+
+#[test]
+fn fuzz_seeds_parse() {
+    for seed in [
+        include_str!("../../../fuzz/seeds/influxql/grafana_graph"),
+        include_str!("../../../fuzz/seeds/influxql/grafana_show"),
+        include_str!("../../../fuzz/seeds/influxql/select_clauses"),
+        include_str!("../../../fuzz/seeds/influxql/other_statements"),
+    ] {
+        parse(seed).unwrap_or_else(|e| panic!("{seed:?}: {e}"));
+    }
+}
+
+/// The deepest inputs the bounds allow parse, compare and drop within 1 MiB of stack in a debug
+/// build (about 7 KiB a level at worst; far less optimised), half of a tokio worker's 2 MiB.
+#[test]
+fn deepest_inputs_fit_a_small_stack() {
+    let inputs = [
+        format!("SELECT {}v{} FROM m", "(".repeat(100), ")".repeat(100)),
+        format!("SELECT {}v{} FROM m", "a * (".repeat(99), ")".repeat(99)),
+        format!("SELECT {}v{} FROM m", "f(".repeat(100), ")".repeat(100)),
+        format!("SELECT {}v FROM m", "- ".repeat(100)),
+        format!("SELECT v FROM m WHERE {}", vec!["a = 1"; 250].join(" OR ")),
+        format!("SELECT {}v FROM m", "(- ".repeat(300)),
+    ];
+    let worker = std::thread::Builder::new().stack_size(1024 * 1024).spawn(move || {
+        for q in &inputs {
+            let first = parse(q);
+            assert_eq!(first, parse(q));
+            drop(first.clone());
+        }
+    });
+    worker.unwrap().join().unwrap();
+}
