@@ -19,7 +19,6 @@ pub use error::{ApiError, ErrorBody, InfluxApi, InfluxError};
 /// the v1 API; the suffix says who is really answering.
 pub const INFLUXDB_VERSION: &str = "1.8.10-bucketd";
 
-
 /// Route label for requests that matched no route, so unknown paths cannot create series.
 const UNMATCHED_ROUTE: &str = "unmatched";
 

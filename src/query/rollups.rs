@@ -126,8 +126,7 @@ pub async fn get_rollups(
         });
     }
 
-    let merged =
-        merged_rollups(&state, &sensor, from, to, step_ms, fields.as_deref()).await?;
+    let merged = merged_rollups(&state, &sensor, from, to, step_ms, fields.as_deref()).await?;
     if merged.is_empty() && !sensor_known(&state, &sensor).await? {
         return Err(QueryError::UnknownSensor(sensor));
     }

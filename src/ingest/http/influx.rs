@@ -1,7 +1,6 @@
 //! InfluxDB's endpoints: line protocol on `POST /write` (v1) and `POST /api/v2/write` (v2),
 //! and `/ping`.
 
-
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};

@@ -50,7 +50,6 @@ use crate::model::{Item, TimestampMs};
 /// enough to amortise the push, small enough to bound one request's extra memory.
 pub const NDJSON_PUSH_READINGS: usize = 10_000;
 
-
 /// What the write endpoints use. Cheap to clone: one per request.
 #[derive(Clone)]
 pub struct IngestState {

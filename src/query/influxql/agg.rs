@@ -91,7 +91,13 @@ impl Func {
             FieldValue::Float(_) | FieldValue::Int(_) | FieldValue::UInt(_) => true,
             FieldValue::Bool(_) => matches!(
                 self,
-                Func::Count | Func::First | Func::Last | Func::Distinct | Func::CountDistinct | Func::Min | Func::Max
+                Func::Count
+                    | Func::First
+                    | Func::Last
+                    | Func::Distinct
+                    | Func::CountDistinct
+                    | Func::Min
+                    | Func::Max
             ),
             FieldValue::Str(_) => matches!(
                 self,
@@ -158,11 +164,26 @@ pub fn field_json(v: &FieldValue) -> Value {
 pub enum Acc {
     Count(u64),
     /// Sum and mean: integer sums stay exact while every value is an integer.
-    Sum { int: i128, float: f64, n: u64, all_int: bool },
+    Sum {
+        int: i128,
+        float: f64,
+        n: u64,
+        all_int: bool,
+    },
     /// Min and max: numbers, or booleans (`false` < `true`).
-    Extreme { best: Option<(FieldValue, TimestampMs)>, max: bool },
-    Edge { best: Option<(FieldValue, TimestampMs)>, last: bool },
-    Spread { min: Num, max: Num, seen: bool },
+    Extreme {
+        best: Option<(FieldValue, TimestampMs)>,
+        max: bool,
+    },
+    Edge {
+        best: Option<(FieldValue, TimestampMs)>,
+        last: bool,
+    },
+    Spread {
+        min: Num,
+        max: Num,
+        seen: bool,
+    },
     /// Median, percentile, stddev and distinct keep the values.
     Values(Vec<(Num, TimestampMs)>),
     /// Each value with the time it first appeared: InfluxDB lists them in that order.
@@ -254,7 +275,13 @@ impl Acc {
 
     /// Adds one hour's (or step's) statistics: only for functions where [`Func::from_stats`].
     pub fn push_stats(&mut self, s: &FieldStats, integer: bool, start: TimestampMs) {
-        let num = |f: f64| if integer && f.fract() == 0.0 && f.abs() < 9.0e15 { Num::Int(f as i64) } else { Num::Float(f) };
+        let num = |f: f64| {
+            if integer && f.fract() == 0.0 && f.abs() < 9.0e15 {
+                Num::Int(f as i64)
+            } else {
+                Num::Float(f)
+            }
+        };
         match self {
             Acc::Count(n) => *n += s.count,
             Acc::Sum { int, float, n, all_int } => {
@@ -271,7 +298,12 @@ impl Acc {
                     Num::Float(f) => FieldValue::Float(f),
                 };
                 let better = best.as_ref().is_none_or(|(b, _)| {
-                    order(b, &v) == Some(if *max { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater })
+                    order(b, &v)
+                        == Some(if *max {
+                            std::cmp::Ordering::Less
+                        } else {
+                            std::cmp::Ordering::Greater
+                        })
                 });
                 if better {
                     *best = Some((v, start));
@@ -293,7 +325,8 @@ impl Acc {
                     Num::Int(i) => FieldValue::Int(i),
                     Num::Float(f) => FieldValue::Float(f),
                 };
-                let better = best.as_ref().is_none_or(|(_, bt)| if *last { t > *bt } else { t < *bt });
+                let better =
+                    best.as_ref().is_none_or(|(_, bt)| if *last { t > *bt } else { t < *bt });
                 if better {
                     *best = Some((v, t));
                 }

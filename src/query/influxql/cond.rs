@@ -10,8 +10,8 @@ use std::collections::{BTreeSet, HashMap};
 
 use regex::Regex;
 
-use super::exec::ExecError;
 use super::ast::{BinaryOp, Expr, RefKind};
+use super::exec::ExecError;
 use crate::model::{FieldValue, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, TimestampMs};
 
 const NS_PER_MS: i64 = 1_000_000;
@@ -162,7 +162,8 @@ pub fn time_value(e: &Expr, now_ns: i64) -> Result<i64, ExecError> {
         Expr::Binary { op: op @ (BinaryOp::Add | BinaryOp::Sub), lhs, rhs } => {
             let l = time_value(lhs, now_ns)?;
             let r = time_value(rhs, now_ns)?;
-            if *op == BinaryOp::Add { l.checked_add(r) } else { l.checked_sub(r) }.ok_or_else(overflow)
+            if *op == BinaryOp::Add { l.checked_add(r) } else { l.checked_sub(r) }
+                .ok_or_else(overflow)
         }
         _ => Err(ExecError::new(
             "invalid time value: use an integer (ns), a duration such as 1700000000000ms, \
@@ -329,7 +330,12 @@ impl Condition {
 fn is_comparison(op: BinaryOp) -> bool {
     matches!(
         op,
-        BinaryOp::Eq | BinaryOp::NotEq | BinaryOp::Lt | BinaryOp::LtEq | BinaryOp::Gt | BinaryOp::GtEq
+        BinaryOp::Eq
+            | BinaryOp::NotEq
+            | BinaryOp::Lt
+            | BinaryOp::LtEq
+            | BinaryOp::Gt
+            | BinaryOp::GtEq
     )
 }
 
@@ -422,7 +428,9 @@ fn arith<'a>(op: BinaryOp, l: &Val, r: &Val) -> Val<'a> {
             BinaryOp::BitAnd => Some(a & b),
             BinaryOp::BitOr => Some(a | b),
             BinaryOp::BitXor => Some(a ^ b),
-            BinaryOp::Div => return if *b == 0 { Val::Float(0.0) } else { Val::Float(*a as f64 / *b as f64) },
+            BinaryOp::Div => {
+                return if *b == 0 { Val::Float(0.0) } else { Val::Float(*a as f64 / *b as f64) };
+            }
             _ => None,
         };
         return v.map_or(Val::Null, Val::Int);
@@ -474,7 +482,9 @@ fn check(e: &Expr) -> Result<(), ExecError> {
         Expr::Binary { op, lhs, rhs } => {
             let regex_ok = matches!(op, BinaryOp::EqRegex | BinaryOp::NotEqRegex);
             if regex_ok && !matches!(**rhs, Expr::Regex(_)) {
-                return Err(ExecError::new("invalid condition: =~ and !~ need a /regex/ on the right"));
+                return Err(ExecError::new(
+                    "invalid condition: =~ and !~ need a /regex/ on the right",
+                ));
             }
             if !regex_ok && (matches!(**lhs, Expr::Regex(_)) || matches!(**rhs, Expr::Regex(_))) {
                 return Err(ExecError::new("invalid condition: a /regex/ needs =~ or !~"));
@@ -525,11 +535,18 @@ mod tests {
 
     #[test]
     fn now_minus_a_duration_and_strings_are_times() {
-        let e = bin(BinaryOp::Sub, Box::new(Expr::Call { name: "now".into(), args: vec![] }), Expr::Duration(5));
+        let e = bin(
+            BinaryOp::Sub,
+            Box::new(Expr::Call { name: "now".into(), args: vec![] }),
+            Expr::Duration(5),
+        );
         assert_eq!(time_value(&e, 100).unwrap(), 95);
         let s = Expr::String("2024-03-01T00:00:00Z".into());
         assert_eq!(time_value(&s, 0).unwrap(), 1_709_251_200_000_000_000);
-        assert_eq!(time_value(&Expr::String("2024-03-01".into()), 0).unwrap(), 1_709_251_200_000_000_000);
+        assert_eq!(
+            time_value(&Expr::String("2024-03-01".into()), 0).unwrap(),
+            1_709_251_200_000_000_000
+        );
     }
 
     #[test]
@@ -546,11 +563,17 @@ mod tests {
     fn missing_tags_are_empty_and_missing_fields_are_false() {
         let keys: BTreeSet<String> = ["host".to_string()].into();
         let tags = vec![("host".to_string(), "a".to_string())];
-        let reading = Reading { ts: 0, fields: smallvec::smallvec![("v".into(), FieldValue::Int(3))] };
+        let reading =
+            Reading { ts: 0, fields: smallvec::smallvec![("v".into(), FieldValue::Int(3))] };
         let cond = |e: Expr| Condition::new(e).unwrap();
-        assert!(cond(bin(BinaryOp::Eq, r("region"), Expr::String("".into()))).matches(&tags, &keys, &reading));
+        assert!(
+            cond(bin(BinaryOp::Eq, r("region"), Expr::String("".into())))
+                .matches(&tags, &keys, &reading)
+        );
         assert!(cond(bin(BinaryOp::Gt, r("v"), Expr::Number(2.5))).matches(&tags, &keys, &reading));
-        assert!(!cond(bin(BinaryOp::NotEq, r("w"), Expr::Integer(1))).matches(&tags, &keys, &reading));
+        assert!(
+            !cond(bin(BinaryOp::NotEq, r("w"), Expr::Integer(1))).matches(&tags, &keys, &reading)
+        );
         let re = cond(bin(BinaryOp::EqRegex, r("host"), Expr::Regex("^a$".into())));
         assert!(re.series_may_match(&tags, &keys));
         let field = cond(bin(BinaryOp::Gt, r("v"), Expr::Integer(5)));

@@ -172,7 +172,8 @@ impl Ctx<'_> {
         let mut names = Vec::new();
         let mut regexes = Vec::new();
         for s in sources {
-            let (Source::Measurement { retention_policy, .. } | Source::Regex { retention_policy, .. }) = s;
+            let (Source::Measurement { retention_policy, .. }
+            | Source::Regex { retention_policy, .. }) = s;
             if let Some(rp) = retention_policy.as_deref().filter(|rp| *rp != RETENTION_POLICY) {
                 return Err(ExecError::new(format!("retention policy not found: {rp}")));
             }
@@ -183,11 +184,16 @@ impl Ctx<'_> {
         }
         let mut found: BTreeMap<String, SensorInfo> = BTreeMap::new();
         let wanted = |m: &str| {
-            sources.is_empty() || names.iter().any(|n| n == m) || regexes.iter().any(|r| r.is_match(m))
+            sources.is_empty()
+                || names.iter().any(|n| n == m)
+                || regexes.iter().any(|r| r.is_match(m))
         };
         // A named measurement is listed by the store's index; a regex needs every series.
-        let listings: Vec<Option<String>> =
-            if regexes.is_empty() && !sources.is_empty() { names.iter().cloned().map(Some).collect() } else { vec![None] };
+        let listings: Vec<Option<String>> = if regexes.is_empty() && !sources.is_empty() {
+            names.iter().cloned().map(Some).collect()
+        } else {
+            vec![None]
+        };
         for measurement in listings {
             self.list(measurement, &wanted, &mut found).await?;
         }
@@ -282,7 +288,9 @@ impl Ctx<'_> {
         let mut latest = self.readings(&info.key, range.from, range.to, Order::Desc);
         Ok(match latest.next().await.transpose()? {
             None => None,
-            Some(r) => Some(r.fields.iter().map(|(k, v)| (k.to_string(), FieldKind::of(v))).collect()),
+            Some(r) => {
+                Some(r.fields.iter().map(|(k, v)| (k.to_string(), FieldKind::of(v))).collect())
+            }
         })
     }
 }

@@ -22,7 +22,9 @@ const FIELD_PROBE: usize = 100;
 
 pub async fn show(ctx: &Ctx<'_>, statement: &Statement) -> Result<Vec<Series>, ExecError> {
     match statement {
-        Statement::ShowDatabases => Ok(vec![one("databases", &["name"], vec![vec![DATABASE.into()]])]),
+        Statement::ShowDatabases => {
+            Ok(vec![one("databases", &["name"], vec![vec![DATABASE.into()]])])
+        }
         Statement::ShowRetentionPolicies { .. } => Ok(vec![Series {
             name: None,
             tags: None,
@@ -100,7 +102,11 @@ pub async fn show(ctx: &Ctx<'_>, statement: &Statement) -> Result<Vec<Series>, E
                     .into_iter()
                     .map(|(k, kind)| vec![Value::from(k), Value::from(kind.name())])
                     .collect();
-                out.extend(non_empty(one(&m, &["fieldKey", "fieldType"], page(rows, *limit, *offset))));
+                out.extend(non_empty(one(
+                    &m,
+                    &["fieldKey", "fieldType"],
+                    page(rows, *limit, *offset),
+                )));
             }
             Ok(out)
         }
@@ -158,7 +164,10 @@ impl Filter {
         Ok(Filter { condition: rest.map(Condition::new).transpose()? })
     }
 
-    fn matching<'a>(&'a self, series: &'a [SensorInfo]) -> impl Iterator<Item = &'a SensorInfo> + 'a {
+    fn matching<'a>(
+        &'a self,
+        series: &'a [SensorInfo],
+    ) -> impl Iterator<Item = &'a SensorInfo> + 'a {
         series
             .iter()
             .filter(move |s| self.condition.as_ref().is_none_or(|c| c.series_matches_tags(&s.tags)))
@@ -219,7 +228,10 @@ pub fn series_key(s: &SensorInfo) -> String {
 }
 
 /// Field names and types seen in the first and last [`FIELD_PROBE`] readings of a series.
-async fn probe_fields(ctx: &Ctx<'_>, s: &SensorInfo) -> Result<HashMap<String, FieldKind>, ExecError> {
+async fn probe_fields(
+    ctx: &Ctx<'_>,
+    s: &SensorInfo,
+) -> Result<HashMap<String, FieldKind>, ExecError> {
     let mut kinds = HashMap::new();
     for order in [Order::Asc, Order::Desc] {
         let mut readings =

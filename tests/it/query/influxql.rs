@@ -19,7 +19,9 @@ use futures::stream::BoxStream;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::support::query::{App, FakeUnflushed, app, app_with, enc, get, get_json, reading, series, write};
+use crate::support::query::{
+    App, FakeUnflushed, app, app_with, enc, get, get_json, reading, series, write,
+};
 
 const BASE: i64 = 1_709_251_200_000; // 2024-03-01T00:00:00Z
 
@@ -156,7 +158,10 @@ async fn unflushed_readings_are_answered_on_both_paths() {
         );
     }
     let (_, body) = q(&app, "SHOW TAG VALUES FROM temp WITH KEY = \"site\"").await;
-    assert_eq!(body["results"][0]["series"][0]["values"], json!([["site", "a"], ["site", "b"], ["site", "c"]]));
+    assert_eq!(
+        body["results"][0]["series"][0]["values"],
+        json!([["site", "a"], ["site", "b"], ["site", "c"]])
+    );
 }
 
 #[tokio::test]
@@ -187,14 +192,21 @@ async fn requests_and_errors_have_influxdbs_shapes() {
     let app = app(BucketLimits::default());
     fixture(&app).await;
     let (status, body) = get_json(&app.router, "/query?db=x").await;
-    assert_eq!((status, body), (StatusCode::BAD_REQUEST, json!({"error": "missing required parameter \"q\""})));
+    assert_eq!(
+        (status, body),
+        (StatusCode::BAD_REQUEST, json!({"error": "missing required parameter \"q\""}))
+    );
 
     let (status, body) = q(&app, "SELECT mean(v) FROM temp WHERE\n  site = ").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     let message = body["error"].as_str().unwrap();
-    assert!(message.starts_with("error parsing query: ") && message.contains("at line 2, char"), "{message}");
+    assert!(
+        message.starts_with("error parsing query: ") && message.contains("at line 2, char"),
+        "{message}"
+    );
 
-    let (status, body) = get_json(&app.router, &format!("/query?epoch=fortnight&q={}", enc("SHOW DATABASES"))).await;
+    let (status, body) =
+        get_json(&app.router, &format!("/query?epoch=fortnight&q={}", enc("SHOW DATABASES"))).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
 
     // Without epoch, RFC 3339 strings; with it, integers in its unit.
@@ -213,20 +225,31 @@ async fn requests_and_errors_have_influxdbs_shapes() {
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(response.headers()["x-influxdb-build"], "OSS");
     let body: Value =
-        serde_json::from_slice(&axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap()).unwrap();
+        serde_json::from_slice(&axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap())
+            .unwrap();
     assert_eq!(body["results"][0]["series"][0]["values"], json!([["temp"]]));
 
     // chunked: one line per statement.
-    let (status, _, bytes) =
-        get(&app.router, &format!("/query?chunked=true&q={}", enc("SHOW DATABASES; SHOW MEASUREMENTS"))).await;
+    let (status, _, bytes) = get(
+        &app.router,
+        &format!("/query?chunked=true&q={}", enc("SHOW DATABASES; SHOW MEASUREMENTS")),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
-    let lines: Vec<Value> = bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect();
+    let lines: Vec<Value> = bytes
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 2);
     assert_eq!(lines[1]["results"][0]["statement_id"], 1);
 
     // What bucketd cannot answer says so, per statement.
     for (statement, says) in [
-        ("SELECT derivative(mean(v), 1s) FROM temp WHERE time > 0 GROUP BY time(1h)", "unsupported function derivative()"),
+        (
+            "SELECT derivative(mean(v), 1s) FROM temp WHERE time > 0 GROUP BY time(1h)",
+            "unsupported function derivative()",
+        ),
         ("SELECT mean(v) INTO other FROM temp", "read-only"),
         ("SELECT mean(v) FROM temp GROUP BY time(1h)", "lower bound"),
         ("SELECT v FROM temp tz('Europe/Paris')", "UTC"),
@@ -235,7 +258,8 @@ async fn requests_and_errors_have_influxdbs_shapes() {
     ] {
         let (status, body) = q(&app, statement).await;
         assert_eq!(status, StatusCode::OK, "{statement}");
-        let error = body["results"][0]["error"].as_str().unwrap_or_else(|| panic!("{statement}: {body}"));
+        let error =
+            body["results"][0]["error"].as_str().unwrap_or_else(|| panic!("{statement}: {body}"));
         assert!(error.contains(says), "{statement}: {error}");
     }
 }
@@ -245,18 +269,44 @@ async fn metadata_statements_list_what_was_written() {
     let app = app(BucketLimits::default());
     fixture(&app).await;
     let s = series("power,site=a,phase=1", "power", &[("phase", "1"), ("site", "a")]);
-    write(&app.store, &s, &[reading(BASE, vec![("on", FieldValue::Bool(true)), ("w", FieldValue::Int(3))])]).await;
+    write(
+        &app.store,
+        &s,
+        &[reading(BASE, vec![("on", FieldValue::Bool(true)), ("w", FieldValue::Int(3))])],
+    )
+    .await;
     let cases = [
-        ("SHOW MEASUREMENTS", json!([{"name": "measurements", "columns": ["name"], "values": [["power"], ["temp"]]}])),
-        ("SHOW MEASUREMENTS WITH MEASUREMENT =~ /^te/", json!([{"name": "measurements", "columns": ["name"], "values": [["temp"]]}])),
-        ("SHOW MEASUREMENTS WHERE phase = '1'", json!([{"name": "measurements", "columns": ["name"], "values": [["power"]]}])),
-        ("SHOW TAG KEYS FROM power", json!([{"name": "power", "columns": ["tagKey"], "values": [["phase"], ["site"]]}])),
-        ("SHOW FIELD KEYS FROM power", json!([{"name": "power", "columns": ["fieldKey", "fieldType"], "values": [["on", "boolean"], ["w", "integer"]]}])),
-        ("SHOW SERIES WHERE site = 'a'", json!([{"columns": ["key"], "values": [["power,phase=1,site=a"], ["temp,site=a"]]}])),
-        ("SHOW TAG VALUES WITH KEY IN (\"phase\", \"site\") WHERE site != 'b' LIMIT 2", json!([
-            {"name": "power", "columns": ["key", "value"], "values": [["phase", "1"], ["site", "a"]]},
-            {"name": "temp", "columns": ["key", "value"], "values": [["site", "a"], ["site", "c"]]},
-        ])),
+        (
+            "SHOW MEASUREMENTS",
+            json!([{"name": "measurements", "columns": ["name"], "values": [["power"], ["temp"]]}]),
+        ),
+        (
+            "SHOW MEASUREMENTS WITH MEASUREMENT =~ /^te/",
+            json!([{"name": "measurements", "columns": ["name"], "values": [["temp"]]}]),
+        ),
+        (
+            "SHOW MEASUREMENTS WHERE phase = '1'",
+            json!([{"name": "measurements", "columns": ["name"], "values": [["power"]]}]),
+        ),
+        (
+            "SHOW TAG KEYS FROM power",
+            json!([{"name": "power", "columns": ["tagKey"], "values": [["phase"], ["site"]]}]),
+        ),
+        (
+            "SHOW FIELD KEYS FROM power",
+            json!([{"name": "power", "columns": ["fieldKey", "fieldType"], "values": [["on", "boolean"], ["w", "integer"]]}]),
+        ),
+        (
+            "SHOW SERIES WHERE site = 'a'",
+            json!([{"columns": ["key"], "values": [["power,phase=1,site=a"], ["temp,site=a"]]}]),
+        ),
+        (
+            "SHOW TAG VALUES WITH KEY IN (\"phase\", \"site\") WHERE site != 'b' LIMIT 2",
+            json!([
+                {"name": "power", "columns": ["key", "value"], "values": [["phase", "1"], ["site", "a"]]},
+                {"name": "temp", "columns": ["key", "value"], "values": [["site", "a"], ["site", "c"]]},
+            ]),
+        ),
     ];
     for (statement, expected) in cases {
         let (status, body) = q(&app, statement).await;

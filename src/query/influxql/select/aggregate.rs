@@ -55,7 +55,8 @@ pub(super) async fn run(
         let by_stats = stats_ok && st.condition.is_none_or(|c| c.only_tags(&m.tag_keys));
         let mut groups = Vec::new();
         for (_, members) in &m.groups {
-            let mut g = Group { accs: vec![BTreeMap::new(); plan.calls.len()], aux: BTreeMap::new() };
+            let mut g =
+                Group { accs: vec![BTreeMap::new(); plan.calls.len()], aux: BTreeMap::new() };
             for info in members {
                 if by_stats && from_stats(ctx, st, info, &mut g, &mut fields_seen).await? {
                     continue;
@@ -141,7 +142,8 @@ pub(super) async fn run(
                 Some(w) if st.fill != Fill::None => {
                     let first = w.start(st.range.from);
                     let n = (w.start(st.range.to - 1) - first) / w.interval + 1;
-                    total_rows = total_rows.saturating_add(usize::try_from(n).unwrap_or(usize::MAX));
+                    total_rows =
+                        total_rows.saturating_add(usize::try_from(n).unwrap_or(usize::MAX));
                     if total_rows > super::MAX_ROWS {
                         return Err(too_many_rows());
                     }
@@ -162,16 +164,28 @@ pub(super) async fn run(
             for c in &cols {
                 for i in calls_of(&c.expr) {
                     let call = &plan.calls[i];
-                    let Some(field) = call.field.clone().or_else(|| c.field.clone()) else { continue };
+                    let Some(field) = call.field.clone().or_else(|| c.field.clone()) else {
+                        continue;
+                    };
                     if cells.contains_key(&(i, field.clone())) {
                         continue;
                     }
                     let mut column: Vec<Cell> = starts
                         .iter()
-                        .map(|s| g.accs[i].get_mut(&field).and_then(|w| w.get_mut(s)).and_then(|a| a.finish(call.func)))
+                        .map(|s| {
+                            g.accs[i]
+                                .get_mut(&field)
+                                .and_then(|w| w.get_mut(s))
+                                .and_then(|a| a.finish(call.func))
+                        })
                         .collect();
                     if st.window.is_some() {
-                        fill(&mut column, &starts, st.fill, matches!(call.func, Func::Count | Func::CountDistinct));
+                        fill(
+                            &mut column,
+                            &starts,
+                            st.fill,
+                            matches!(call.func, Func::Count | Func::CountDistinct),
+                        );
                     }
                     cells.insert((i, field), column);
                 }
@@ -184,7 +198,9 @@ pub(super) async fn run(
                     continue;
                 }
                 let mut time = *start;
-                if lone_selector && let Some(Some((_, Some(t)))) = cells.values().next().map(|c| &c[k]) {
+                if lone_selector
+                    && let Some(Some((_, Some(t)))) = cells.values().next().map(|c| &c[k])
+                {
                     time = *t;
                 }
                 let aux = g.aux.get(start);
@@ -226,7 +242,9 @@ async fn from_stats(
     }
     let rows = ctx.rollups(&info.key, st.range, w.interval).await?;
     let edges = st.plan.calls.iter().any(|c| matches!(c.func, Func::First | Func::Last));
-    if edges && rows.values().flat_map(|f| f.values()).any(|s| s.first.is_none() || s.last.is_none()) {
+    if edges
+        && rows.values().flat_map(|f| f.values()).any(|s| s.first.is_none() || s.last.is_none())
+    {
         return Ok(false);
     }
     for (start, fields) in rows {
@@ -326,7 +344,8 @@ fn fill(col: &mut [Cell], starts: &[TimestampMs], fill: Fill, is_count: bool) {
             }
         }
         Fill::Number(n) => {
-            let value = if n.fract() == 0.0 && n.abs() < 9.0e15 { Value::from(n as i64) } else { float(n) };
+            let value =
+                if n.fract() == 0.0 && n.abs() < 9.0e15 { Value::from(n as i64) } else { float(n) };
             for v in col.iter_mut().filter(|v| v.is_none()) {
                 *v = Some((value.clone(), None));
             }

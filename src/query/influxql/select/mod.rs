@@ -301,7 +301,9 @@ fn plan(s: &Select) -> Result<Plan, ExecError> {
         ));
     }
     let distinct = calls.iter().any(|c: &Call| c.func == Func::Distinct);
-    if distinct && (calls.len() > 1 || columns.len() > 1 || !matches!(columns[0].expr, ColExpr::Call(_))) {
+    if distinct
+        && (calls.len() > 1 || columns.len() > 1 || !matches!(columns[0].expr, ColExpr::Call(_)))
+    {
         return Err(ExecError::new(
             "distinct() cannot be combined with other functions or fields, nor used in arithmetic",
         ));
@@ -330,11 +332,7 @@ fn mentions_ref(e: &ColExpr) -> bool {
 const FUNCTIONS: &str =
     "mean, median, count, sum, min, max, first, last, spread, stddev, percentile and distinct";
 
-fn col_expr(
-    e: &Expr,
-    calls: &mut Vec<Call>,
-    wildcard: &mut bool,
-) -> Result<ColExpr, ExecError> {
+fn col_expr(e: &Expr, calls: &mut Vec<Call>, wildcard: &mut bool) -> Result<ColExpr, ExecError> {
     Ok(match e {
         Expr::Paren(i) => col_expr(i, calls, wildcard)?,
         Expr::Integer(i) => ColExpr::Lit(Value::from(*i)),
@@ -352,7 +350,10 @@ fn col_expr(
             ColExpr::Ref { name: "*".into(), kind: None }
         }
         Expr::Binary { op, lhs, rhs }
-            if matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Mod) =>
+            if matches!(
+                op,
+                BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Mod
+            ) =>
         {
             let l = col_expr(lhs, calls, wildcard)?;
             let r = col_expr(rhs, calls, wildcard)?;
@@ -395,7 +396,9 @@ fn call(name: &str, args: &[Expr], wildcard: &mut bool) -> Result<Call, ExecErro
             let p = match n {
                 Expr::Integer(i) => *i as f64,
                 Expr::Number(f) => *f,
-                _ => return Err(ExecError::new("expected a number as percentile's second argument")),
+                _ => {
+                    return Err(ExecError::new("expected a number as percentile's second argument"));
+                }
             };
             Ok(Call { func: Func::Percentile(p), field: field_arg(f, wildcard)? })
         }
@@ -425,7 +428,9 @@ fn default_name(e: &Expr) -> String {
         match e {
             Expr::Ref { name, .. } => out.push(name.clone()),
             Expr::Call { name, args } => {
-                if name == "count" && matches!(args.first(), Some(Expr::Call { name, .. }) if name == "distinct") {
+                if name == "count"
+                    && matches!(args.first(), Some(Expr::Call { name, .. }) if name == "distinct")
+                {
                     out.push("count".into());
                 } else {
                     out.push(name.clone());
@@ -494,7 +499,9 @@ fn cast(v: &FieldValue, kind: RefKind) -> Value {
 /// Arithmetic on column values: integers stay integers except in division, and anything with
 /// a null is null.
 fn arith(op: BinaryOp, l: &Value, r: &Value) -> Value {
-    if let (Some(a), Some(b)) = (l.as_i64().filter(|_| l.is_i64()), r.as_i64().filter(|_| r.is_i64())) {
+    if let (Some(a), Some(b)) =
+        (l.as_i64().filter(|_| l.is_i64()), r.as_i64().filter(|_| r.is_i64()))
+    {
         let v = match op {
             BinaryOp::Add => a.checked_add(b),
             BinaryOp::Sub => a.checked_sub(b),
@@ -518,4 +525,3 @@ fn arith(op: BinaryOp, l: &Value, r: &Value) -> Value {
         _ => Value::Null,
     }
 }
-

@@ -104,7 +104,12 @@ pub(super) async fn run(
 }
 
 /// A raw column's value for one reading of one series.
-pub(super) fn value(e: &ColExpr, r: &Reading, info: &SensorInfo, tag_keys: &BTreeSet<String>) -> Value {
+pub(super) fn value(
+    e: &ColExpr,
+    r: &Reading,
+    info: &SensorInfo,
+    tag_keys: &BTreeSet<String>,
+) -> Value {
     match e {
         ColExpr::Ref { name, kind } => {
             if is_tag(name, *kind, tag_keys) {
