@@ -246,10 +246,8 @@ async fn requests_and_errors_have_influxdbs_shapes() {
 
     // What bucketd cannot answer says so, per statement.
     for (statement, says) in [
-        (
-            "SELECT derivative(mean(v), 1s) FROM temp WHERE time > 0 GROUP BY time(1h)",
-            "unsupported function derivative()",
-        ),
+        ("SELECT integral(v) FROM temp WHERE time > 0", "unsupported function integral()"),
+        ("SELECT derivative(v), mean(v) FROM temp", "only field"),
         ("SELECT mean(v) INTO other FROM temp", "read-only"),
         ("SELECT mean(v) FROM temp GROUP BY time(1h)", "lower bound"),
         ("SELECT v FROM temp tz('Europe/Paris')", "UTC"),

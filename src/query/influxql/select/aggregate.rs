@@ -152,7 +152,7 @@ pub(super) async fn run(
                 _ => windows.into_iter().collect(),
             };
             if plan.kind == Kind::Distinct {
-                let values = distinct_rows(ctx, plan, &cols, &g, &starts);
+                let values = distinct_rows(plan, &cols, &g, &starts);
                 if !values.is_empty() {
                     out.push(m.series(group, header.clone(), values));
                 }
@@ -204,7 +204,7 @@ pub(super) async fn run(
                     time = *t;
                 }
                 let aux = g.aux.get(start);
-                let mut row = vec![ctx.time(time)];
+                let mut row = vec![Value::from(time)];
                 for c in &cols {
                     row.push(eval(&c.expr, c.field.as_deref(), plan, &cells, k, aux, &m.tag_keys));
                 }
@@ -310,7 +310,6 @@ fn eval(
 
 /// `distinct(x)`: one row per distinct value per window, in the order they first appeared.
 fn distinct_rows(
-    ctx: &Ctx<'_>,
     plan: &Plan,
     cols: &[OutCol],
     g: &Group,
@@ -324,7 +323,7 @@ fn distinct_rows(
     for start in starts {
         if let Some(acc) = g.accs[i].get(field).and_then(|w| w.get(start)) {
             for v in acc.distinct_values() {
-                rows.push(vec![ctx.time(*start), v]);
+                rows.push(vec![Value::from(*start), v]);
             }
         }
     }

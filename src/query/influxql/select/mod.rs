@@ -12,6 +12,7 @@
 
 mod aggregate;
 mod raw;
+mod transform;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -19,8 +20,9 @@ use std::sync::Arc;
 use futures::StreamExt;
 use serde_json::Value;
 
+use self::transform::Transform;
 use super::agg::{Func, float};
-use super::ast::{BinaryOp, Dimension, Expr, Fill, RefKind, Select};
+use super::ast::{BinaryOp, Dimension, Expr, Field, Fill, RefKind, Select};
 use super::cond::{self, Condition, TimeRange, compile_regex};
 use super::exec::{Ctx, ExecError, Series};
 use crate::model::{FieldValue, Reading, TimestampMs};
@@ -72,6 +74,8 @@ struct Plan {
     /// One selector with fields or tags beside it (`max(v), host`): those come from the
     /// reading the selector picked.
     aux: bool,
+    /// A transformation of the one column's rows (`derivative(mean(x), 1s)`).
+    transform: Option<Transform>,
 }
 
 /// What every measurement of one statement shares.
@@ -185,6 +189,19 @@ pub async fn select(ctx: &Ctx<'_>, s: &Select) -> Result<Vec<Series>, ExecError>
         Kind::Aggregate | Kind::Distinct => aggregate::run(ctx, &statement, &measurements).await?,
     };
 
+    let found = found.into_iter().filter_map(|mut series| {
+        if let Some(t) = plan.transform {
+            series.values = transform::apply(t, std::mem::take(&mut series.values));
+        }
+        // Times are kept in milliseconds until here, where `epoch` decides how they are written.
+        for row in &mut series.values {
+            if let Some(ms) = row.first().and_then(Value::as_i64) {
+                row[0] = ctx.time(ms);
+            }
+        }
+        (!series.values.is_empty()).then_some(series)
+    });
+
     // LIMIT 0 and SLIMIT 0 mean no limit, as in InfluxDB.
     let limit = |l: Option<u64>| l.filter(|l| *l > 0).map_or(usize::MAX, |l| l as usize);
     let mut out = Vec::new();
@@ -275,10 +292,64 @@ async fn readings_of(
     Ok(())
 }
 
+/// A transformation must be the statement's only field; it is planned as its argument (an
+/// aggregate, or a raw field), and applied to the rows that argument gives.
+fn transform_of(fields: &[Field]) -> Result<Option<(Transform, Field, String)>, ExecError> {
+    let Some(pos) = fields
+        .iter()
+        .position(|f| matches!(&f.expr, Expr::Call { name, .. } if Transform::of(name)))
+    else {
+        return Ok(None);
+    };
+    let Expr::Call { name, args } = &fields[pos].expr else { return Ok(None) };
+    if fields.len() > 1 {
+        return Err(ExecError::new(format!("{name}() must be the only field of its statement")));
+    }
+    let unit = |a: Option<&Expr>| -> Result<i64, ExecError> {
+        match a {
+            None => Ok(1_000),
+            Some(Expr::Duration(ns)) if *ns >= NS_PER_MS => Ok(ns / NS_PER_MS),
+            Some(_) => {
+                Err(ExecError::new(format!("{name}() takes a duration of 1ms or more as its unit")))
+            }
+        }
+    };
+    let t = match (name.as_str(), args.as_slice()) {
+        ("derivative" | "non_negative_derivative", [_] | [_, _]) => Transform::Derivative {
+            unit_ms: unit(args.get(1))?,
+            non_negative: name.starts_with("non_negative"),
+        },
+        ("difference" | "non_negative_difference", [_]) => {
+            Transform::Difference { non_negative: name.starts_with("non_negative") }
+        }
+        ("cumulative_sum", [_]) => Transform::CumulativeSum,
+        ("moving_average", [_, Expr::Integer(n)]) if *n >= 2 && *n <= 10_000 => {
+            Transform::MovingAverage(*n as usize)
+        }
+        ("moving_average", _) => {
+            return Err(ExecError::new(
+                "moving_average() takes a field and a window of 2 to 10000 points",
+            ));
+        }
+        _ => return Err(ExecError::new(format!("wrong number of arguments to {name}()"))),
+    };
+    let name = fields[pos].alias.clone().unwrap_or_else(|| name.clone());
+    Ok(Some((t, Field { expr: args[0].clone(), alias: fields[pos].alias.clone() }, name)))
+}
+
 fn plan(s: &Select) -> Result<Plan, ExecError> {
+    let transformed = transform_of(&s.fields)?;
+    let inner;
+    let fields = match &transformed {
+        Some((_, field, _)) => {
+            inner = [field.clone()];
+            &inner[..]
+        }
+        None => &s.fields[..],
+    };
     let mut calls = Vec::new();
     let mut columns = Vec::new();
-    for f in &s.fields {
+    for f in fields {
         let mut wildcard = false;
         let expr = col_expr(&f.expr, &mut calls, &mut wildcard)?;
         let name = match &f.alias {
@@ -318,7 +389,19 @@ fn plan(s: &Select) -> Result<Plan, ExecError> {
     } else {
         Kind::Raw
     };
-    Ok(Plan { kind, columns, calls, aux })
+    let transform = match transformed {
+        Some((t, _, name)) => {
+            if columns[0].wildcard || kind == Kind::Distinct {
+                return Err(ExecError::new(
+                    "a transformation takes one field or one aggregate of one field",
+                ));
+            }
+            columns[0].name = name;
+            Some(t)
+        }
+        None => None,
+    };
+    Ok(Plan { kind, columns, calls, aux, transform })
 }
 
 fn mentions_ref(e: &ColExpr) -> bool {
@@ -397,7 +480,9 @@ fn call(name: &str, args: &[Expr], wildcard: &mut bool) -> Result<Call, ExecErro
                 Expr::Integer(i) => *i as f64,
                 Expr::Number(f) => *f,
                 _ => {
-                    return Err(ExecError::new("expected a number as percentile's second argument"));
+                    return Err(ExecError::new(
+                        "expected a number as percentile's second argument",
+                    ));
                 }
             };
             Ok(Call { func: Func::Percentile(p), field: field_arg(f, wildcard)? })

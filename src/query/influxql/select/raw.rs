@@ -83,7 +83,7 @@ pub(super) async fn run(
         for ((group, _), rows) in m.groups.iter().zip(groups) {
             let mut values = Vec::new();
             for (r, info) in rows {
-                let mut row = vec![ctx.time(r.ts)];
+                let mut row = vec![Value::from(r.ts)];
                 let mut any_field = false;
                 for ((_, e), field) in columns.iter().zip(&is_field) {
                     let v = value(e, &r, &info, &m.tag_keys);

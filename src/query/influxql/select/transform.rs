@@ -1,0 +1,140 @@
+//! InfluxQL's transformations over a series' rows: `derivative`, `non_negative_derivative`,
+//! `difference`, `non_negative_difference`, `cumulative_sum` and `moving_average`. They take
+//! the rows a raw select or an aggregate produced (after fill), skip the null ones, and make
+//! new rows, as InfluxDB does.
+
+use serde_json::Value;
+
+use crate::query::influxql::agg::float;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Transform {
+    /// Change per `unit_ms` between consecutive values.
+    Derivative {
+        unit_ms: i64,
+        non_negative: bool,
+    },
+    Difference {
+        non_negative: bool,
+    },
+    CumulativeSum,
+    /// The mean of the last `n` values.
+    MovingAverage(usize),
+}
+
+impl Transform {
+    pub(super) fn of(name: &str) -> bool {
+        matches!(
+            name,
+            "derivative"
+                | "non_negative_derivative"
+                | "difference"
+                | "non_negative_difference"
+                | "cumulative_sum"
+                | "moving_average"
+        )
+    }
+}
+
+/// Rows are `[time_ms, value]`; a row without a numeric value is skipped.
+pub(super) fn apply(t: Transform, rows: Vec<Vec<Value>>) -> Vec<Vec<Value>> {
+    let points: Vec<(i64, Value)> = rows
+        .into_iter()
+        .filter_map(|r| Some((r.first()?.as_i64()?, r.get(1).filter(|v| v.is_number())?.clone())))
+        .collect();
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let mut out = Vec::new();
+    match t {
+        Transform::Derivative { unit_ms, non_negative } => {
+            for pair in points.windows(2) {
+                let ((pt, pv), (ct, cv)) = (&pair[0], &pair[1]);
+                if ct == pt {
+                    continue;
+                }
+                let d = (f(cv) - f(pv)) / ((ct - pt) as f64 / unit_ms as f64);
+                if non_negative && d < 0.0 {
+                    continue;
+                }
+                out.push(vec![Value::from(*ct), float(d)]);
+            }
+        }
+        Transform::Difference { non_negative } => {
+            for pair in points.windows(2) {
+                let ((_, pv), (ct, cv)) = (&pair[0], &pair[1]);
+                let d = match (
+                    pv.as_i64().filter(|_| pv.is_i64()),
+                    cv.as_i64().filter(|_| cv.is_i64()),
+                ) {
+                    (Some(a), Some(b)) => match b.checked_sub(a) {
+                        Some(d) => Value::from(d),
+                        None => continue,
+                    },
+                    _ => float(f(cv) - f(pv)),
+                };
+                if non_negative && d.as_f64().is_some_and(|d| d < 0.0) {
+                    continue;
+                }
+                out.push(vec![Value::from(*ct), d]);
+            }
+        }
+        Transform::CumulativeSum => {
+            let all_int = points.iter().all(|(_, v)| v.is_i64());
+            let (mut int, mut sum) = (0i64, 0.0);
+            for (t, v) in &points {
+                let value = if all_int {
+                    int = int.saturating_add(v.as_i64().unwrap_or(0));
+                    Value::from(int)
+                } else {
+                    sum += f(v);
+                    float(sum)
+                };
+                out.push(vec![Value::from(*t), value]);
+            }
+        }
+        Transform::MovingAverage(n) => {
+            for end in n.saturating_sub(1)..points.len() {
+                let window = &points[end + 1 - n..=end];
+                let mean = window.iter().map(|(_, v)| f(v)).sum::<f64>() / n as f64;
+                out.push(vec![Value::from(points[end].0), float(mean)]);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn rows(v: &[(i64, Value)]) -> Vec<Vec<Value>> {
+        v.iter().map(|(t, v)| vec![json!(t), v.clone()]).collect()
+    }
+
+    #[test]
+    fn derivative_skips_nulls_and_scales_by_the_unit() {
+        let r =
+            rows(&[(0, json!(1.0)), (1000, Value::Null), (2000, json!(5.0)), (3000, json!(4.0))]);
+        let d = Transform::Derivative { unit_ms: 1000, non_negative: false };
+        assert_eq!(
+            apply(d, r.clone()),
+            vec![vec![json!(2000), json!(2.0)], vec![json!(3000), json!(-1.0)]]
+        );
+        let nn = Transform::Derivative { unit_ms: 60_000, non_negative: true };
+        assert_eq!(apply(nn, r), vec![vec![json!(2000), json!(120.0)]]);
+    }
+
+    #[test]
+    fn integer_differences_and_sums_stay_integers() {
+        let r = rows(&[(0, json!(3)), (10, json!(1)), (20, json!(7))]);
+        assert_eq!(
+            apply(Transform::Difference { non_negative: true }, r.clone()),
+            vec![vec![json!(20), json!(6)]]
+        );
+        assert_eq!(apply(Transform::CumulativeSum, r.clone())[2], vec![json!(20), json!(11)]);
+        assert_eq!(
+            apply(Transform::MovingAverage(2), r),
+            vec![vec![json!(10), json!(2.0)], vec![json!(20), json!(4.0)]]
+        );
+    }
+}
