@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # InfluxQL speed against InfluxDB 1.x on the same data: 100 sensors at one reading per 10 s for
-# 30 days (25,920,000 readings, measurement `m`, tag `sensor`, field `value`), then
-#   SELECT mean("value") FROM "m" WHERE <the 30 days> GROUP BY time(1h)            (one series)
-#   SELECT mean("value") FROM "m" WHERE <the 30 days> GROUP BY time(1h), "sensor"  (100 series)
-#   SELECT max("value") FROM "m" WHERE <the 30 days> GROUP BY time(10m)            (readings path)
+# 30 days (25,920,000 readings, measurement `m`, tag `sensor`, fields `temperature`, `humidity`), then
+#   SELECT mean("temperature") FROM "m" WHERE <the 30 days> GROUP BY time(1h)            (one series)
+#   SELECT mean("temperature") FROM "m" WHERE <the 30 days> GROUP BY time(1h), "sensor"  (100 series)
+#   SELECT max("temperature") FROM "m" WHERE <the 30 days> GROUP BY time(10m)            (readings path)
 # timed with curl, median of QUERY_RUNS, each server pinned to core 0 and the load to core 1.
 # bucketd answers whole hours from bucket statistics; InfluxDB reads its TSM blocks.
 #
@@ -56,9 +56,9 @@ PER_SENSOR=$(( DAYS * 86400000 / STEP_MS ))
 COUNT=$(( SENSORS * PER_SENSOR ))
 WHERE="time >= ${START_MS}ms AND time < ${END_MS}ms"
 declare -A QUERIES=(
-  [hour]="SELECT mean(\"value\") FROM \"m\" WHERE $WHERE GROUP BY time(1h)"
-  [hour_by_sensor]="SELECT mean(\"value\") FROM \"m\" WHERE $WHERE GROUP BY time(1h), \"sensor\""
-  [ten_minutes_max]="SELECT max(\"value\") FROM \"m\" WHERE $WHERE GROUP BY time(10m)"
+  [hour]="SELECT mean(\"temperature\") FROM \"m\" WHERE $WHERE GROUP BY time(1h)"
+  [hour_by_sensor]="SELECT mean(\"temperature\") FROM \"m\" WHERE $WHERE GROUP BY time(1h), \"sensor\""
+  [ten_minutes_max]="SELECT max(\"temperature\") FROM \"m\" WHERE $WHERE GROUP BY time(10m)"
 )
 ORDER=(hour hour_by_sensor ten_minutes_max)
 

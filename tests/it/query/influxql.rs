@@ -312,3 +312,91 @@ async fn metadata_statements_list_what_was_written() {
         assert_eq!(body["results"][0]["series"], expected, "{statement}");
     }
 }
+
+/// The same comparison on MongoDB (the stand-in, or the server BUCKETD_TEST_MONGODB_URI
+/// names): hour groups from its bucket statistics (`$group` over the buckets' `stats`) equal
+/// those computed from its readings, through the whole server.
+#[tokio::test]
+async fn hour_groups_from_mongodb_statistics_equal_those_from_readings() {
+    use bucketd::store::mongo::MongoStore;
+    use bucketd::store::{Order, RangeQuery};
+    use futures::TryStreamExt;
+
+    use crate::support::mongo_standin::MongoBackend;
+    use crate::support::server::{TestServer, within};
+
+    let backend = MongoBackend::start();
+    let store: Arc<dyn Store> = Arc::new(
+        within(
+            "connect",
+            60,
+            // Small buckets, so that an hour spans several and their statistics are merged.
+            MongoStore::connect(
+                &backend.uri,
+                &backend.database,
+                BucketLimits { max_readings: 25, max_bytes: 128_000 },
+                None,
+            ),
+        )
+        .await
+        .expect("connect to MongoDB"),
+    );
+    let server = TestServer::start(store.clone(), &["--flush-interval", "50ms"]).await;
+    let mut lp = String::new();
+    for (site, offset) in [("a", 0.0), ("b", 10.0)] {
+        for i in 0..3 * 60 {
+            let v = offset + (i % 13) as f64 * 0.25;
+            lp.push_str(&format!("temp,site={site} v={v},n={}i {}\n", i % 7, BASE + i * 60_000));
+        }
+    }
+    let r = server.post("/write?precision=ms", "text/plain", lp).await;
+    assert_eq!(r.status(), 204);
+    // Wait until the store holds every reading: the statistics path reads only the store.
+    for site in ["a", "b"] {
+        let query = RangeQuery {
+            sensor: format!("temp,site={site}"),
+            from: BASE,
+            to: BASE + 3 * HOUR_MS,
+            order: Order::Asc,
+            limit: None,
+        };
+        within("flush", 120, async {
+            loop {
+                let n = store
+                    .readings(query.clone())
+                    .try_collect::<Vec<_>>()
+                    .await
+                    .map_or(0, |r| r.len());
+                if n == 3 * 60 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+    }
+    let fields = "mean(v), count(v), sum(v), min(v), max(v), spread(v), first(v), last(n)";
+    let ask = |q: String| {
+        let url = format!("/query?epoch=ms&q={}", enc(&q));
+        let server = &server;
+        async move { server.get(&url).await.json::<Value>().await.expect("JSON") }
+    };
+    for group in ["time(1h)", "time(1h), site"] {
+        let stats =
+            ask(format!("SELECT {fields} FROM temp WHERE {} GROUP BY {group}", range(0, 3))).await;
+        let readings = ask(format!(
+            "SELECT {fields} FROM temp WHERE {} AND v > -1000 GROUP BY {group}",
+            range(0, 3)
+        ))
+        .await;
+        assert!(stats["results"][0]["series"].as_array().is_some_and(|s| !s.is_empty()), "{stats}");
+        assert_eq!(stats, readings, "{group}");
+    }
+    let hourly =
+        ask(format!("SELECT count(v) FROM temp WHERE {} GROUP BY time(1h)", range(0, 3))).await;
+    assert_eq!(
+        hourly["results"][0]["series"][0]["values"],
+        json!([[BASE, 120], [BASE + HOUR_MS, 120], [BASE + 2 * HOUR_MS, 120]])
+    );
+    server.shutdown().await;
+}
