@@ -26,6 +26,8 @@
 
 // The integration tests' stand-in launcher, shared rather than copied: how the venv is built
 // and the bridge started must stay the same for both.
+// The bench connects through its counting proxies, not with the tests' `connect` helper.
+#[allow(dead_code)]
 #[path = "../tests/it/support/mongo_standin.rs"]
 mod mongo_standin;
 // The Store suite's helpers for building and reading batches, shared rather than copied; the

@@ -158,28 +158,8 @@ fi
 
 if [[ $SERVERS == *influx* ]]; then
   echo "== influxdb" >&2
-  mkdir -p "$WORK/influx"
-  cat >"$WORK/influx/influxdb.conf" <<EOF
-reporting-disabled = true
-bind-address = "127.0.0.1:18088"
-[meta]
-  dir = "$WORK/influx/meta"
-[data]
-  dir = "$WORK/influx/data"
-  wal-dir = "$WORK/influx/wal"
-  query-log-enabled = false
-[monitor]
-  store-enabled = false
-[http]
-  bind-address = "127.0.0.1:18086"
-  log-enabled = false
-[logging]
-  level = "error"
-EOF
-  taskset -c "$SERVER_CPU" influxd -config "$WORK/influx/influxdb.conf" >"$WORK/influx.log" 2>&1 &
-  pid=$!; PIDS+=("$pid")
-  wait_http http://127.0.0.1:18086/ping 30
-  curl -sf -XPOST http://127.0.0.1:18086/query --data-urlencode 'q=CREATE DATABASE loadtest' >/dev/null
+  start_influxd "$WORK/influx" "$SERVER_CPU" loadtest
+  pid=$INFLUXD_PID; PIDS+=("$pid")
   load influxdb http://127.0.0.1:18086 '/write?db=loadtest'
   record influxdb "$pid"
   load_day influxdb http://127.0.0.1:18086 '/write?db=loadtest'

@@ -11,3 +11,33 @@ wait_http() {
   echo "$(basename "$0"): $1 did not come up" >&2
   return 1
 }
+
+# start_influxd DIR CPU DATABASE: starts InfluxDB 1.x on 127.0.0.1:18086 (RPC :18088) with
+# everything under DIR, pinned to CPU, waits for it and creates DATABASE. Sets INFLUXD_PID (the
+# caller adds it to its cleanup list). Extra [data] settings may come in INFLUXD_DATA_EXTRA.
+start_influxd() {
+  local dir=$1 cpu=$2 db=$3
+  mkdir -p "$dir"
+  cat >"$dir/influxdb.conf" <<CONF
+reporting-disabled = true
+bind-address = "127.0.0.1:18088"
+[meta]
+  dir = "$dir/meta"
+[data]
+  dir = "$dir/data"
+  wal-dir = "$dir/wal"
+  query-log-enabled = false
+  ${INFLUXD_DATA_EXTRA:-}
+[monitor]
+  store-enabled = false
+[http]
+  bind-address = "127.0.0.1:18086"
+  log-enabled = false
+[logging]
+  level = "error"
+CONF
+  taskset -c "$cpu" influxd -config "$dir/influxdb.conf" >"$dir.log" 2>&1 &
+  INFLUXD_PID=$!
+  wait_http http://127.0.0.1:18086/ping 30
+  curl -sf -XPOST http://127.0.0.1:18086/query --data-urlencode "q=CREATE DATABASE $db" >/dev/null
+}

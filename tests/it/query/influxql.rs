@@ -318,7 +318,6 @@ async fn metadata_statements_list_what_was_written() {
 /// those computed from its readings, through the whole server.
 #[tokio::test]
 async fn hour_groups_from_mongodb_statistics_equal_those_from_readings() {
-    use bucketd::store::mongo::MongoStore;
     use bucketd::store::{Order, RangeQuery};
     use futures::TryStreamExt;
 
@@ -326,21 +325,9 @@ async fn hour_groups_from_mongodb_statistics_equal_those_from_readings() {
     use crate::support::server::{TestServer, within};
 
     let backend = MongoBackend::start();
-    let store: Arc<dyn Store> = Arc::new(
-        within(
-            "connect",
-            60,
-            // Small buckets, so that an hour spans several and their statistics are merged.
-            MongoStore::connect(
-                &backend.uri,
-                &backend.database,
-                BucketLimits { max_readings: 25, max_bytes: 128_000 },
-                None,
-            ),
-        )
-        .await
-        .expect("connect to MongoDB"),
-    );
+    // Small buckets, so that an hour spans several and their statistics are merged.
+    let store: Arc<dyn Store> =
+        Arc::new(backend.connect(BucketLimits { max_readings: 25, max_bytes: 128_000 }).await);
     let server = TestServer::start(store.clone(), &["--flush-interval", "50ms"]).await;
     let mut lp = String::new();
     for (site, offset) in [("a", 0.0), ("b", 10.0)] {

@@ -28,6 +28,17 @@ async fn connect(backend: &MongoBackend, limits: BucketLimits) -> MongoStore {
         .unwrap_or_else(|e| panic!("connect to {}: {e}", backend.uri))
 }
 
+/// Readings as an old bucketd stored them in `r`, with their byte estimate.
+fn encoded(readings: &[Reading]) -> (Vec<Bson>, u64) {
+    let encoded: Vec<_> = readings.iter().map(d::encode_reading).collect();
+    let bytes = encoded.iter().map(|e| e.size).sum();
+    let docs = encoded
+        .iter()
+        .map(|e| Bson::Document(bson::from_slice(e.doc.as_bytes()).unwrap()))
+        .collect();
+    (docs, bytes)
+}
+
 async fn make_store(limits: BucketLimits) -> Fixture {
     let backend = MongoBackend::start();
     let store = connect(&backend, limits).await;
@@ -347,12 +358,7 @@ async fn schema1_buckets_are_read_and_their_mark_kept_apart() {
         reading(T0 + 1, &[("v", FieldValue::Float(1.0))]),
         reading(T0 + 2, &[("v", FieldValue::Float(2.0))]),
     ];
-    let encoded: Vec<_> = old.iter().map(d::encode_reading).collect();
-    let bytes: u64 = encoded.iter().map(|e| e.size).sum();
-    let r: Vec<Bson> = encoded
-        .iter()
-        .map(|e| Bson::Document(bson::from_slice(e.doc.as_bytes()).unwrap()))
-        .collect();
+    let (r, bytes) = encoded(&old);
     let v1 = doc! {
         d::SENSOR: &s.key, d::VERSION: 1, d::START: d::date(T0), d::END: d::date(T0 + HOUR_MS),
         d::MEASUREMENT: "old", d::TAGS: [{"k": "sensor", "v": "a"}],
@@ -418,12 +424,7 @@ async fn schema2_buckets_are_read_and_their_statistics_lack_first_and_last() {
         reading(T0 + 1_000, &[("v", FieldValue::Float(1.0))]),
         reading(T0 + 2_000, &[("v", FieldValue::Float(2.0))]),
     ];
-    let encoded: Vec<_> = old.iter().map(d::encode_reading).collect();
-    let bytes: u64 = encoded.iter().map(|e| e.size).sum();
-    let r: Vec<Bson> = encoded
-        .iter()
-        .map(|e| Bson::Document(bson::from_slice(e.doc.as_bytes()).unwrap()))
-        .collect();
+    let (r, bytes) = encoded(&old);
     let v2 = doc! {
         d::SENSOR: &s.key, d::VERSION: 2, d::START: d::date(T0), d::END: d::date(T0 + HOUR_MS),
         d::MEASUREMENT: "two", d::TAGS: [{"k": "sensor", "v": "a"}],

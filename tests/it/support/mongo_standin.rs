@@ -186,6 +186,19 @@ pub struct MongoBackend {
 }
 
 impl MongoBackend {
+    /// A `MongoStore` on this backend's database; panics when it cannot connect within 60 s.
+    pub async fn connect(
+        &self,
+        limits: bucketd::store::BucketLimits,
+    ) -> bucketd::store::mongo::MongoStore {
+        let connect =
+            bucketd::store::mongo::MongoStore::connect(&self.uri, &self.database, limits, None);
+        tokio::time::timeout(Duration::from_secs(60), connect)
+            .await
+            .unwrap_or_else(|_| panic!("connect to {}: no answer within 60 s", self.uri))
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.uri))
+    }
+
     /// The real server if configured, else a stand-in with default options.
     pub fn start() -> MongoBackend {
         match std::env::var(REAL_SERVER_ENV) {

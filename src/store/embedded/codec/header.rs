@@ -96,8 +96,19 @@ impl BucketHeader {
     }
 
     pub fn encode(&self) -> Vec<u8> {
+        self.encode_as(HEADER_VERSION)
+    }
+
+    /// The encoding of header version 1 (schemas 1 and 2), as those versions wrote it: the
+    /// statistics without first/last. For tests of reading old files.
+    #[cfg(test)]
+    pub fn encode_version_1(&self) -> Vec<u8> {
+        self.encode_as(HEADER_VERSION_1)
+    }
+
+    fn encode_as(&self, version: u64) -> Vec<u8> {
         let mut out = Vec::with_capacity(32 + self.stats.len() * 64);
-        put_varint(&mut out, HEADER_VERSION);
+        put_varint(&mut out, version);
         put_varint(&mut out, u64::from(self.count));
         put_varint(&mut out, self.bytes);
         put_varint(&mut out, zigzag(self.min_ts));
@@ -111,6 +122,9 @@ impl BucketHeader {
             out.extend_from_slice(&s.min.to_le_bytes());
             out.extend_from_slice(&s.max.to_le_bytes());
             out.extend_from_slice(&s.sum.to_le_bytes());
+            if version == HEADER_VERSION_1 {
+                continue;
+            }
             // Times relative to the bucket's first reading: a varint of a few bytes.
             let flags = if s.first.is_some() { HAS_FIRST } else { 0 }
                 | if s.last.is_some() { HAS_LAST } else { 0 };
@@ -119,29 +133,6 @@ impl BucketHeader {
                 put_varint(&mut out, zigzag(ts.wrapping_sub(self.min_ts)));
                 out.extend_from_slice(&v.to_le_bytes());
             }
-        }
-        out
-    }
-
-    /// The encoding of header version 1 (schemas 1 and 2), as those versions wrote it: the
-    /// statistics without first/last. For tests of reading old files.
-    #[cfg(test)]
-    pub fn encode_version_1(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        put_varint(&mut out, HEADER_VERSION_1);
-        put_varint(&mut out, u64::from(self.count));
-        put_varint(&mut out, self.bytes);
-        put_varint(&mut out, zigzag(self.min_ts));
-        put_varint(&mut out, zigzag(self.max_ts));
-        out.push(u8::from(self.sorted));
-        put_varint(&mut out, u64::from(self.chunks));
-        put_varint(&mut out, self.stats.len() as u64);
-        for (name, s) in &self.stats {
-            put_str(&mut out, name);
-            put_varint(&mut out, s.count);
-            out.extend_from_slice(&s.min.to_le_bytes());
-            out.extend_from_slice(&s.max.to_le_bytes());
-            out.extend_from_slice(&s.sum.to_le_bytes());
         }
         out
     }
