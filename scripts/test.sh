@@ -41,3 +41,5 @@ fi
 cargo test --workspace --all-targets "$@"
 # Doc tests are not covered by --all-targets.
 cargo test --workspace --doc "$@"
+# The deployment files: docker-compose.yml (bucketd, MongoDB, Grafana) must stay valid.
+bash scripts/check-compose.sh
