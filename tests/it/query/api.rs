@@ -434,6 +434,7 @@ async fn the_openapi_document_lists_every_endpoint() {
         ("/health", &["get"]),
         ("/ready", &["get"]),
         ("/metrics", &["get"]),
+        ("/api/v1/status", &["get"]),
     ] {
         for m in methods {
             assert!(paths.get(path).and_then(|p| p.get(*m)).is_some(), "{m} {path} missing");
