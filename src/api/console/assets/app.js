@@ -474,7 +474,7 @@
     const H = W < 500 ? 220 : 320;
     const data = chart.data;
     const svg = sv('svg', {
-      viewBox: '0 0 ' + W + ' ' + H, width: W, height: H, tabindex: '0',
+      viewBox: '0 0 ' + W + ' ' + H, width: W, height: H, tabindex: '0', role: 'img',
       'data-mode': data ? data.mode : 'raw', 'data-from': String(chart.from), 'data-to': String(chart.to),
       'aria-label': 'Chart of ' + (chart.sensor ? chart.sensor.key : 'no sensor'),
     });
