@@ -1,5 +1,7 @@
-//! The server's edges: authentication, operational endpoints, slow and idle clients.
+//! The server's edges: authentication, operational endpoints, the web console, slow and idle
+//! clients.
 
 mod auth;
+mod console;
 mod ops;
 mod slowloris;
