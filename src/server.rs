@@ -19,12 +19,14 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context as _;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::api::status::{StatusCounts, StatusSource, WalCounts};
 use crate::api::{OpsState, Surfaces};
 use crate::buffer::Buffers;
 use crate::config::Config;
@@ -139,6 +141,31 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = ctrl_c => tracing::info!("ctrl-c received, shutting down"),
         _ = terminate => tracing::info!("SIGTERM received, shutting down"),
+    }
+}
+
+/// What `/api/v1/status` reports, read from the objects that own it.
+struct ServerStatus {
+    intake: Arc<Intake>,
+    buffers: Arc<Buffers>,
+    wal: Option<Arc<Wal>>,
+    flush_errors: Arc<AtomicU64>,
+}
+
+impl StatusSource for ServerStatus {
+    fn counts(&self) -> StatusCounts {
+        StatusCounts {
+            readings_accepted_total: self.intake.accepted_total(),
+            buffered_readings: self.buffers.buffered() as u64,
+            buffered_bound: self.buffers.bound() as u64,
+            buffered_sensors: self.buffers.sensors() as u64,
+            wal: self.wal.as_ref().map(|w| WalCounts {
+                unsettled_readings: w.unsettled(),
+                bytes: w.used_bytes(),
+                max_bytes: w.max_bytes(),
+            }),
+            flush_errors_total: self.flush_errors.load(Ordering::Relaxed),
+        }
     }
 }
 
@@ -275,7 +302,16 @@ impl Server {
                 },
             },
             query: QueryState::new(store.clone(), buffers.clone()),
-            ops: OpsState { store, metrics },
+            ops: OpsState {
+                store,
+                metrics,
+                status: Arc::new(ServerStatus {
+                    intake: intake.clone(),
+                    buffers: buffers.clone(),
+                    wal: wal.clone(),
+                    flush_errors: flusher.errors(),
+                }),
+            },
             auth,
         });
         let serve_config = ServeConfig {

@@ -1,9 +1,12 @@
 //! The whole HTTP API, and the only module that knows all of it: each surface's routes with
 //! their own state (ingest, query, operations), token auth and request metrics over them, the
-//! fallback for unknown paths, and the one OpenAPI document ([`openapi`]).
+//! fallback for unknown paths, the one OpenAPI document ([`openapi`]), the server status
+//! ([`status`]) and the web console ([`console`]).
 
+pub mod console;
 pub mod openapi;
 pub mod ops;
+pub mod status;
 
 use std::sync::Arc;
 
@@ -33,7 +36,8 @@ pub fn router(surfaces: Surfaces) -> Router {
         .merge(crate::ingest::http::router(surfaces.ingest))
         .merge(crate::query::router(surfaces.query))
         .merge(ops::router(surfaces.ops))
-        .route("/api/v1/openapi.json", get(openapi::get_openapi));
+        .route("/api/v1/openapi.json", get(openapi::get_openapi))
+        .merge(console::router());
     // Both `route_layer`s come after every merge. Auth is inside the metrics layer, so 401s are
     // counted; as a `route_layer` an unknown path is 404 with or without a token.
     if let Some(policy) = surfaces.auth {

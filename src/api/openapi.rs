@@ -38,6 +38,7 @@ use crate::query::sensors::{SensorJson, SensorsResponse};
         super::ops::health,
         super::ops::ready,
         super::ops::render_metrics,
+        super::status::get_status,
     ),
     components(schemas(
         ErrorBody,
@@ -56,6 +57,10 @@ use crate::query::sensors::{SensorJson, SensorsResponse};
         IngestBody,
         AcceptedBody,
         crate::http::error::InfluxV2ErrorBody,
+        super::status::StatusResponse,
+        super::status::StoreStatus,
+        super::status::BufferedStatus,
+        super::status::WalStatus,
     )),
     tags(
         (name = "query", description = "Reading data back."),

@@ -1,4 +1,5 @@
-//! The operations endpoints: `/health`, `/ready`, `/metrics`.
+//! The operations endpoints: `/health`, `/ready`, `/metrics`, and the status summary
+//! (`/api/v1/status`, [`super::status`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +24,8 @@ const READY_PING_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct OpsState {
     pub store: Arc<dyn Store>,
     pub metrics: PrometheusHandle,
+    /// The counts `/api/v1/status` reports.
+    pub status: Arc<dyn super::status::StatusSource>,
 }
 
 /// The operations routes, their state applied.
@@ -31,6 +34,7 @@ pub fn router(state: OpsState) -> Router {
         .route("/health", get(health))
         .route("/ready", get(ready))
         .route("/metrics", get(render_metrics))
+        .route("/api/v1/status", get(super::status::get_status))
         .with_state(state)
 }
 

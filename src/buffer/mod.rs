@@ -511,6 +511,18 @@ impl Buffers {
         self.held.load(Ordering::Acquire)
     }
 
+    /// The memory bound, `--max-buffered-readings`.
+    pub fn bound(&self) -> usize {
+        self.config.max_buffered_readings
+    }
+
+    /// Sensors with buffers now (merging the stage first, as a query does); a sensor whose
+    /// readings were all written keeps its entry until the flusher drops it.
+    pub fn sensors(&self) -> usize {
+        self.merge();
+        self.map.len()
+    }
+
     /// Readings of `sensor` with `from <= ts < to` not yet confirmed written by the store,
     /// ascending by timestamp, in arrival order for equal timestamps. Includes readings whose
     /// write is in flight.

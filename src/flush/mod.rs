@@ -30,7 +30,7 @@ mod tests;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -88,6 +88,7 @@ pub struct Flusher {
     task: JoinHandle<()>,
     buffers: Arc<Buffers>,
     written: Arc<AtomicUsize>,
+    errors: Arc<AtomicU64>,
 }
 
 impl Flusher {
@@ -104,6 +105,7 @@ impl Flusher {
     ) -> Flusher {
         let stop = CancellationToken::new();
         let written = Arc::new(AtomicUsize::new(0));
+        let errors = Arc::new(AtomicU64::new(0));
         let worker = Worker {
             buffers: buffers.clone(),
             store,
@@ -111,20 +113,27 @@ impl Flusher {
             tick: buffers.tick(),
             backoff: Backoff::new(config.min_backoff, config.max_backoff),
             written: written.clone(),
+            errors: errors.clone(),
             settle,
             rejected_log: LogLimiter::default(),
             retry_log: LogLimiter::default(),
             check_log: LogLimiter::default(),
         };
         let task = tokio::spawn(worker.run(stop.clone()));
-        Flusher { stop, task, buffers, written }
+        Flusher { stop, task, buffers, written, errors }
+    }
+
+    /// Store write failures since start (what `bucketd_store_errors_total` counts for
+    /// writes), shared with the flusher task: read it while the task runs.
+    pub fn errors(&self) -> Arc<AtomicU64> {
+        self.errors.clone()
     }
 
     /// Stops the periodic loop, then flushes everything buffered until empty or `deadline`.
     /// Ingest should be stopped first: readings pushed during the drain are flushed too, but
     /// only while the deadline allows.
     pub async fn shutdown(self, deadline: Duration) -> ShutdownReport {
-        let Flusher { stop, mut task, buffers, written } = self;
+        let Flusher { stop, mut task, buffers, written, errors: _ } = self;
         let before = written.load(Ordering::Acquire);
         stop.cancel();
         match tokio::time::timeout(deadline, &mut task).await {
@@ -152,6 +161,7 @@ struct Worker {
     tick: Duration,
     backoff: Backoff,
     written: Arc<AtomicUsize>,
+    errors: Arc<AtomicU64>,
     settle: Option<Arc<dyn Settle>>,
     rejected_log: LogLimiter,
     retry_log: LogLimiter,
@@ -236,6 +246,7 @@ impl Worker {
                     self.buffers.set_store_failing(true);
                     retried += 1;
                     ::metrics::counter!(STORE_ERRORS, "kind" => e.kind()).increment(1);
+                    self.errors.fetch_add(1, Ordering::Relaxed);
                     first_retry.get_or_insert_with(|| e.to_string());
                     outcomes.push(Outcome::Retry { landed: 0 });
                 }
@@ -243,6 +254,7 @@ impl Worker {
                     rejected += 1;
                     dropped_readings += batch.readings.len() as u64;
                     ::metrics::counter!(STORE_ERRORS, "kind" => e.kind()).increment(1);
+                    self.errors.fetch_add(1, Ordering::Relaxed);
                     first_rejected.get_or_insert_with(|| (batch.series.key.clone(), e.to_string()));
                     outcomes.push(Outcome::Drop);
                 }

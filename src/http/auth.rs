@@ -119,8 +119,11 @@ pub struct AuthPolicy {
 }
 
 /// Open whatever the configuration: InfluxDB clients probe `/ping` without credentials before
-/// they write, and the OpenAPI document describes the API without holding any data.
-pub const ALWAYS_OPEN: &[&str] = &["/ping", "/api/v1/openapi.json"];
+/// they write, the OpenAPI document describes the API without holding any data, and the web
+/// console's page and assets hold no data either (the page asks for a token before it shows
+/// any).
+pub const ALWAYS_OPEN: &[&str] =
+    &["/ping", "/api/v1/openapi.json", "/", "/console/app.js", "/console/app.css"];
 
 /// Probes and scrapes: open unless `--auth-metrics`, since orchestrators and Prometheus are
 /// usually configured without secrets.

@@ -2,6 +2,7 @@
 //! buffers, in one order. What "accepted" means is decided here and nowhere else.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::buffer::{BufferFull, Buffers};
@@ -60,11 +61,24 @@ pub struct Intake {
     buffers: Arc<Buffers>,
     /// `None` with `--ack=buffered`.
     wal: Option<Arc<Wal>>,
+    /// Readings accepted since start (what `bucketd_readings_accepted_total` counts, kept
+    /// here too so that the server can say it without reading its metrics back).
+    accepted: AtomicU64,
 }
 
 impl Intake {
     pub fn new(buffers: Arc<Buffers>, wal: Option<Arc<Wal>>) -> Intake {
-        Intake { buffers, wal }
+        Intake { buffers, wal, accepted: AtomicU64::new(0) }
+    }
+
+    /// Readings accepted since start.
+    pub fn accepted_total(&self) -> u64 {
+        self.accepted.load(Ordering::Relaxed)
+    }
+
+    fn count(&self, n: usize) -> usize {
+        self.accepted.fetch_add(n as u64, Ordering::Relaxed);
+        n
     }
 
     pub fn ack_mode(&self) -> AckMode {
@@ -89,14 +103,14 @@ impl Intake {
         }
         let Some(wal) = &self.wal else {
             self.buffers.push(items)?;
-            return Ok(n);
+            return Ok(self.count(n));
         };
         let record = Record::encode(&items).map_err(|e| WalError::Encode(e.to_string()))?;
         let (ticket, _) = self
             .buffers
             .push_or_spill(items, |first| wal.append(&record, first).map_err(IntakeError::from))?;
         wal.synced(ticket).await?;
-        Ok(n)
+        Ok(self.count(n))
     }
 
     /// For raw TCP, which has no acknowledgement: waits for room (in the log, or with
@@ -106,7 +120,8 @@ impl Intake {
     pub async fn accept_when_room(&self, items: Vec<Item>) -> Result<usize, WalError> {
         let n = items.len();
         let Some(wal) = &self.wal else {
-            return Ok(self.buffers.push_when_room(items).await);
+            let pushed = self.buffers.push_when_room(items).await;
+            return Ok(self.count(pushed));
         };
         if n == 0 {
             return Ok(0);
@@ -125,7 +140,7 @@ impl Intake {
                 wal.append(&record, first).map_err(IntakeError::from)
             });
             match pushed {
-                Ok(_) => return Ok(n),
+                Ok(_) => return Ok(self.count(n)),
                 // Another writer took the room first: the record still holds the readings.
                 Err(IntakeError::Wal(WalError::Full { .. })) => {}
                 Err(IntakeError::BuffersFull(_)) => {

@@ -46,6 +46,7 @@ fn parse_tag(s: &str) -> Result<(String, String), QueryError> {
     params(
         ("tag" = Option<Vec<String>>, Query, explode = true, example = json!(["site:a"]), description = "`key:value`, split at the first colon; repeat for several tags (all must match)."),
         ("measurement" = Option<String>, Query, example = "temp", description = "Only sensors of this measurement."),
+        ("prefix" = Option<String>, Query, example = "env,sensor=s1", description = "Only sensors whose key starts with this text (case-sensitive)."),
         ("limit" = Option<usize>, Query, minimum = 1, maximum = 10_000, example = 10, description = "Sensors per page, 1 to 10000 (default 100); larger values are refused with 400."),
         ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page."),
     ),
@@ -64,18 +65,47 @@ pub async fn get_sensors(
     let measurement = p.get("measurement")?.map(str::to_owned);
     let limit =
         parse_limit(p.get("limit")?, state.limits.default_sensors, state.limits.max_sensors)?;
-    let after = p.get("cursor")?.map(decode_sensor_cursor).transpose()?;
+    let cursor = p.get("cursor")?.map(decode_sensor_cursor).transpose()?;
+    let prefix = p.get("prefix")?.filter(|p| !p.is_empty()).map(str::to_owned);
+    // With a prefix, start just below it (unless the cursor is further on).
+    let after = match (cursor, prefix.as_deref().map(before_prefix)) {
+        (Some(c), Some(Some(b))) => Some(c.max(b)),
+        (c, b) => c.or(b.flatten()),
+    };
+    let matches_prefix = |key: &str| prefix.as_deref().is_none_or(|p| key.starts_with(p));
 
     let buffered = state.unflushed.unflushed_sensors();
-    let stored = state
-        .store
-        .sensors(SensorQuery {
-            tags: tags.clone(),
-            measurement: measurement.clone(),
-            after: after.clone(),
-            limit: limit + 1,
-        })
-        .await?;
+    let mut stored = Vec::new();
+    let mut from = after.clone();
+    // Pages of the store's key order until `limit + 1` matching keys, the first key past the
+    // prefix's range, or the end. Without a prefix this is one request, as before.
+    loop {
+        let page = state
+            .store
+            .sensors(SensorQuery {
+                tags: tags.clone(),
+                measurement: measurement.clone(),
+                after: from.clone(),
+                limit: limit + 1,
+            })
+            .await?;
+        let full = page.len() > limit;
+        from = page.last().map(|s| s.key.clone());
+        let mut past_prefix = false;
+        for s in page {
+            match &prefix {
+                Some(p) if s.key.as_str() < p.as_str() => continue,
+                Some(p) if !s.key.starts_with(p.as_str()) => {
+                    past_prefix = true;
+                    break;
+                }
+                _ => stored.push(s),
+            }
+        }
+        if !full || past_prefix || stored.len() > limit || prefix.is_none() {
+            break;
+        }
+    }
     // The store's first `limit + 1` keys plus every matching buffered key contain the first
     // `limit + 1` keys of the union, and any stored sensor among them was returned by the store,
     // so its first/last can be widened here.
@@ -83,6 +113,7 @@ pub async fn get_sensors(
         stored.into_iter().map(|s| (s.key.clone(), s)).collect();
     for s in buffered {
         let matches = after.as_ref().is_none_or(|a| s.key > *a)
+            && matches_prefix(&s.key)
             && measurement.as_ref().is_none_or(|m| *m == s.measurement)
             && tags.iter().all(|t| s.tags.contains(t));
         if !matches {
@@ -113,9 +144,40 @@ pub async fn get_sensors(
     Ok(Json(SensorsResponse { sensors, next_cursor }))
 }
 
+/// A key just below every key that starts with `prefix`, as the exclusive `after` of a store
+/// query: the prefix with its last character lowered by one and the greatest character
+/// appended (so keys between that and `prefix` are only the improbable ones that hold
+/// U+10FFFF; they are skipped). `None` when nothing is below (the prefix is all NULs).
+fn before_prefix(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    let last = chars.pop()?;
+    let lower = match last {
+        '\0' => return Some(chars.into_iter().collect()).filter(|s: &String| !s.is_empty()),
+        '\u{E000}' => '\u{D7FF}',
+        c => char::from_u32(c as u32 - 1)?,
+    };
+    chars.push(lower);
+    chars.push(char::MAX);
+    Some(chars.into_iter().collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn before_prefix_is_below_every_match_and_above_what_sorts_before() {
+        for (prefix, below) in [("env,s", "env,"), ("b", "a"), ("é", "e")] {
+            let b = before_prefix(prefix).unwrap();
+            assert!(b.as_str() < prefix, "{prefix}");
+            assert!(b.as_str() > below, "{prefix}");
+            assert!(b.as_str() < format!("{prefix}\0").as_str());
+        }
+        assert_eq!(before_prefix(""), None);
+        assert_eq!(before_prefix("\0"), None);
+        assert_eq!(before_prefix("a\0").unwrap(), "a");
+        assert!(before_prefix("\u{E000}").unwrap().as_str() < "\u{E000}");
+    }
 
     #[test]
     fn tags_split_at_the_first_colon() {

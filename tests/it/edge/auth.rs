@@ -24,6 +24,7 @@ fn protected() -> Vec<(Method, &'static str, &'static str, &'static str)> {
         (Method::GET, "/api/v1/readings?sensor=s1", "", ""),
         (Method::GET, "/api/v1/rollups?sensor=s1&step=1h", "", ""),
         (Method::GET, "/api/v1/sensors", "", ""),
+        (Method::GET, "/api/v1/status", "", ""),
     ]
 }
 

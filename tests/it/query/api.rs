@@ -303,6 +303,82 @@ async fn sensors_merge_buffers_and_filter_by_tag_and_measurement() {
     }
 }
 
+/// `prefix` keeps the keys that start with it, stored and buffered alike, pages through them
+/// with the cursor, and combines with the tag filter.
+#[tokio::test]
+async fn sensors_search_by_key_prefix() {
+    let app = sensor_fixture().await;
+    // Keys around the prefix's range: below it, equal to it, inside it, just past it.
+    for key in ["a0", "a", "a10", "a1\u{10FFFF}", "aa", "a1x", "a2x", "b"] {
+        let s = series(key, "temp", &[("site", "z")]);
+        write(&app.store, &s, &[reading(BASE, vec![("v", FieldValue::Int(1))])]).await;
+    }
+    // Buffered only: merged like the stored ones.
+    app.unflushed.push(
+        &series("a1b", "temp", &[("site", "z")]),
+        reading(BASE, vec![("v", FieldValue::Int(1))]),
+    );
+    for (query, want) in [
+        ("prefix=a1", &["a1", "a10", "a1b", "a1x", "a1\u{10FFFF}"][..]),
+        ("prefix=a", &["a", "a0", "a1", "a10", "a1b", "a1x", "a1\u{10FFFF}", "a2", "a2x", "aa"]),
+        ("prefix=b1", &["b1"]),
+        ("prefix=a1&tag=site:z", &["a10", "a1b", "a1x", "a1\u{10FFFF}"]),
+        ("prefix=a1&tag=site:a", &["a1"]),
+        ("prefix=zz", &[]),
+        (
+            "prefix=",
+            &[
+                "a",
+                "a0",
+                "a1",
+                "a10",
+                "a1b",
+                "a1x",
+                "a1\u{10FFFF}",
+                "a2",
+                "a2x",
+                "aa",
+                "b",
+                "b1",
+                "c1",
+            ],
+        ),
+    ] {
+        for limit in [1, 2, 100] {
+            let mut got = Vec::new();
+            let mut cursor: Option<String> = None;
+            loop {
+                let mut uri = format!("/api/v1/sensors?{}&limit={limit}", enc_query(query));
+                if let Some(c) = &cursor {
+                    uri.push_str(&format!("&cursor={c}"));
+                }
+                let (status, v) = get_json(&app.router, &uri).await;
+                assert_eq!(status, StatusCode::OK, "{uri}: {v}");
+                let page = keys(&v);
+                assert!(page.len() <= limit, "{uri}");
+                got.extend(page);
+                match v["next_cursor"].as_str() {
+                    Some(c) => cursor = Some(c.to_owned()),
+                    None => break,
+                }
+                assert!(got.len() < 100);
+            }
+            assert_eq!(got, want, "{query} limit {limit}");
+        }
+    }
+}
+
+/// Percent-encodes the values of `k=v&k=v` (the test keys hold U+10FFFF).
+fn enc_query(q: &str) -> String {
+    q.split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => format!("{k}={}", enc(v)),
+            None => kv.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
 #[tokio::test]
 async fn sensors_page_by_key() {
     let app = sensor_fixture().await;
@@ -434,6 +510,7 @@ async fn the_openapi_document_lists_every_endpoint() {
         ("/health", &["get"]),
         ("/ready", &["get"]),
         ("/metrics", &["get"]),
+        ("/api/v1/status", &["get"]),
     ] {
         for m in methods {
             assert!(paths.get(path).and_then(|p| p.get(*m)).is_some(), "{m} {path} missing");
