@@ -277,6 +277,28 @@
     for (const b of document.querySelectorAll('#range-presets button')) {
       b.setAttribute('aria-pressed', String(b.dataset.range === chart.preset));
     }
+    saveHash();
+  }
+
+  // The address keeps the sensor and the range, so a view can be reloaded or shared.
+  function saveHash() {
+    if (!chart.sensor) return;
+    const range = chart.preset ? { range: chart.preset } : { from: chart.from, to: chart.to };
+    const live = $('#live').checked ? { live: liveMinutes() } : {};
+    history.replaceState(null, '', '#' + qs(Object.assign({ sensor: chart.sensor.key }, range, live)));
+  }
+
+  function readHash() {
+    const h = new URLSearchParams(location.hash.slice(1));
+    const key = h.get('sensor');
+    if (!key) return false;
+    const from = Number(h.get('from')), to = Number(h.get('to'));
+    if (PRESETS[h.get('range')]) presetRange(h.get('range'));
+    else if (from < to) setRange(from, to, null);
+    const live = Number(h.get('live'));
+    if (live >= 1) { $('#live-minutes').value = String(live); $('#live').checked = true; }
+    openSensor({ key }).then(() => { if ($('#live').checked) startLive(); });
+    return true;
   }
 
   function presetRange(name) {
@@ -293,7 +315,7 @@
     $('#zoom-out').disabled = true;
     for (const li of list.children) li.classList.toggle('selected', li.dataset.sensor === s.key);
     $('#sensor-title').textContent = s.key;
-    if (chart.preset) presetRange(chart.preset);
+    if (chart.preset) presetRange(chart.preset); else saveHash();
     const gen = ++chart.gen;
     try {
       // The latest readings tell the sensor's recent rate (the raw/rollup rule) and its fields.
@@ -789,7 +811,7 @@
     clearInterval(liveTimer);
   }
   $('#live').addEventListener('change', () => {
-    if ($('#live').checked) startLive(); else clearInterval(liveTimer);
+    if ($('#live').checked) startLive(); else { clearInterval(liveTimer); saveHash(); }
   });
   $('#live-minutes').addEventListener('change', () => { if ($('#live').checked) liveTick(); });
 
@@ -868,6 +890,7 @@
 
   presetRange('1h');
   drawChart();
+  readHash();
   loadSensors(true);
   loadTags();
   pollLoop();
