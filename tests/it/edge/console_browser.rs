@@ -47,11 +47,16 @@ fn now_ms() -> i64 {
 }
 
 /// The readings' times, the same for every sensor: one every 10 minutes from two days ago,
-/// then one a minute for the last hour, the last at `now`.
+/// then one a minute for the last two hours, the last at `now`. Two dense hours, so that the
+/// sensor's recent rate (the page estimates it from its latest readings) is one a minute
+/// however many of them the page looks at: 7 days at that rate are over 5,000 readings, so the
+/// 7 d chart is drawn from rollups, while 15 minutes hold 15 or 16 raw readings.
 fn timestamps(now: i64) -> Vec<i64> {
-    let mut ts: Vec<i64> =
-        (0..).map(|i| now - 2 * DAY + i * 10 * MINUTE).take_while(|t| *t < now - HOUR).collect();
-    ts.extend((0..=60).map(|i| now - HOUR + i * MINUTE));
+    let mut ts: Vec<i64> = (0..)
+        .map(|i| now - 2 * DAY + i * 10 * MINUTE)
+        .take_while(|t| *t < now - 2 * HOUR)
+        .collect();
+    ts.extend((0..=120).map(|i| now - 2 * HOUR + i * MINUTE));
     ts
 }
 
@@ -191,7 +196,8 @@ fn page_weight(rt: &tokio::runtime::Runtime, server: &TestServer) -> usize {
 }
 
 /// Nothing sticks out sideways: the document is no wider than the viewport, and no element
-/// (outside a horizontally scrollable container) extends past its left or right edge.
+/// (outside a horizontally scrollable container) extends past its right edge. (Past the left
+/// edge is where visually hidden elements such as a skip link wait; it scrolls nothing.)
 const OVERFLOW: &str = "(() => {
     const vw = window.innerWidth;
     const out = [];
@@ -209,7 +215,7 @@ const OVERFLOW: &str = "(() => {
     for (const el of document.body.querySelectorAll('*')) {
         const r = el.getBoundingClientRect();
         if (r.width === 0 && r.height === 0) continue;
-        if ((r.right > vw + 0.5 || r.left < -0.5) && !inScroller(el))
+        if (r.right > vw + 0.5 && !inScroller(el))
             out.push(name(el) + ' spans ' + Math.round(r.left) + '..' + Math.round(r.right));
     }
     return out.slice(0, 20);
@@ -332,6 +338,11 @@ fn console_lists_sensors_draws_raw_and_rollup_charts_and_follows_live_readings()
             "(() => { const svg = document.querySelector('#chart svg'); \
              return !!svg && svg.getAttribute('data-to') - svg.getAttribute('data-from') === 86400000 \
              && !!svg.querySelector('path.line[data-field=\"temperature\"][data-points]'); })()",
+            WAIT,
+        );
+        // The status bar's ingest rate needs two samples of the counter, 2 s apart.
+        page.wait_for(
+            "!document.querySelector('[data-status=\"ingest-rate\"]').textContent.startsWith('…')",
             WAIT,
         );
         std::fs::write(&path, page.screenshot()).expect("write the console screenshot");
