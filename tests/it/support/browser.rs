@@ -132,9 +132,12 @@ impl Page {
 
         let host = url.strip_prefix("ws://").and_then(|rest| rest.split('/').next()).unwrap();
         let stream = TcpStream::connect(host).expect("connect to the DevTools port");
-        stream.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
         stream.set_nodelay(true).unwrap();
+        // The handshake blocks (a timeout would interrupt it half-way); afterwards reads time
+        // out every 200 ms, so a command without an answer fails at its deadline.
+        stream.set_read_timeout(Some(COMMAND_TIMEOUT)).unwrap();
         let (ws, _) = tungstenite::client(url.as_str(), stream).expect("DevTools handshake");
+        ws.get_ref().set_read_timeout(Some(Duration::from_millis(200))).unwrap();
 
         let mut page = Page {
             name: name.to_owned(),
