@@ -244,7 +244,11 @@ fn console_lists_sensors_draws_raw_and_rollup_charts_and_follows_live_readings()
     eprintln!("console page weight: {weight} bytes in all");
     assert!(weight < 200 * 1024, "the console weighs {weight} bytes, over 200 KB");
 
-    let mut page = Page::launch("console_charts_and_live", 1400, 900);
+    let mut page = Page::launch(
+        "console_lists_sensors_draws_raw_and_rollup_charts_and_follows_live_readings",
+        1400,
+        900,
+    );
     page.navigate(&server.url("/"));
 
     // The sensor list names the three sensors, each with its measurement and tag.
@@ -390,7 +394,7 @@ fn console_lists_sensors_draws_raw_and_rollup_charts_and_follows_live_readings()
 fn console_fits_desktop_and_phone_viewports() {
     let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
     let (rt, server, _) = start(&[], None);
-    let mut page = Page::launch("console_layout", 1400, 900);
+    let mut page = Page::launch("console_fits_desktop_and_phone_viewports", 1400, 900);
     page.navigate(&server.url("/"));
     wait_for_sensors(&mut page);
     // With a chart, its other fields and its data table: the most there is to lay out.
@@ -408,7 +412,8 @@ fn console_fits_desktop_and_phone_viewports() {
 fn console_asks_for_the_token_and_shows_nothing_without_it() {
     let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
     let (rt, server, _) = start(&["--auth-token", TOKEN], Some(TOKEN));
-    let mut page = Page::launch("console_token", 1400, 900);
+    let mut page =
+        Page::launch("console_asks_for_the_token_and_shows_nothing_without_it", 1400, 900);
     page.navigate(&server.url("/"));
 
     let dialog_visible = "(() => { const d = document.querySelector('#token-dialog'); \
