@@ -61,7 +61,7 @@ fn find_chromium() -> PathBuf {
 pub struct Page {
     /// The test's name: the artifacts' file name.
     name: String,
-    child: Child,
+    child: Killed,
     ws: WebSocket<TcpStream>,
     session: String,
     next_id: u64,
@@ -80,32 +80,34 @@ impl Page {
     pub fn launch(name: &str, width: u32, height: u32) -> Page {
         let binary = find_chromium();
         let profile = tempfile::tempdir().expect("a profile directory");
-        let mut child = Command::new(&binary)
-            .args([
-                "--headless=new",
-                // CI runs as root, where Chromium's sandbox refuses to start.
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-                "--no-first-run",
-                "--no-default-browser-check",
-                "--hide-scrollbars",
-                "--remote-debugging-port=0",
-                &format!("--user-data-dir={}", profile.path().display()),
-                &format!("--window-size={width},{height}"),
-                "about:blank",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{} does not start: {e}", binary.display()));
+        let mut child = Killed(
+            Command::new(&binary)
+                .args([
+                    "--headless=new",
+                    // CI runs as root, where Chromium's sandbox refuses to start.
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--disable-dev-shm-usage",
+                    "--no-first-run",
+                    "--no-default-browser-check",
+                    "--hide-scrollbars",
+                    "--remote-debugging-port=0",
+                    &format!("--user-data-dir={}", profile.path().display()),
+                    &format!("--window-size={width},{height}"),
+                    "about:blank",
+                ])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("{} does not start: {e}", binary.display())),
+        );
 
         // Chromium says where it listens on stderr; the rest of stderr is kept for failures
         // (and must be drained, or Chromium blocks on a full pipe).
         let stderr = Arc::new(Mutex::new(VecDeque::new()));
         let (tx, rx) = mpsc::channel();
-        let lines = BufReader::new(child.stderr.take().unwrap());
+        let lines = BufReader::new(child.0.stderr.take().unwrap());
         let kept = stderr.clone();
         std::thread::spawn(move || {
             for line in lines.lines().map_while(Result::ok) {
@@ -120,8 +122,6 @@ impl Page {
             }
         });
         let url = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| {
-            let _ = child.kill();
-            let _ = child.wait();
             let tail: Vec<String> = stderr.lock().unwrap().iter().cloned().collect();
             panic!(
                 "{} did not open its DevTools port; stderr:\n{}",
@@ -465,13 +465,25 @@ impl Drop for Page {
         let _ = self.try_command(None, "Browser.close", json!({}));
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
+            if let Ok(Some(_)) = self.child.0.try_wait() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // Still running: `Killed` ends it.
+    }
+}
+
+/// The Chromium process, killed when dropped: also when the test fails before the page is
+/// attached, so no browser outlives its test.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
     }
 }
 
