@@ -4,7 +4,9 @@
 #   - influxd (Debian package `influxdb`, InfluxDB 1.6), the reference the InfluxQL oracle
 #     test (tests/it/query/influxql_oracle.rs) compares bucketd's /query answers with;
 #   - python3 with venv, for the MongoDB stand-in (the tests build the venv themselves under
-#     target/mongo-standin-venv from tests/mongo_standin/requirements.txt).
+#     target/mongo-standin-venv from tests/mongo_standin/requirements.txt);
+#   - headless Chromium (Debian package `chromium`), which the web console's browser tests
+#     (tests/it/edge/console_browser.rs) drive, and a font for its screenshots.
 # Set BUCKETD_TEST_MONGODB_URI=mongodb://... to run the MongoDB tests against a real server
 # instead of the stand-in (e.g. after `docker compose up mongo`).
 set -euo pipefail
@@ -36,6 +38,14 @@ fi
 if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
   echo "scripts/test.sh: installing python3-venv for the MongoDB stand-in"
   apt_install python3-venv
+fi
+if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
+  echo "scripts/test.sh: installing chromium for the web console's browser tests"
+  apt_install chromium
+fi
+if ! { command -v fc-list >/dev/null && [ -n "$(fc-list 2>/dev/null)" ]; }; then
+  echo "scripts/test.sh: installing a font (fonts-dejavu-core) for the browser tests' screenshots"
+  apt_install fontconfig fonts-dejavu-core
 fi
 
 cargo test --workspace --all-targets "$@"

@@ -1,7 +1,8 @@
-//! The server's edges: authentication, operational endpoints, the web console, slow and idle
-//! clients.
+//! The server's edges: authentication, operational endpoints, the web console (its assets and
+//! API, and the page in a real browser), slow and idle clients.
 
 mod auth;
 mod console;
+mod console_browser;
 mod ops;
 mod slowloris;

@@ -1,9 +1,11 @@
 //! What the tests share: the server in process ([`server`]), the query router in process
 //! ([`query`]), the real binary as a child process ([`binary`]), the MongoDB stand-in
-//! ([`mongo_standin`]) and a fault-injecting proxy in front of it ([`proxy`]); and
+//! ([`mongo_standin`]) and a fault-injecting proxy in front of it ([`proxy`]), headless Chromium
+//! for the web console ([`browser`]); and
 //! [`in_own_process`], for the few tests that measure something the whole process shares.
 
 pub mod binary;
+pub mod browser;
 pub mod influxd;
 pub mod mongo_standin;
 pub mod proxy;
