@@ -22,6 +22,8 @@ pub mod select;
 
 pub mod show;
 
+pub use parse::parse;
+
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
