@@ -95,14 +95,28 @@ impl Epoch {
 fn rfc3339(ms: TimestampMs) -> String {
     let Some(t) = chrono::DateTime::from_timestamp_millis(ms) else { return ms.to_string() };
     let mut s = t.format("%Y-%m-%dT%H:%M:%S").to_string();
+    push_fraction(&mut s, ms);
+    s.push('Z');
+    s
+}
+
+/// The same in a zone, with its offset (`2024-03-01T00:00:00+01:00`).
+fn rfc3339_in(ms: TimestampMs, zone: chrono_tz::Tz) -> String {
+    let Some(t) = chrono::DateTime::from_timestamp_millis(ms) else { return ms.to_string() };
+    let local = t.with_timezone(&zone);
+    let mut s = local.format("%Y-%m-%dT%H:%M:%S").to_string();
+    push_fraction(&mut s, ms);
+    s.push_str(&local.format("%:z").to_string());
+    s
+}
+
+fn push_fraction(s: &mut String, ms: TimestampMs) {
     let frac = ms.rem_euclid(1_000);
     if frac != 0 {
         let digits = format!("{frac:03}");
         s.push('.');
         s.push_str(digits.trim_end_matches('0'));
     }
-    s.push('Z');
-    s
 }
 
 /// A field's InfluxQL type, as `SHOW FIELD KEYS` names it.
@@ -145,6 +159,15 @@ pub struct Ctx<'a> {
 impl Ctx<'_> {
     pub fn time(&self, ms: TimestampMs) -> Value {
         self.epoch.format(ms)
+    }
+
+    /// A time in the statement's `tz(…)`: RFC 3339 strings carry the zone's offset; epochs are
+    /// the same in every zone.
+    pub fn time_in(&self, ms: TimestampMs, zone: Option<chrono_tz::Tz>) -> Value {
+        match (self.epoch, zone) {
+            (Epoch::Rfc3339, Some(z)) => Value::String(rfc3339_in(ms, z)),
+            _ => self.epoch.format(ms),
+        }
     }
 
     /// Runs one statement.

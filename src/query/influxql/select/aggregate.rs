@@ -43,7 +43,18 @@ pub(super) async fn run(
     let plan = st.plan;
     // Without GROUP BY time, one window at the lower bound as written (or the epoch).
     let single = if st.range.has_lower { st.range.lower_ns.div_euclid(NS_PER_MS) } else { 0 };
-    let stats_ok = st.window.is_some_and(|w| w.interval % HOUR_MS == 0 && w.offset == 0)
+    // Hour statistics are epoch-aligned: a zone's windows match them only for one-hour windows
+    // in a zone whose offset is whole hours over the range.
+    let aligned = |w: &super::Window| match w.zone {
+        None => w.interval % HOUR_MS == 0,
+        Some(z) => {
+            w.interval == HOUR_MS
+                && [st.range.from, st.range.to - 1]
+                    .iter()
+                    .all(|t| super::zone_offset_ms(z, *t) % HOUR_MS == 0)
+        }
+    };
+    let stats_ok = st.window.is_some_and(|w| aligned(&w) && w.offset == 0)
         && plan.kind == Kind::Aggregate
         && !plan.aux
         && plan.calls.iter().all(|c| c.func.from_stats());
@@ -140,14 +151,15 @@ pub(super) async fn run(
             }
             let starts: Vec<TimestampMs> = match st.window {
                 Some(w) if st.fill != Fill::None => {
-                    let first = w.start(st.range.from);
-                    let n = (w.start(st.range.to - 1) - first) / w.interval + 1;
+                    // Counted before they are made: a long range of short windows is refused,
+                    // not built.
+                    let n = (w.start(st.range.to - 1) - w.start(st.range.from)) / w.interval + 2;
                     total_rows =
                         total_rows.saturating_add(usize::try_from(n).unwrap_or(usize::MAX));
                     if total_rows > super::MAX_ROWS {
                         return Err(too_many_rows());
                     }
-                    (0..n).map(|k| first + k * w.interval).collect()
+                    w.starts(st.range.from, st.range.to).collect()
                 }
                 _ => windows.into_iter().collect(),
             };

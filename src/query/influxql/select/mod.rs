@@ -27,6 +27,7 @@ use super::cond::{self, Condition, TimeRange, compile_regex};
 use super::exec::{Ctx, ExecError, Series};
 use crate::model::{FieldValue, Reading, TimestampMs};
 use crate::store::{Order, SensorInfo};
+use chrono_tz::Tz;
 
 /// Readings a raw select (or a value-keeping aggregate) may hold at once.
 pub const MAX_POINTS: usize = 1_000_000;
@@ -111,12 +112,65 @@ impl Measurement {
 struct Window {
     interval: i64,
     offset: i64,
+    /// `tz(…)`: windows of a day start at local midnight.
+    zone: Option<Tz>,
 }
 
 impl Window {
     fn start(&self, ts: TimestampMs) -> TimestampMs {
-        (ts - self.offset).div_euclid(self.interval) * self.interval + self.offset
+        self.bounds(ts).0
     }
+
+    /// The window holding `ts`, as InfluxDB computes it: aligned in local time, and where the
+    /// zone's offset changes inside the window (daylight saving), the start moves by the
+    /// change and the window is that much shorter or longer.
+    fn bounds(&self, ts: TimestampMs) -> (TimestampMs, TimestampMs) {
+        let t = ts - self.offset;
+        let zone = self.zone.map_or(0, |z| zone_offset_ms(z, t));
+        let dt = (t + zone).rem_euclid(self.interval);
+        let mut start = t - dt;
+        let mut end = t + (self.interval - dt);
+        if let Some(z) = self.zone {
+            let change = zone - zone_offset_ms(z, start);
+            if change != 0 && change.abs() < self.interval {
+                start += change;
+            }
+            let change = zone - zone_offset_ms(z, end);
+            if change != 0 && change.abs() < self.interval {
+                end += change;
+            }
+        }
+        (start + self.offset, end + self.offset)
+    }
+
+    /// Every window start from the one holding `from` to the one holding `to - 1`.
+    fn starts(&self, from: TimestampMs, to: TimestampMs) -> impl Iterator<Item = TimestampMs> + '_ {
+        let mut next = Some(self.bounds(from));
+        std::iter::from_fn(move || {
+            let (start, end) = next?;
+            next = (end < to && end > start).then(|| self.bounds(end));
+            Some(start)
+        })
+    }
+}
+
+/// The zone's offset from UTC at `ms`, in milliseconds.
+fn zone_offset_ms(zone: Tz, ms: TimestampMs) -> i64 {
+    use chrono::{Offset, TimeZone};
+    match chrono::DateTime::from_timestamp_millis(ms) {
+        Some(t) => {
+            i64::from(zone.offset_from_utc_datetime(&t.naive_utc()).fix().local_minus_utc()) * 1_000
+        }
+        None => 0,
+    }
+}
+
+/// `tz('…')`: `None` for UTC, whose times InfluxDB writes with `Z`.
+fn zone(tz: Option<&str>) -> Result<Option<Tz>, ExecError> {
+    let Some(name) = tz else { return Ok(None) };
+    let zone: Tz =
+        name.parse().map_err(|_| ExecError::new(format!("unable to find time zone {name:?}")))?;
+    Ok((zone != Tz::UTC && zone != Tz::Etc__UTC).then_some(zone))
 }
 
 pub async fn select(ctx: &Ctx<'_>, s: &Select) -> Result<Vec<Series>, ExecError> {
@@ -125,13 +179,7 @@ pub async fn select(ctx: &Ctx<'_>, s: &Select) -> Result<Vec<Series>, ExecError>
             "SELECT INTO writes data: bucketd's /query is read-only (write with /write)",
         ));
     }
-    if let Some(tz) = &s.tz
-        && !matches!(tz.as_str(), "UTC" | "Etc/UTC" | "utc")
-    {
-        return Err(ExecError::new(format!(
-            "tz('{tz}') is not supported: bucketd groups and answers in UTC only"
-        )));
-    }
+    let zone = zone(s.tz.as_deref())?;
     let plan = plan(s)?;
     let (mut range, rest) = cond::split_time(s.condition.as_ref(), ctx.now_ns)?;
     let condition = rest.map(Condition::new).transpose()?;
@@ -155,7 +203,7 @@ pub async fn select(ctx: &Ctx<'_>, s: &Select) -> Result<Vec<Series>, ExecError>
                 range.to = range.to.min(ctx.now_ns.div_euclid(NS_PER_MS) + 1);
             }
             let offset = to_ms(t.offset_ns, "GROUP BY time offset")?.rem_euclid(interval);
-            Some(Window { interval, offset })
+            Some(Window { interval, offset, zone })
         }
     };
     if range.is_empty() {
@@ -196,7 +244,7 @@ pub async fn select(ctx: &Ctx<'_>, s: &Select) -> Result<Vec<Series>, ExecError>
         // Times are kept in milliseconds until here, where `epoch` decides how they are written.
         for row in &mut series.values {
             if let Some(ms) = row.first().and_then(Value::as_i64) {
-                row[0] = ctx.time(ms);
+                row[0] = ctx.time_in(ms, zone);
             }
         }
         (!series.values.is_empty()).then_some(series)
@@ -608,5 +656,49 @@ fn arith(op: BinaryOp, l: &Value, r: &Value) -> Value {
             _ => return Value::Null,
         }),
         _ => Value::Null,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY: i64 = 86_400_000;
+
+    fn utc(s: &str) -> TimestampMs {
+        chrono::DateTime::parse_from_rfc3339(s).unwrap().timestamp_millis()
+    }
+
+    #[test]
+    fn day_windows_in_a_zone_start_at_local_midnight_across_daylight_saving() {
+        let w = Window { interval: DAY, offset: 0, zone: Some(Tz::Europe__Paris) };
+        // 2024-03-31 has 23 hours in Paris: from 23:00Z the day before to 22:00Z.
+        let (start, end) = w.bounds(utc("2024-03-31T12:00:00Z"));
+        assert_eq!((start, end), (utc("2024-03-30T23:00:00Z"), utc("2024-03-31T22:00:00Z")));
+        let starts: Vec<_> =
+            w.starts(utc("2024-03-30T00:00:00Z"), utc("2024-04-02T00:00:00Z")).collect();
+        assert_eq!(
+            starts,
+            [
+                utc("2024-03-29T23:00:00Z"),
+                utc("2024-03-30T23:00:00Z"),
+                utc("2024-03-31T22:00:00Z"),
+                utc("2024-04-01T22:00:00Z")
+            ]
+        );
+        // 2024-10-27 has 25 hours: the windows still advance one local day at a time.
+        let starts: Vec<_> =
+            w.starts(utc("2024-10-26T12:00:00Z"), utc("2024-10-28T12:00:00Z")).collect();
+        assert_eq!(
+            starts,
+            [utc("2024-10-25T22:00:00Z"), utc("2024-10-26T22:00:00Z"), utc("2024-10-27T23:00:00Z")]
+        );
+    }
+
+    #[test]
+    fn utc_windows_are_epoch_multiples_plus_the_offset() {
+        let w = Window { interval: 3_600_000, offset: 900_000, zone: None };
+        assert_eq!(w.bounds(3_600_000), (900_000, 4_500_000));
+        assert_eq!(w.starts(0, 3 * 3_600_000).count(), 4);
     }
 }
