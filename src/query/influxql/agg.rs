@@ -25,6 +25,8 @@ pub enum Func {
     Distinct,
     /// `count(distinct(x))`.
     CountDistinct,
+    /// The most frequent value.
+    Mode,
 }
 
 impl Func {
@@ -42,6 +44,7 @@ impl Func {
             "spread" => Func::Spread,
             "stddev" => Func::Stddev,
             "distinct" => Func::Distinct,
+            "mode" => Func::Mode,
             _ => return None,
         })
     }
@@ -60,6 +63,7 @@ impl Func {
             Func::Stddev => "stddev",
             Func::Percentile(_) => "percentile",
             Func::Distinct => "distinct",
+            Func::Mode => "mode",
         }
     }
 
@@ -96,12 +100,18 @@ impl Func {
                     | Func::Last
                     | Func::Distinct
                     | Func::CountDistinct
+                    | Func::Mode
                     | Func::Min
                     | Func::Max
             ),
             FieldValue::Str(_) => matches!(
                 self,
-                Func::Count | Func::First | Func::Last | Func::Distinct | Func::CountDistinct
+                Func::Count
+                    | Func::First
+                    | Func::Last
+                    | Func::Distinct
+                    | Func::CountDistinct
+                    | Func::Mode
             ),
         }
     }
@@ -188,6 +198,8 @@ pub enum Acc {
     Values(Vec<(Num, TimestampMs)>),
     /// Each value with the time it first appeared: InfluxDB lists them in that order.
     Distinct(Vec<(FieldValue, TimestampMs)>),
+    /// Every value with its time; counted when the window is finished.
+    Mode(Vec<(FieldValue, TimestampMs)>),
 }
 
 impl Acc {
@@ -200,6 +212,7 @@ impl Acc {
             Func::Spread => Acc::Spread { min: Num::Int(0), max: Num::Int(0), seen: false },
             Func::Median | Func::Stddev | Func::Percentile(_) => Acc::Values(Vec::new()),
             Func::Distinct | Func::CountDistinct => Acc::Distinct(Vec::new()),
+            Func::Mode => Acc::Mode(Vec::new()),
         }
     }
 
@@ -265,6 +278,7 @@ impl Acc {
                     vs.push((num, ts));
                 }
             }
+            Acc::Mode(vs) => vs.push((v.clone(), ts)),
             Acc::Distinct(vs) => match vs.iter_mut().find(|(x, _)| x == v) {
                 Some((_, first)) => *first = (*first).min(ts),
                 None => vs.push((v.clone(), ts)),
@@ -331,7 +345,7 @@ impl Acc {
                     *best = Some((v, t));
                 }
             }
-            Acc::Values(_) | Acc::Distinct(_) => {}
+            Acc::Values(_) | Acc::Distinct(_) | Acc::Mode(_) => {}
         }
     }
 
@@ -361,6 +375,7 @@ impl Acc {
             )),
             Acc::Values(vs) if vs.is_empty() => None,
             Acc::Values(vs) => values(func, vs),
+            Acc::Mode(vs) => mode(vs).map(|v| (field_json(&v), None)),
             Acc::Distinct(vs) if func == Func::CountDistinct => Some((Value::from(vs.len()), None)),
             Acc::Distinct(vs) if vs.is_empty() => None,
             // Each distinct value becomes its own row; the caller asks `distinct_values`.
@@ -378,6 +393,38 @@ impl Acc {
             _ => Vec::new(),
         }
     }
+}
+
+/// The most frequent value, as InfluxDB picks it: values sorted (then by time), runs counted,
+/// and of two runs equally long the later one wins unless it starts after the time of the
+/// earlier one's last value.
+fn mode(vs: &mut [(FieldValue, TimestampMs)]) -> Option<FieldValue> {
+    use std::cmp::Ordering;
+    let rank = |v: &FieldValue| match v {
+        FieldValue::Bool(_) => 0,
+        FieldValue::Float(_) | FieldValue::Int(_) | FieldValue::UInt(_) => 1,
+        FieldValue::Str(_) => 2,
+    };
+    let by_value = |a: &FieldValue, b: &FieldValue| match (a, b) {
+        (FieldValue::Str(x), FieldValue::Str(y)) => x.cmp(y),
+        _ => order(a, b).unwrap_or_else(|| rank(a).cmp(&rank(b))),
+    };
+    vs.sort_by(|a, b| by_value(&a.0, &b.0).then(a.1.cmp(&b.1)));
+    let (first, rest) = vs.split_first()?;
+    let (mut most, mut most_freq, mut most_time) = (&first.0, 1usize, first.1);
+    let (mut current, mut freq, mut current_time) = (&first.0, 1usize, first.1);
+    for (v, t) in rest {
+        if by_value(v, current) != Ordering::Equal {
+            (current, freq, current_time) = (v, 1, *t);
+            continue;
+        }
+        freq += 1;
+        if most_freq > freq || (most_freq == freq && current_time > most_time) {
+            continue;
+        }
+        (most, most_freq, most_time) = (v, freq, *t);
+    }
+    Some(most.clone())
 }
 
 /// Numbers by value, booleans `false` < `true`; anything else does not compare.
@@ -460,6 +507,19 @@ mod tests {
         assert_eq!(run(Func::Percentile(50.0), &vs), Some(float(5.0)));
         assert_eq!(run(Func::Percentile(0.0), &vs), None);
         assert_eq!(run(Func::Median, &vs), Some(float(5.5)));
+    }
+
+    #[test]
+    fn mode_breaks_ties_as_influxdb_does() {
+        let i = FieldValue::Int;
+        // 0 and 1 twice each: 1 starts (t=2) before the last 0 (t=3), so 1 wins.
+        let mut vs = vec![(i(0), 1), (i(1), 2), (i(0), 3), (i(1), 4)];
+        assert_eq!(mode(&mut vs), Some(i(1)));
+        // 1 starts after the last 0: 0 keeps it.
+        let mut vs = vec![(i(0), 1), (i(0), 2), (i(1), 3), (i(1), 4)];
+        assert_eq!(mode(&mut vs), Some(i(0)));
+        let mut vs = vec![(i(7), 1), (i(3), 2), (i(3), 3)];
+        assert_eq!(mode(&mut vs), Some(i(3)));
     }
 
     #[test]

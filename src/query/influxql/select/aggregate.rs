@@ -98,7 +98,7 @@ pub(super) async fn run(
                                 .or_default()
                                 .entry(w)
                                 .or_insert_with(|| Acc::new(call.func));
-                            if matches!(acc, Acc::Values(_) | Acc::Distinct(_)) {
+                            if matches!(acc, Acc::Values(_) | Acc::Distinct(_) | Acc::Mode(_)) {
                                 held += 1;
                                 if held > super::MAX_POINTS {
                                     return Err(too_many_points());

@@ -371,6 +371,8 @@ fn transform_of(fields: &[Field]) -> Result<Option<(Transform, Field, String)>, 
             Transform::Difference { non_negative: name.starts_with("non_negative") }
         }
         ("cumulative_sum", [_]) => Transform::CumulativeSum,
+        ("elapsed", [_]) => Transform::Elapsed { unit_ns: 1 },
+        ("elapsed", [_, Expr::Duration(ns)]) if *ns > 0 => Transform::Elapsed { unit_ns: *ns },
         ("moving_average", [_, Expr::Integer(n)]) if *n >= 2 && *n <= 10_000 => {
             Transform::MovingAverage(*n as usize)
         }
@@ -460,8 +462,9 @@ fn mentions_ref(e: &ColExpr) -> bool {
     }
 }
 
-const FUNCTIONS: &str =
-    "mean, median, count, sum, min, max, first, last, spread, stddev, percentile and distinct";
+const FUNCTIONS: &str = "mean, median, mode, count, sum, min, max, first, last, spread, stddev, \
+     percentile and distinct, and the transformations derivative, non_negative_derivative, \
+     difference, non_negative_difference, cumulative_sum, moving_average and elapsed";
 
 fn col_expr(e: &Expr, calls: &mut Vec<Call>, wildcard: &mut bool) -> Result<ColExpr, ExecError> {
     Ok(match e {

@@ -20,6 +20,10 @@ pub(super) enum Transform {
     CumulativeSum,
     /// The mean of the last `n` values.
     MovingAverage(usize),
+    /// The time between consecutive values, in whole `unit_ns`.
+    Elapsed {
+        unit_ns: i64,
+    },
 }
 
 impl Transform {
@@ -32,15 +36,21 @@ impl Transform {
                 | "non_negative_difference"
                 | "cumulative_sum"
                 | "moving_average"
+                | "elapsed"
         )
     }
 }
 
-/// Rows are `[time_ms, value]`; a row without a numeric value is skipped.
+/// Rows are `[time_ms, value]`; a row without a value (without a numeric one, except for
+/// `elapsed`, which looks at times only) is skipped.
 pub(super) fn apply(t: Transform, rows: Vec<Vec<Value>>) -> Vec<Vec<Value>> {
+    let wanted = |v: &&Value| match t {
+        Transform::Elapsed { .. } => !v.is_null(),
+        _ => v.is_number(),
+    };
     let points: Vec<(i64, Value)> = rows
         .into_iter()
-        .filter_map(|r| Some((r.first()?.as_i64()?, r.get(1).filter(|v| v.is_number())?.clone())))
+        .filter_map(|r| Some((r.first()?.as_i64()?, r.get(1).filter(wanted)?.clone())))
         .collect();
     let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
     let mut out = Vec::new();
@@ -89,6 +99,14 @@ pub(super) fn apply(t: Transform, rows: Vec<Vec<Value>>) -> Vec<Vec<Value>> {
                     float(sum)
                 };
                 out.push(vec![Value::from(*t), value]);
+            }
+        }
+        Transform::Elapsed { unit_ns } => {
+            for pair in points.windows(2) {
+                let ((pt, _), (ct, _)) = (&pair[0], &pair[1]);
+                let ns = i128::from(ct - pt) * 1_000_000;
+                let elapsed = i64::try_from(ns / i128::from(unit_ns)).unwrap_or(i64::MAX);
+                out.push(vec![Value::from(*ct), Value::from(elapsed)]);
             }
         }
         Transform::MovingAverage(n) => {
