@@ -73,8 +73,8 @@ impl Func {
         matches!(self, Func::Min | Func::Max | Func::First | Func::Last | Func::Percentile(_))
     }
 
-    /// Answerable from bucket statistics (count, min, max, sum, first and last per hour).
-    pub fn from_stats(&self) -> bool {
+    /// Answerable from the stores' rollups (count, min, max, sum, first and last per step).
+    pub fn from_rollups(&self) -> bool {
         matches!(
             self,
             Func::Mean
@@ -287,7 +287,7 @@ impl Acc {
         false
     }
 
-    /// Adds one hour's (or step's) statistics: only for functions where [`Func::from_stats`].
+    /// Adds one hour's (or step's) statistics: only for functions where [`Func::from_rollups`].
     pub fn push_stats(&mut self, s: &FieldStats, integer: bool, start: TimestampMs) {
         let num = |f: f64| {
             if integer && f.fract() == 0.0 && f.abs() < 9.0e15 {

@@ -59,7 +59,7 @@ async fn whole_hour_groups_from_statistics_equal_those_from_readings() {
     let app = app(BucketLimits::default());
     fixture(&app).await;
     let fields = "mean(v), count(v), sum(v), min(v), max(v), spread(v), sum(n), max(n)";
-    for group in ["time(1h)", "time(1h), site", "time(2h), *"] {
+    for group in ["time(1h)", "time(1h), site", "time(2h), *", "time(10m), site", "time(7m)"] {
         let stats = format!("SELECT {fields} FROM temp WHERE {} GROUP BY {group}", range(0, 6));
         // A field condition that holds for every reading forces the readings path.
         let readings = format!(
@@ -368,7 +368,7 @@ async fn hour_groups_from_mongodb_statistics_equal_those_from_readings() {
         let server = &server;
         async move { server.get(&url).await.json::<Value>().await.expect("JSON") }
     };
-    for group in ["time(1h)", "time(1h), site"] {
+    for group in ["time(1h)", "time(1h), site", "time(10m), site"] {
         let stats =
             ask(format!("SELECT {fields} FROM temp WHERE {} GROUP BY {group}", range(0, 3))).await;
         let readings = ask(format!(

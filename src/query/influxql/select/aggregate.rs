@@ -1,5 +1,6 @@
 //! Aggregates and selectors per time window and tag group, folded from readings or from the
-//! stores' hour statistics; then `fill(…)`, arithmetic, and one row per window.
+//! stores' rollups (hour statistics for whole hours); then `fill(…)`, arithmetic, and one row
+//! per window.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -43,33 +44,36 @@ pub(super) async fn run(
     let plan = st.plan;
     // Without GROUP BY time, one window at the lower bound as written (or the epoch).
     let single = if st.range.has_lower { st.range.lower_ns.div_euclid(NS_PER_MS) } else { 0 };
-    // Hour statistics are epoch-aligned: a zone's windows match them only for one-hour windows
-    // in a zone whose offset is whole hours over the range.
+    // The stores' rollups: whole hours from bucket statistics, finer steps computed by the store
+    // from its readings (MongoDB: `$unwind` + `$group`), so no reading crosses the wire. Their
+    // steps are multiples of the step since the epoch: a zone's windows match them only where
+    // its offset is a multiple of the window (and a daylight-saving hour keeps it so).
     let aligned = |w: &super::Window| match w.zone {
-        None => w.interval % HOUR_MS == 0,
+        None => true,
         Some(z) => {
-            w.interval == HOUR_MS
+            w.interval <= HOUR_MS
+                && HOUR_MS % w.interval == 0
                 && [st.range.from, st.range.to - 1]
                     .iter()
-                    .all(|t| super::zone_offset_ms(z, *t) % HOUR_MS == 0)
+                    .all(|t| super::zone_offset_ms(z, *t) % w.interval == 0)
         }
     };
-    let stats_ok = st.window.is_some_and(|w| aligned(&w) && w.offset == 0)
+    let rollups_ok = st.window.is_some_and(|w| aligned(&w) && w.offset == 0)
         && plan.kind == Kind::Aggregate
         && !plan.aux
-        && plan.calls.iter().all(|c| c.func.from_stats());
+        && plan.calls.iter().all(|c| c.func.from_rollups());
 
     let mut held = 0usize;
     let mut fields_seen: Vec<BTreeSet<String>> = vec![BTreeSet::new(); plan.calls.len()];
     let mut scanned: Vec<Vec<Group>> = Vec::new();
     for m in measurements {
-        let by_stats = stats_ok && st.condition.is_none_or(|c| c.only_tags(&m.tag_keys));
+        let by_rollups = rollups_ok && st.condition.is_none_or(|c| c.only_tags(&m.tag_keys));
         let mut groups = Vec::new();
         for (_, members) in &m.groups {
             let mut g =
                 Group { accs: vec![BTreeMap::new(); plan.calls.len()], aux: BTreeMap::new() };
             for info in members {
-                if by_stats && from_stats(ctx, st, info, &mut g, &mut fields_seen).await? {
+                if by_rollups && from_rollups(ctx, st, info, &mut g, &mut fields_seen).await? {
                     continue;
                 }
                 readings_of(ctx, st, m, info, |r| {
@@ -230,10 +234,10 @@ pub(super) async fn run(
     Ok(out)
 }
 
-/// Folds one series' hour statistics into the group, when they can answer: whole-hour windows
-/// of numeric fields whose statistics know what is asked (first/last are unknown in buckets
-/// written before schema 3). `false`: read its readings instead.
-async fn from_stats(
+/// Folds one series' rollups from the store into the group, when they can answer: numeric
+/// fields, and statistics that know what is asked (first/last are unknown in whole-hour steps
+/// over buckets written before schema 3). `false`: read its readings here instead.
+async fn from_rollups(
     ctx: &Ctx<'_>,
     st: &Statement<'_>,
     info: &Arc<SensorInfo>,

@@ -1,11 +1,13 @@
 //! `SELECT`: raw readings, or aggregates per time window and tag group.
 //!
-//! Whole-hour windows of `mean`, `count`, `sum`, `min`, `max`, `spread`, `first` and `last`
-//! over numeric fields, with at most tag conditions, are answered from the stores' hour
-//! statistics ([`Store::rollups`](crate::store::Store::rollups)) without reading the readings;
-//! everything else streams the readings of each series once and folds them into accumulators,
-//! so memory grows with windows and groups, not readings (raw selects, `median`, `percentile`
-//! and `distinct` keep their values, bounded by [`MAX_POINTS`]).
+//! `GROUP BY time` windows of `mean`, `count`, `sum`, `min`, `max`, `spread`, `first` and
+//! `last` over numeric fields, with at most tag conditions, are the stores' rollups
+//! ([`Store::rollups`](crate::store::Store::rollups)): whole hours from the hour statistics
+//! without reading the readings, finer windows computed by the store (MongoDB: `$unwind` +
+//! `$group` in the database). Everything else streams the readings of each series once and
+//! folds them into accumulators, so memory grows with windows and groups, not readings (raw
+//! selects, `median`, `percentile`, `mode` and `distinct` keep their values, bounded by
+//! [`MAX_POINTS`]).
 //!
 //! Every measurement is scanned before any is answered: a wildcard's columns are the union
 //! over all of them, as in InfluxDB.
