@@ -197,6 +197,7 @@ impl Server {
                 protect_operations: config.auth_metrics,
             })
         });
+        config.retention_policy().map_err(|why| anyhow::anyhow!(why))?;
         if auth.is_none() && config.auth_metrics {
             anyhow::bail!("--auth-metrics needs --auth-token or --auth-token-file");
         }
@@ -274,12 +275,27 @@ impl Server {
             settle,
         );
         let stop = CancellationToken::new();
+        let retention = crate::retention::spawn(
+            store.clone(),
+            config.retention_policy().map_err(|why| anyhow::anyhow!(why))?,
+            config.retention_interval,
+            stop.clone(),
+        );
         // Before anything is served: with segments to replay, pushes go to the log only until
         // the refill has caught up (ARCHITECTURE.md, "The write-ahead log").
         let refill_stop = CancellationToken::new();
         let refill = wal.clone().map(|wal| {
             let stop = refill_stop.clone();
-            refill::spawn(wal, store.clone(), buffers.clone(), identity, &recovered, stop)
+            let retention = config.retention;
+            refill::spawn(
+                wal,
+                store.clone(),
+                buffers.clone(),
+                identity,
+                retention,
+                &recovered,
+                stop,
+            )
         });
         if config.ack == AckMode::Buffered && !recovered.is_empty() {
             // Without a log to spill into, pushes must wait until the replay is in.
@@ -361,6 +377,11 @@ impl Server {
                 "requests or connections still open after the shutdown timeout; flushing anyway"
             );
             http_task.abort();
+        }
+
+        if let Some(task) = retention {
+            // Stops between two steps; each step commits whole.
+            let _ = task.await;
         }
 
         // The final flush shares one deadline with the refill: spilled readings are brought in

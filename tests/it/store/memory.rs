@@ -10,7 +10,7 @@ use super::suite::{Capabilities, Fixture};
 async fn make_store(limits: BucketLimits) -> Fixture {
     let store = Arc::new(MemoryStore::new(limits));
     let hook = store.clone();
-    Fixture::new(store, Capabilities::default(), ())
+    Fixture::new(store, Capabilities { rejects_oversized_reading: false, retention_pass: true }, ())
         .with_break_off(move |n| hook.fail_next_batch_after(n))
 }
 

@@ -20,7 +20,7 @@ use super::suite::{
 };
 use crate::support::mongo_standin::{MongoBackend, StandInOptions};
 
-const CAPS: Capabilities = Capabilities { rejects_oversized_reading: true };
+const CAPS: Capabilities = Capabilities { rejects_oversized_reading: true, retention_pass: false };
 
 async fn connect(backend: &MongoBackend, limits: BucketLimits) -> MongoStore {
     MongoStore::connect(&backend.uri, &backend.database, limits, None)
