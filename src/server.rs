@@ -40,7 +40,7 @@ use crate::model::Seq;
 use crate::query::QueryState;
 use crate::store::Store;
 use crate::store::embedded::EmbeddedStore;
-use crate::store::mongo::MongoStore;
+use crate::store::mongo::{MongoConfig, MongoStore};
 use crate::wal::identity::{self, Identity};
 use crate::wal::{Wal, refill};
 
@@ -49,11 +49,13 @@ use crate::wal::{Wal, refill};
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let limits = config.bucket_limits();
     if let Some(uri) = &config.mongodb_uri {
-        let store = MongoStore::connect(uri, &config.mongodb_database, limits, config.retention)
-            .await
-            .with_context(|| {
-                format!("cannot use MongoDB database {:?}", config.mongodb_database)
-            })?;
+        let mut mongo = MongoConfig::new(uri.as_str(), config.mongodb_database.as_str());
+        mongo.limits = limits;
+        mongo.retention = config.retention;
+        mongo.rollup_retention = config.rollup_retention;
+        let store = MongoStore::connect_with(mongo).await.with_context(|| {
+            format!("cannot use MongoDB database {:?}", config.mongodb_database)
+        })?;
         return Ok(Arc::new(store));
     }
     let dir = config.data_dir.clone();

@@ -52,6 +52,9 @@ pub struct Capabilities {
     /// `Store::expire` deletes readings past the retention (the cases of
     /// `store::retention` are skipped for a store without).
     pub retention_pass: bool,
+    /// `--rollup-retention` deletes whole days of hour statistics (MongoDB's day documents)
+    /// rather than single hours.
+    pub rollup_retention_by_day: bool,
 }
 
 /// Makes the store's next batch with sequence numbers land only its first `n` readings and
