@@ -326,6 +326,91 @@ async fn flush_intervals() {
     }
 }
 
+/// Update statements and commands per flush without and with the hour statistics collection
+/// (written while `--retention` is set), 10 s flushes; then a retry of flushes whose buckets
+/// were lost after their statistics landed (the one path that reads before writing).
+async fn hour_stats() {
+    let (_backend, counts, uri) = counted_standin().await;
+    let hour = 1_700_000_000_000 - 1_700_000_000_000 % HOUR_MS;
+    let flush = |f: usize, seq0: u64| -> Vec<Batch> {
+        let start = hour + f as i64 * 10_000;
+        (0..SENSORS)
+            .map(|i| Batch {
+                series: series(i),
+                hour,
+                readings: (0..10).map(|k| reading(start + k * 1000, i)).collect(),
+                seqs: (0..10).map(|k| seq0 + (f * 10 + k) as u64).collect(),
+            })
+            .collect()
+    };
+    println!(
+        "\n{SENSORS} sensors x 10 readings per flush, {FLUSHES} flushes, counted on the wire:"
+    );
+    println!(
+        "| hour statistics | update cmds per flush | statements per flush | statements per batch |"
+    );
+    println!("|---|---:|---:|---:|");
+    for (label, retention) in
+        [("without (no --retention)", None), ("with (--retention 30d)", Some(30))]
+    {
+        let mut config = MongoConfig::new(uri.as_str(), format!("hours_{}", retention.is_some()));
+        config.retention = retention.map(|d: u64| Duration::from_secs(d * 86_400));
+        let store = MongoStore::connect_with(config).await.expect("connect through the proxy");
+        counts.take(); // connect-time commands (index creation) are not a write's
+        for f in 0..FLUSHES {
+            for outcome in store.write(W, &flush(f, 1_000)).await {
+                outcome.expect("write");
+            }
+        }
+        let [uc, us, ..] = counts.take();
+        let per_flush = (uc as f64 / FLUSHES as f64, us as f64 / FLUSHES as f64);
+        println!(
+            "| {label} | {} | {} | {} |",
+            per_flush.0,
+            per_flush.1,
+            per_flush.1 / SENSORS as f64
+        );
+        let k = if retention.is_some() { 2 } else { 1 };
+        assert_eq!(uc, (k * FLUSHES) as u64, "{label}: commands");
+        assert_eq!(us, (k * SENSORS * FLUSHES) as u64, "{label}: statements");
+        if retention.is_some() {
+            // The flushes again, as a replay sends them when the buckets were lost after their
+            // statistics landed: each statistics statement is refused (duplicate key), its
+            // mark read (one `find` per batch, not an update, not counted here), nothing
+            // counted twice.
+            store
+                .database()
+                .collection::<Document>(bucketd::store::mongo::COLLECTION)
+                .delete_many(doc! {})
+                .await
+                .unwrap();
+            counts.take();
+            for f in 0..FLUSHES {
+                for outcome in store.write(W, &flush(f, 1_000)).await {
+                    outcome.expect("write");
+                }
+            }
+            let [uc, us, ..] = counts.take();
+            let q = bucketd::store::RollupQuery {
+                sensor: series(0).key.clone(),
+                from: hour,
+                to: hour + HOUR_MS,
+                step_ms: HOUR_MS,
+                fields: None,
+            };
+            let rows = store.rollups(q).await.expect("rollups");
+            let n = rows[0].fields.values().next().expect("a field").count;
+            assert_eq!(n, (FLUSHES * 10) as u64, "hour statistics counted once");
+            println!(
+                "| {label}, replayed | {} | {} | {} |",
+                uc as f64 / FLUSHES as f64,
+                us as f64 / FLUSHES as f64,
+                us as f64 / (FLUSHES * SENSORS) as f64
+            );
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Round trips of one large flush and of one day's range
 
@@ -432,8 +517,9 @@ async fn day_range() {
 
 /// Each measurement, whether it runs when none is named, and whether it needs a multi-threaded
 /// runtime.
-const MEASUREMENTS: [(&str, bool, bool); 4] = [
+const MEASUREMENTS: [(&str, bool, bool); 5] = [
     ("flush_intervals", true, true),
+    ("hour_stats", true, true),
     ("running_flusher", true, true),
     ("large_flush", false, false),
     ("day_range", false, false),
@@ -465,6 +551,7 @@ fn main() {
         runtime.block_on(async {
             match name {
                 "flush_intervals" => flush_intervals().await,
+                "hour_stats" => hour_stats().await,
                 "running_flusher" => running_flusher().await,
                 "large_flush" => large_flush().await,
                 "day_range" => day_range().await,

@@ -13,7 +13,7 @@ use crate::flush::FlushConfig;
 pub use crate::ingest::intake::AckMode;
 use crate::ingest::validate::{InputLimits, KnownSeries, SeriesLimit};
 use crate::model::WriterId;
-use crate::store::BucketLimits;
+use crate::store::{BucketLimits, Retention};
 use crate::wal::WalConfig;
 
 /// First and longest retry delay after a retriable store failure. Not flags: the first is short
@@ -56,10 +56,22 @@ pub struct Config {
     #[arg(long, env = "BUCKETD_MONGODB_DATABASE", default_value = "bucketd")]
     pub mongodb_database: String,
 
-    /// How long MongoDB keeps buckets (a TTL index on the bucket's hour), e.g. `30d`.
-    /// Kept forever when not given.
-    #[arg(long, env = "BUCKETD_RETENTION", value_parser = parse_duration)]
+    /// How long raw readings are kept, e.g. `30d`: an hour's readings are deleted once the
+    /// hour ended longer ago (MongoDB: a TTL index on the bucket's end; embedded: a background
+    /// pass). Their hour statistics stay (see `--rollup-retention`). Kept forever when not given.
+    #[arg(long, env = "BUCKETD_RETENTION", value_parser = parse_positive_duration)]
     pub retention: Option<Duration>,
+
+    /// How long the hour statistics (count, min, max, sum, first, last per numeric field) of
+    /// hours whose readings `--retention` deleted are kept, e.g. `400d`; at least
+    /// `--retention`. Kept forever when not given.
+    #[arg(long, env = "BUCKETD_ROLLUP_RETENTION", value_parser = parse_positive_duration)]
+    pub rollup_retention: Option<Duration>,
+
+    /// How often the embedded store's retention pass runs (each pass works in small
+    /// transactions, so ingest and queries do not stall).
+    #[arg(long, env = "BUCKETD_RETENTION_INTERVAL", default_value = "1m", value_parser = parse_positive_duration, hide = true)]
+    pub retention_interval: Duration,
 
     /// The longest a reading waits in memory before it is written to the store, e.g. `250ms`,
     /// `10s`. Buffers are written sooner when they hold a bucket's worth of readings, when
@@ -246,7 +258,27 @@ impl Config {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        Config::try_parse_from(args)
+        let config = Config::try_parse_from(args)?;
+        config.retention_policy().map_err(|why| {
+            clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, format!("{why}\n"))
+        })?;
+        Ok(config)
+    }
+
+    /// The retention of raw readings and of hour statistics; `Err` when the statistics would
+    /// go before the readings they summarise.
+    pub fn retention_policy(&self) -> Result<Retention, String> {
+        match (self.retention, self.rollup_retention) {
+            (None, Some(_)) => Err("--rollup-retention needs --retention: readings are kept \
+                                    forever, and their statistics cannot go before them"
+                .into()),
+            (Some(raw), Some(rollups)) if rollups < raw => Err(format!(
+                "--rollup-retention ({}) must be at least --retention ({})",
+                humantime::format_duration(rollups),
+                humantime::format_duration(raw)
+            )),
+            (raw, rollups) => Ok(Retention { raw, rollups }),
+        }
     }
 
     pub fn bucket_limits(&self) -> BucketLimits {
@@ -501,6 +533,19 @@ mod tests {
         assert_eq!(c.retention, Some(Duration::from_secs(30 * 86_400)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse(&["--flush-interval", "soon"]).is_err());
+    }
+
+    #[test]
+    fn rollup_retention_is_at_least_the_retention() {
+        let c = parse(&["--retention", "30d", "--rollup-retention", "400d"]).unwrap();
+        let policy = c.retention_policy().unwrap();
+        assert_eq!(policy.rollups, Some(Duration::from_secs(400 * 86_400)));
+        assert_eq!(parse(&[]).unwrap().retention_policy().unwrap(), Retention::default());
+        let e = parse(&["--retention", "30d", "--rollup-retention", "7d"]).unwrap_err();
+        assert!(e.to_string().contains("must be at least --retention (30days)"), "{e}");
+        let e = parse(&["--rollup-retention", "7d"]).unwrap_err();
+        assert!(e.to_string().contains("needs --retention"), "{e}");
+        assert!(parse(&["--retention", "0s"]).is_err());
     }
 
     #[test]

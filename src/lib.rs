@@ -13,6 +13,8 @@
 //! - [`flush`]: the flusher task that moves due buffers into the store, retries failures with
 //!   backoff and drains everything on shutdown.
 //! - [`store`]: the `Store` trait and its MongoDB, embedded and in-memory implementations.
+//! - [`retention`]: the background pass that deletes data past `--retention` and
+//!   `--rollup-retention` through `Store::expire`.
 //! - [`query`]: range, rollup and sensor queries over HTTP, merging unflushed readings.
 //! - [`api`]: the whole HTTP API: router assembly, the operations endpoints and the one
 //!   OpenAPI document.
@@ -33,6 +35,7 @@ pub mod listener;
 pub mod metrics;
 pub mod model;
 pub mod query;
+pub mod retention;
 pub mod server;
 pub mod store;
 pub mod wal;

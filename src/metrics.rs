@@ -28,6 +28,10 @@ pub const WAL_SYNCS: &str = "bucketd_wal_syncs_total";
 pub const WAL_SYNC_DURATION: &str = "bucketd_wal_sync_duration_seconds"; // histogram
 pub const WAL_UNSETTLED: &str = "bucketd_wal_unsettled_readings"; // gauge
 pub const WAL_REPLAYED: &str = "bucketd_wal_replayed_readings_total"; // {result}
+pub const RETENTION_HOURS_DELETED: &str = "bucketd_retention_hours_deleted_total";
+pub const RETENTION_READINGS_DELETED: &str = "bucketd_retention_readings_deleted_total";
+pub const RETENTION_STATS_DELETED: &str = "bucketd_retention_hour_stats_deleted_total";
+pub const RETENTION_PASS_DURATION: &str = "bucketd_retention_pass_seconds"; // histogram
 
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -188,8 +192,29 @@ fn describe() {
     describe_counter!(
         WAL_REPLAYED,
         Unit::Count,
-        "Readings read back from the write-ahead log at start-up: requeued (not yet stored) or \
-         skipped (already stored)."
+        "Readings read back from the write-ahead log at start-up: requeued (not yet stored), \
+         skipped (already stored) or expired (of hours past --retention, not brought back)."
+    );
+    describe_counter!(
+        RETENTION_HOURS_DELETED,
+        Unit::Count,
+        "(series, hour)s whose raw readings the retention pass deleted (their hour statistics \
+         are kept until --rollup-retention)."
+    );
+    describe_counter!(
+        RETENTION_READINGS_DELETED,
+        Unit::Count,
+        "Raw readings the retention pass deleted (--retention)."
+    );
+    describe_counter!(
+        RETENTION_STATS_DELETED,
+        Unit::Count,
+        "(series, hour)s whose hour statistics the retention pass deleted (--rollup-retention)."
+    );
+    describe_histogram!(
+        RETENTION_PASS_DURATION,
+        Unit::Seconds,
+        "Duration of one retention pass, all of its bounded steps."
     );
     describe_gauge!(
         SERIES_TRACKED,

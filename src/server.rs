@@ -40,7 +40,7 @@ use crate::model::Seq;
 use crate::query::QueryState;
 use crate::store::Store;
 use crate::store::embedded::EmbeddedStore;
-use crate::store::mongo::MongoStore;
+use crate::store::mongo::{MongoConfig, MongoStore};
 use crate::wal::identity::{self, Identity};
 use crate::wal::{Wal, refill};
 
@@ -49,11 +49,13 @@ use crate::wal::{Wal, refill};
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let limits = config.bucket_limits();
     if let Some(uri) = &config.mongodb_uri {
-        let store = MongoStore::connect(uri, &config.mongodb_database, limits, config.retention)
-            .await
-            .with_context(|| {
-                format!("cannot use MongoDB database {:?}", config.mongodb_database)
-            })?;
+        let mut mongo = MongoConfig::new(uri.as_str(), config.mongodb_database.as_str());
+        mongo.limits = limits;
+        mongo.retention = config.retention;
+        mongo.rollup_retention = config.rollup_retention;
+        let store = MongoStore::connect_with(mongo).await.with_context(|| {
+            format!("cannot use MongoDB database {:?}", config.mongodb_database)
+        })?;
         return Ok(Arc::new(store));
     }
     let dir = config.data_dir.clone();
@@ -197,6 +199,7 @@ impl Server {
                 protect_operations: config.auth_metrics,
             })
         });
+        config.retention_policy().map_err(|why| anyhow::anyhow!(why))?;
         if auth.is_none() && config.auth_metrics {
             anyhow::bail!("--auth-metrics needs --auth-token or --auth-token-file");
         }
@@ -274,12 +277,27 @@ impl Server {
             settle,
         );
         let stop = CancellationToken::new();
+        let retention = crate::retention::spawn(
+            store.clone(),
+            config.retention_policy().map_err(|why| anyhow::anyhow!(why))?,
+            config.retention_interval,
+            stop.clone(),
+        );
         // Before anything is served: with segments to replay, pushes go to the log only until
         // the refill has caught up (ARCHITECTURE.md, "The write-ahead log").
         let refill_stop = CancellationToken::new();
         let refill = wal.clone().map(|wal| {
             let stop = refill_stop.clone();
-            refill::spawn(wal, store.clone(), buffers.clone(), identity, &recovered, stop)
+            let retention = config.retention;
+            refill::spawn(
+                wal,
+                store.clone(),
+                buffers.clone(),
+                identity,
+                retention,
+                &recovered,
+                stop,
+            )
         });
         if config.ack == AckMode::Buffered && !recovered.is_empty() {
             // Without a log to spill into, pushes must wait until the replay is in.
@@ -361,6 +379,11 @@ impl Server {
                 "requests or connections still open after the shutdown timeout; flushing anyway"
             );
             http_task.abort();
+        }
+
+        if let Some(task) = retention {
+            // Stops between two steps; each step commits whole.
+            let _ = task.await;
         }
 
         // The final flush shares one deadline with the refill: spilled readings are brought in

@@ -42,6 +42,11 @@ impl From<QueryError> for ApiError {
             // Our own validation should make the store's complaint impossible; if it happens
             // anyway it is still about the request.
             QueryError::Store(StoreError::InvalidQuery(why)) => ApiError::BadRequest(why),
+            // The range asks for readings the retention deleted: the request can be narrowed
+            // (or asked as whole-hour rollups), retrying it unchanged never helps.
+            QueryError::Store(e @ StoreError::Expired { .. }) => {
+                ApiError::BadRequest(e.to_string())
+            }
             QueryError::Store(other) => ApiError::Internal(other.to_string()),
             client => ApiError::BadRequest(client.to_string()),
         }
@@ -71,6 +76,10 @@ mod tests {
         assert_eq!(
             status_of(StoreError::Unavailable("down".into()).into()),
             StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            status_of(StoreError::Expired { before: 0, retention_ms: 86_400_000 }.into()),
+            StatusCode::BAD_REQUEST
         );
         assert_eq!(
             status_of(StoreError::Corrupt("bad".into()).into()),

@@ -4,14 +4,14 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use futures::stream::{self, BoxStream, StreamExt};
 
 use super::{
-    BucketLimits, FieldStats, Order, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery,
-    Store, StoreError, WriteReport, approx_reading_bytes,
+    BucketLimits, ExpireReport, FieldStats, Order, RangeQuery, Retention, RollupQuery, RollupRow,
+    SensorInfo, SensorQuery, Store, StoreError, WriteReport, approx_reading_bytes,
 };
 use crate::model::{Batch, HOUR_MS, Reading, Seq, TimestampMs, WriterId};
 
@@ -47,6 +47,28 @@ struct Series {
     buckets: BTreeMap<(TimestampMs, u32), Bucket>,
     /// Highest sequence number stored per hour and writer.
     marks: BTreeMap<(TimestampMs, WriterId), Seq>,
+    /// Hours whose readings `--retention` deleted: their merged statistics, kept until
+    /// `--rollup-retention`.
+    expired: BTreeMap<TimestampMs, BTreeMap<String, FieldStats>>,
+    /// Earliest and latest reading time ever stored, as the embedded series record keeps them
+    /// (they outlive expired readings).
+    span: Option<(TimestampMs, TimestampMs)>,
+}
+
+impl Series {
+    /// `Err` when `[from, to)` touches an hour whose readings were deleted.
+    fn check_live(
+        &self,
+        from: TimestampMs,
+        to: TimestampMs,
+        retention_ms: u64,
+    ) -> Result<(), StoreError> {
+        let from = crate::model::hour_start(from.max(crate::model::MIN_TIMESTAMP_MS));
+        match self.expired.range(from..to.max(from)).next_back() {
+            Some((hour, _)) => Err(StoreError::Expired { before: hour + HOUR_MS, retention_ms }),
+            None => Ok(()),
+        }
+    }
 }
 
 pub struct MemoryStore {
@@ -55,6 +77,8 @@ pub struct MemoryStore {
     unavailable: AtomicBool,
     /// `usize::MAX`, or: the next batch with sequence numbers lands this many readings, then fails.
     fail_after: AtomicUsize,
+    /// The raw retention of the last expire pass, for the error that names it.
+    retention_ms: AtomicU64,
 }
 
 impl MemoryStore {
@@ -64,6 +88,7 @@ impl MemoryStore {
             series: Mutex::new(BTreeMap::new()),
             unavailable: AtomicBool::new(false),
             fail_after: AtomicUsize::new(usize::MAX),
+            retention_ms: AtomicU64::new(0),
         }
     }
 
@@ -144,7 +169,13 @@ impl MemoryStore {
             tags: batch.series.tags.clone(),
             buckets: BTreeMap::new(),
             marks: BTreeMap::new(),
+            expired: BTreeMap::new(),
+            span: None,
         });
+        for r in &batch.readings {
+            let (f, l) = entry.span.get_or_insert((r.ts, r.ts));
+            (*f, *l) = ((*f).min(r.ts), (*l).max(r.ts));
+        }
         if let Some(last) = batch.last_seq() {
             let mark = entry.marks.entry((batch.hour, writer)).or_default();
             *mark = (*mark).max(last);
@@ -173,6 +204,23 @@ impl MemoryStore {
             entry.buckets.get_mut(&key).expect("bucket exists").push(reading.clone(), size);
         }
         report
+    }
+
+    /// Readings of the query's range in ascending order, ties in write order; `Err` when the
+    /// range touches an hour whose readings were deleted.
+    fn live_range(
+        &self,
+        sensor: &str,
+        from: TimestampMs,
+        to: TimestampMs,
+    ) -> Result<Vec<Reading>, StoreError> {
+        let retention_ms = self.retention_ms.load(Ordering::SeqCst);
+        let series = self.series.lock().expect("memory store mutex poisoned");
+        if let Some(s) = series.get(sensor) {
+            s.check_live(from, to, retention_ms)?;
+        }
+        drop(series);
+        Ok(self.collect_range(sensor, from, to))
     }
 
     /// Readings of the query's range in ascending order, ties in write order.
@@ -248,7 +296,10 @@ impl Store for MemoryStore {
         if let Err(e) = self.check_available() {
             return stream::once(async move { Err(e) }).boxed();
         }
-        let mut readings = self.collect_range(&query.sensor, query.from, query.to);
+        let mut readings = match self.live_range(&query.sensor, query.from, query.to) {
+            Ok(readings) => readings,
+            Err(e) => return stream::once(async move { Err(e) }).boxed(),
+        };
         if query.order == Order::Desc {
             readings.reverse();
         }
@@ -268,6 +319,16 @@ impl Store for MemoryStore {
         if from_stats {
             let series = self.series.lock().expect("memory store mutex poisoned");
             if let Some(s) = series.get(&query.sensor) {
+                // Deleted hours answer from the statistics they left behind.
+                for (hour, stats) in s.expired.range(query.from..query.to.max(query.from)) {
+                    let row =
+                        rows.entry(hour.div_euclid(query.step_ms) * query.step_ms).or_default();
+                    for (name, stats) in stats {
+                        if wanted(&query.fields, name) {
+                            merge_into(row, name, stats);
+                        }
+                    }
+                }
                 for ((hour, _), bucket) in s.buckets.range((query.from, 0)..) {
                     if *hour >= query.to {
                         break;
@@ -282,7 +343,7 @@ impl Store for MemoryStore {
                 }
             }
         } else {
-            for reading in self.collect_range(&query.sensor, query.from, query.to) {
+            for reading in self.live_range(&query.sensor, query.from, query.to)? {
                 let row =
                     rows.entry(reading.ts.div_euclid(query.step_ms) * query.step_ms).or_default();
                 for (name, value) in &reading.fields {
@@ -311,10 +372,7 @@ impl Store for MemoryStore {
             .filter(|(_, s)| query.measurement.as_ref().is_none_or(|m| *m == s.measurement))
             .filter(|(_, s)| query.tags.iter().all(|t| s.tags.contains(t)))
             .filter_map(|(key, s)| {
-                let all = s.buckets.values().flat_map(|b| b.readings.iter().map(|r| r.ts));
-                let (first, last) = all.fold(None, |acc: Option<(i64, i64)>, ts| {
-                    Some(acc.map_or((ts, ts), |(f, l)| (f.min(ts), l.max(ts))))
-                })?;
+                let (first, last) = s.span?;
                 Some(SensorInfo {
                     key: key.clone(),
                     measurement: s.measurement.clone(),
@@ -325,6 +383,56 @@ impl Store for MemoryStore {
             })
             .take(query.limit)
             .collect())
+    }
+
+    async fn sensor_exists(&self, sensor: &str) -> Result<bool, StoreError> {
+        self.check_available()?;
+        let series = self.series.lock().expect("memory store mutex poisoned");
+        Ok(series.get(sensor).is_some_and(|s| s.span.is_some()))
+    }
+
+    /// All at once, ignoring `budget`: the memory store only backs tests.
+    async fn expire(
+        &self,
+        now: TimestampMs,
+        policy: Retention,
+        _budget: usize,
+    ) -> Result<ExpireReport, StoreError> {
+        self.check_available()?;
+        let mut report = ExpireReport { done: true, ..ExpireReport::default() };
+        let raw = Retention::cutoff(now, policy.raw);
+        let rollups = Retention::cutoff(now, policy.rollups);
+        if policy.raw.is_some() {
+            self.retention_ms.store(policy.raw_ms(), Ordering::SeqCst);
+        }
+        let mut series = self.series.lock().expect("memory store mutex poisoned");
+        for s in series.values_mut() {
+            if let Some(cutoff) = raw {
+                let doomed: Vec<(TimestampMs, u32)> =
+                    s.buckets.range(..(cutoff, 0)).map(|(k, _)| *k).collect();
+                for key in doomed {
+                    let bucket = s.buckets.remove(&key).expect("listed above");
+                    report.readings_deleted += bucket.readings.len() as u64;
+                    let kept = s.expired.entry(key.0).or_insert_with(|| {
+                        report.hours_deleted += 1;
+                        BTreeMap::new()
+                    });
+                    for (name, stats) in &bucket.stats {
+                        merge_into(kept, name, stats);
+                    }
+                }
+            }
+            if let Some(cutoff) = rollups {
+                // Marks go with the statistics, not the readings: a late duplicate of an
+                // expired hour must still be recognised, or its statistics would count twice.
+                let before = s.expired.len() + s.buckets.len();
+                s.expired.retain(|hour, _| *hour >= cutoff);
+                s.buckets.retain(|(hour, _), _| *hour >= cutoff);
+                s.marks.retain(|(hour, _), _| *hour >= cutoff);
+                report.stats_deleted += (before - s.expired.len() - s.buckets.len()) as u64;
+            }
+        }
+        Ok(report)
     }
 }
 

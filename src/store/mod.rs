@@ -100,6 +100,19 @@ pub enum StoreError {
     /// Anything else: a bug or an environment problem (disk full, permissions).
     #[error("store error: {0}")]
     Internal(String),
+    /// The query needs raw readings of hours that `--retention` deleted. Only their hour
+    /// statistics remain, which whole-hour rollups still answer from.
+    #[error(
+        "readings before {} are deleted by --retention {}; rollups of whole hours remain",
+        rfc3339(*.before),
+        humantime::format_duration(std::time::Duration::from_millis(*.retention_ms))
+    )]
+    Expired {
+        /// The end of the latest deleted hour the query touched.
+        before: TimestampMs,
+        /// The raw retention the deleting pass ran with.
+        retention_ms: u64,
+    },
 }
 
 impl StoreError {
@@ -115,8 +128,56 @@ impl StoreError {
             StoreError::InvalidQuery(_) => "invalid_query",
             StoreError::Corrupt(_) => "corrupt",
             StoreError::Internal(_) => "internal",
+            StoreError::Expired { .. } => "expired",
         }
     }
+}
+
+/// How long data is kept. Hours are the unit: an hour's readings go once the hour **ended**
+/// longer than `raw` ago, its statistics once it ended longer than `rollups` ago. Judged
+/// against the wall clock the caller passes (`Store::expire`'s `now`), not the newest data, so a
+/// sensor that stops sending still ages out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Raw readings; `None`: forever.
+    pub raw: Option<std::time::Duration>,
+    /// Hour statistics (at least `raw`); `None`: forever.
+    pub rollups: Option<std::time::Duration>,
+}
+
+impl Retention {
+    /// Hours starting before this have ended at least `keep` before `now`: `None` when kept
+    /// forever.
+    pub fn cutoff(now: TimestampMs, keep: Option<std::time::Duration>) -> Option<TimestampMs> {
+        let keep = i64::try_from(keep?.as_millis()).unwrap_or(i64::MAX);
+        Some(crate::model::hour_start(now.saturating_sub(keep).max(MIN_TIMESTAMP_MS)))
+    }
+
+    pub fn raw_ms(&self) -> u64 {
+        self.raw.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+}
+
+/// What one [`Store::expire`] call deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExpireReport {
+    /// (series, hour)s whose raw readings were deleted (their statistics kept).
+    pub hours_deleted: u64,
+    /// Raw readings deleted.
+    pub readings_deleted: u64,
+    /// (series, hour)s whose statistics were deleted by the rollup retention.
+    pub stats_deleted: u64,
+    /// Nothing left to expire at this `now`: the caller's pass is over. `false`: the call
+    /// stopped at its budget, call again (after yielding to writes and queries).
+    pub done: bool,
+}
+
+/// An RFC 3339 time for error messages (UTC, milliseconds).
+fn rfc3339(ts: TimestampMs) -> String {
+    chrono::DateTime::from_timestamp_millis(ts).map_or_else(
+        || format!("{ts} ms"),
+        |d| d.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+    )
 }
 
 /// Which high-water marks to ask for.
@@ -324,6 +385,23 @@ pub trait Store: Send + Sync + 'static {
     async fn rollups(&self, query: RollupQuery) -> Result<Vec<RollupRow>, StoreError>;
 
     async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError>;
+
+    /// Deletes, in one bounded step of at most about `budget` buckets, raw readings of hours
+    /// past `policy.raw` (keeping their hour statistics for [`Store::rollups`]) and hour
+    /// statistics past `policy.rollups`. The default does nothing: a store that expires by
+    /// other means (MongoDB's TTL indexes) has no pass to run.
+    ///
+    /// Afterwards, a range (or a finer-than-hour rollup) touching a deleted hour fails with
+    /// [`StoreError::Expired`] instead of answering without those readings.
+    async fn expire(
+        &self,
+        now: TimestampMs,
+        policy: Retention,
+        budget: usize,
+    ) -> Result<ExpireReport, StoreError> {
+        let _ = (now, policy, budget);
+        Ok(ExpireReport { done: true, ..ExpireReport::default() })
+    }
 
     /// Whether any reading of `sensor` is stored; lets the query API tell an unknown sensor
     /// (404) from an empty range (200). The default reads at most one reading over all time;

@@ -12,6 +12,10 @@
 //! log meanwhile. Readings a schema-1 bucketd logged (below `Identity::schema1_before`) are also
 //! judged against the one mark schema 1 kept per (series, hour), which is where that process
 //! recorded them.
+//!
+//! Readings of hours that ended longer than `--retention` ago are not brought back: the
+//! retention pass deleted (or would delete) them, and inserting them would only make it
+//! write them and delete them again. They are settled like stored readings.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,7 +30,7 @@ use crate::buffer::Buffers;
 use crate::flush::Backoff;
 use crate::metrics::WAL_REPLAYED;
 use crate::model::{Item, Seq, TimestampMs, hour_start};
-use crate::store::{Marks, Store, high_water_until_answered};
+use crate::store::{Marks, Retention, Store, high_water_until_answered};
 
 /// Readings inserted per high-water question at most.
 const CHUNK_READINGS: usize = 50_000;
@@ -44,6 +48,7 @@ pub fn spawn(
     store: Arc<dyn Store>,
     buffers: Arc<Buffers>,
     identity: Identity,
+    retention: Option<Duration>,
     recovered: &[Seq],
     stop: CancellationToken,
 ) -> JoinHandle<()> {
@@ -54,7 +59,7 @@ pub fn spawn(
             "replaying the write-ahead log an earlier run left; writes are accepted meanwhile"
         );
     }
-    let refill = Refill { wal, store, buffers, identity, log_at: None };
+    let refill = Refill { wal, store, buffers, identity, retention, log_at: None };
     tokio::spawn(async move {
         tokio::select! {
             _ = stop.cancelled() => {}
@@ -75,6 +80,8 @@ struct Refill {
     store: Arc<dyn Store>,
     buffers: Arc<Buffers>,
     identity: Identity,
+    /// `--retention`: older hours are skipped.
+    retention: Option<Duration>,
     log_at: Option<Instant>,
 }
 
@@ -210,20 +217,27 @@ impl Refill {
             Vec::new()
         };
 
+        // Judged at the wall clock, as the retention pass judges (`crate::retention`).
+        let now = chrono::Utc::now().timestamp_millis();
+        let expired_before = Retention::cutoff(now, self.retention).unwrap_or(TimestampMs::MIN);
         let mut items = Vec::with_capacity(chunk.len());
         let mut seqs = Vec::with_capacity(chunk.len());
         let mut stored = Vec::new();
+        let mut expired = 0u64;
         for ((seq, item), slot) in chunk.into_iter().zip(slots) {
             let mark =
                 if seq < schema1_before { marks[slot].max(schema1[slot]) } else { marks[slot] };
-            if seq <= mark {
+            if hour_start(item.1.ts) < expired_before {
+                expired += 1;
+                stored.push(seq);
+            } else if seq <= mark {
                 stored.push(seq);
             } else {
                 seqs.push(seq);
                 items.push(item);
             }
         }
-        let (inserted, skipped) = (items.len() as u64, stored.len() as u64);
+        let (inserted, skipped) = (items.len() as u64, stored.len() as u64 - expired);
         if recovered {
             // Counted now, before the insert: the flusher may settle them at once.
             self.wal.recovered_requeued(segment, end, inserted);
@@ -234,6 +248,7 @@ impl Refill {
         self.buffers.push_recovered(items, seqs).await;
         ::metrics::counter!(WAL_REPLAYED, "result" => "requeued").increment(inserted);
         ::metrics::counter!(WAL_REPLAYED, "result" => "skipped").increment(skipped);
+        ::metrics::counter!(WAL_REPLAYED, "result" => "expired").increment(expired);
         (inserted, skipped)
     }
 

@@ -202,9 +202,61 @@ fn replay(
         flush_interval: Duration::from_secs(3600),
     });
     let stop = tokio_util::sync::CancellationToken::new();
-    let task =
-        refill::spawn(wal.clone(), store, buffers.clone(), IDENTITY, &recovered, stop.clone());
+    let task = refill::spawn(
+        wal.clone(),
+        store,
+        buffers.clone(),
+        IDENTITY,
+        None,
+        &recovered,
+        stop.clone(),
+    );
     (wal, recovered, buffers, stop, task)
+}
+
+/// Readings of hours that ended longer than the retention ago are not brought back by the
+/// replay, and settle like stored ones: the recovered segment still goes.
+#[tokio::test]
+async fn the_replay_skips_readings_older_than_the_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = chrono::Utc::now().timestamp_millis();
+    let this_hour = crate::model::hour_start(now);
+    // Two readings of an hour that ended 2 h ago, one of the current hour.
+    let old = this_hour - 3 * crate::model::HOUR_MS;
+    let items = vec![item(0, old), item(0, old + 1), item(1, this_hour)];
+    {
+        let (wal, _) = Wal::open(config(dir.path(), 1 << 20, 1 << 20)).unwrap();
+        let t = append(&wal, &items, 1000);
+        wal.synced(t).await.unwrap();
+    }
+    let store = Arc::new(MemoryStore::new(BucketLimits::default()));
+    let (wal, recovered) = Wal::open(config(dir.path(), 1 << 20, 1 << 20)).unwrap();
+    let buffers = Buffers::new(BufferConfig {
+        max_buffered_readings: 100,
+        max_batch_readings: 100,
+        flush_interval: Duration::from_secs(3600),
+    });
+    let stop = tokio_util::sync::CancellationToken::new();
+    let retention = Some(Duration::from_secs(3600));
+    let task = refill::spawn(
+        wal.clone(),
+        store,
+        buffers.clone(),
+        IDENTITY,
+        retention,
+        &recovered,
+        stop.clone(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while buffers.spilled_from().is_some() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(buffers.spilled_from().is_none(), "the refill caught up");
+    assert_eq!(buffers.buffered(), 1, "only the current hour's reading is back");
+    assert_eq!(wal.unsettled(), 1, "the expired readings settled");
+    assert!(buffers.unflushed("s0", i64::MIN, i64::MAX).is_empty());
+    stop.cancel();
+    task.await.unwrap();
 }
 
 /// What a crashed process left is replayed with its sequence numbers, minus what the store
@@ -289,7 +341,8 @@ async fn full_buffers_spill_into_the_log_and_come_back_in_order() {
     // A failing store: with a healthy one, full buffers refuse instead of spilling.
     buffers.set_store_failing(true);
     let stop = tokio_util::sync::CancellationToken::new();
-    let task = refill::spawn(wal.clone(), store, buffers.clone(), IDENTITY, &[], stop.clone());
+    let task =
+        refill::spawn(wal.clone(), store, buffers.clone(), IDENTITY, None, &[], stop.clone());
     let mut placements = Vec::new();
     for ts in 0..40 {
         let push = vec![item(0, ts)];
@@ -424,6 +477,7 @@ async fn the_refill_keeps_the_memory_bound() {
         store.clone(),
         buffers.clone(),
         IDENTITY,
+        None,
         &recovered,
         stop.clone(),
     );

@@ -33,7 +33,11 @@ impl ExecError {
 
 impl From<StoreError> for ExecError {
     fn from(e: StoreError) -> Self {
-        ExecError(format!("store unavailable: {e}"))
+        match e {
+            // Not the store's failure: the statement asks for deleted readings.
+            StoreError::Expired { .. } => ExecError(e.to_string()),
+            e => ExecError(format!("store unavailable: {e}")),
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! The embedded store: hourly buckets in a single redb file under `--data-dir`, used when no
 //! MongoDB URI is given.
 //!
-//! # On-disk layout (schema version [`SCHEMA_VERSION`])
+//! # On-disk layout (schema version [`FILE_SCHEMA_VERSION`])
 //! One file, `<data-dir>/bucketd.redb`, with these tables (integers in keys are redb's fixed-width
 //! little-endian encodings, compared numerically; values are the hand-written encodings of
 //! [`codec`], each starting with its own version number):
@@ -16,11 +16,12 @@
 //! | `chunks`            | `(series id, hour, seq, chunk u32)`   | the readings one flush appended to that bucket |
 //! | `writer_marks`      | `(sensor key, hour i64, writer u64)`  | `u64`: highest write sequence number that writer stored for that hour (`Store::high_water`) |
 //! | `high_water`        | `(sensor key, hour i64)`              | `u64`: schema 1's one mark per hour, whoever wrote (`Store::schema1_high_water`); no longer written |
+//! | `hour_stats`        | `(series id u64, hour i64)`           | schema 4: merged statistics (a bucket header, no chunks) of an hour whose readings the retention pass deleted ([`expire`]) |
 //!
 //! `meta` holds `schema_version` (written when the file is created; a file from a newer
 //! bucketd is refused at open; an older file is upgraded in place at open: schema 1 → 2
-//! creates `writer_marks`, schema 2 → 3 changes nothing stored, see below) and
-//! `next_series_id`.
+//! creates `writer_marks`, schema 2 → 3 changes nothing stored, see below, 3 → 4 creates
+//! `hour_stats`), `next_series_id` and, once a retention pass ran, `raw_retention_ms`.
 //!
 //! Schema 3 added each numeric field's first and last value (with its time) to the bucket
 //! header (header encoding version 2). Headers of schemas 1 and 2 (version 1) are still
@@ -58,6 +59,7 @@
 //! HTTP layer's request timeout also bounds how much the file can grow behind a slow client.
 
 mod codec;
+mod expire;
 mod read;
 mod write;
 
@@ -71,9 +73,15 @@ use tokio::runtime::RuntimeFlavor;
 
 use crate::model::{Batch, Reading, Seq, TimestampMs, WriterId};
 use crate::store::{
-    BucketLimits, RangeQuery, RollupQuery, RollupRow, SCHEMA_VERSION, SensorInfo, SensorQuery,
-    Store, StoreError, WriteReport,
+    BucketLimits, ExpireReport, RangeQuery, Retention, RollupQuery, RollupRow, SensorInfo,
+    SensorQuery, Store, StoreError, WriteReport,
 };
+
+/// Version of the file's layout, in `meta`'s `schema_version`: the buckets' schema
+/// (`store::SCHEMA_VERSION`, 3) plus what only this store has. 4: `hour_stats` holds the
+/// statistics of hours whose readings `--retention` deleted; a schema-3 bucketd would answer
+/// rollups over those hours as empty, so it must refuse the file.
+pub(crate) const FILE_SCHEMA_VERSION: u64 = 4;
 
 /// Name of the database file inside the data directory.
 pub const DB_FILE_NAME: &str = "bucketd.redb";
@@ -93,9 +101,14 @@ const CHUNKS: TableDefinition<(u64, i64, u32, u32), &[u8]> = TableDefinition::ne
 const SCHEMA1_MARKS: TableDefinition<(&str, i64), u64> = TableDefinition::new("high_water");
 /// Schema 2's marks: one per (series, hour, writer).
 const WRITER_MARKS: TableDefinition<(&str, i64, u64), u64> = TableDefinition::new("writer_marks");
+/// Schema 4: per (series id, hour) whose readings were deleted by the retention pass, the
+/// merged statistics of its buckets (a bucket header's encoding, no chunks).
+const HOUR_STATS: TableDefinition<(u64, i64), &[u8]> = TableDefinition::new("hour_stats");
 
 const META_SCHEMA_VERSION: &str = "schema_version";
 const META_NEXT_SERIES_ID: &str = "next_series_id";
+/// The raw retention (ms) of the last retention pass, named by `StoreError::Expired`.
+const META_RAW_RETENTION_MS: &str = "raw_retention_ms";
 
 /// Why the embedded store failed.
 #[derive(Debug, thiserror::Error)]
@@ -125,6 +138,8 @@ pub enum EmbeddedError {
     Db(#[from] redb::Error),
     #[error("blocking task failed: {0}")]
     Task(String),
+    #[error("readings before {before} ms are deleted by the retention")]
+    Expired { before: TimestampMs, retention_ms: u64 },
 }
 
 macro_rules! from_redb {
@@ -151,6 +166,9 @@ impl From<EmbeddedError> for StoreError {
                 StoreError::Corrupt(e.to_string())
             }
             EmbeddedError::Locked { .. } => StoreError::Unavailable(e.to_string()),
+            EmbeddedError::Expired { before, retention_ms } => {
+                StoreError::Expired { before, retention_ms }
+            }
             // redb latches a failed write (ENOSPC included) until the file is reopened. Still
             // retried: acknowledged readings stay in the write-ahead log meanwhile.
             EmbeddedError::Db(redb::Error::PreviousIo) => StoreError::Internal(format!(
@@ -170,6 +188,8 @@ pub struct EmbeddedStore {
     /// `usize::MAX`, or: the next write's first batch with sequence numbers commits this many
     /// readings and is reported failed (see [`EmbeddedStore::fail_next_batch_after`]).
     fail_after: std::sync::atomic::AtomicUsize,
+    /// Where the retention pass resumes (see `expire::step`).
+    expire_cursor: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl EmbeddedStore {
@@ -193,6 +213,7 @@ impl EmbeddedStore {
             limits,
             path,
             fail_after: std::sync::atomic::AtomicUsize::new(usize::MAX),
+            expire_cursor: Arc::default(),
         })
     }
 
@@ -232,11 +253,11 @@ fn init_schema(db: &Database, path: &Path) -> Result<(), EmbeddedError> {
         let mut meta = txn.open_table(META)?;
         let version = meta.get(META_SCHEMA_VERSION)?.map(|g| g.value());
         match version {
-            Some(found) if found > SCHEMA_VERSION as u64 => {
+            Some(found) if found > FILE_SCHEMA_VERSION => {
                 return Err(EmbeddedError::NewerSchema {
                     path: path.to_owned(),
                     found,
-                    supported: SCHEMA_VERSION as u64,
+                    supported: FILE_SCHEMA_VERSION,
                 });
             }
             Some(0) => {
@@ -245,11 +266,12 @@ fn init_schema(db: &Database, path: &Path) -> Result<(), EmbeddedError> {
                     why: "schema version 0",
                 });
             }
-            Some(found) if found < SCHEMA_VERSION as u64 => {
+            Some(found) if found < FILE_SCHEMA_VERSION => {
                 // Schema 1 → 2 adds `writer_marks` (opened below) and nothing else; 2 → 3
-                // only writes headers of a newer encoding, which old ones still decode as.
-                meta.insert(META_SCHEMA_VERSION, SCHEMA_VERSION as u64)?;
-                tracing::info!(path = %path.display(), from = found, to = SCHEMA_VERSION, "upgraded the embedded store's schema");
+                // only writes headers of a newer encoding, which old ones still decode as;
+                // 3 → 4 adds `hour_stats` (opened below), empty until a retention pass.
+                meta.insert(META_SCHEMA_VERSION, FILE_SCHEMA_VERSION)?;
+                tracing::info!(path = %path.display(), from = found, to = FILE_SCHEMA_VERSION, "upgraded the embedded store's schema");
             }
             Some(_) => {}
             None if has_tables => {
@@ -259,7 +281,7 @@ fn init_schema(db: &Database, path: &Path) -> Result<(), EmbeddedError> {
                 });
             }
             None => {
-                meta.insert(META_SCHEMA_VERSION, SCHEMA_VERSION as u64)?;
+                meta.insert(META_SCHEMA_VERSION, FILE_SCHEMA_VERSION)?;
                 meta.insert(META_NEXT_SERIES_ID, 1)?;
             }
         }
@@ -270,6 +292,7 @@ fn init_schema(db: &Database, path: &Path) -> Result<(), EmbeddedError> {
         txn.open_table(CHUNKS)?;
         txn.open_table(SCHEMA1_MARKS)?;
         txn.open_table(WRITER_MARKS)?;
+        txn.open_table(HOUR_STATS)?;
     }
     txn.commit()?;
     Ok(())
@@ -380,6 +403,31 @@ impl Store for EmbeddedStore {
 
     async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError> {
         self.blocking(move |db| read::sensors(db, &query)).await
+    }
+
+    /// The series record outlives readings deleted by the retention, so it is the answer
+    /// (and cheaper than reading one reading).
+    async fn sensor_exists(&self, sensor: &str) -> Result<bool, StoreError> {
+        let sensor = sensor.to_owned();
+        self.blocking(move |db| {
+            let txn = db.begin_read()?;
+            Ok(txn.open_table(SERIES)?.get(sensor.as_str())?.is_some())
+        })
+        .await
+    }
+
+    async fn expire(
+        &self,
+        now: TimestampMs,
+        policy: Retention,
+        budget: usize,
+    ) -> Result<ExpireReport, StoreError> {
+        let cursor = self.expire_cursor.clone();
+        self.blocking(move |db| {
+            let mut cursor = cursor.lock().unwrap_or_else(|p| p.into_inner());
+            expire::step(db, now, policy, budget, &mut cursor)
+        })
+        .await
     }
 }
 

@@ -13,7 +13,10 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::codec::{self, BucketHeader, ChunkSummary, SeriesRecord};
-use super::{BUCKETS, CHUNKS, EmbeddedError, MEASUREMENT_INDEX, SERIES, TAG_INDEX};
+use super::{
+    BUCKETS, CHUNKS, EmbeddedError, HOUR_STATS, MEASUREMENT_INDEX, META, META_RAW_RETENTION_MS,
+    SERIES, TAG_INDEX,
+};
 use crate::model::{HOUR_MS, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, TimestampMs, hour_start};
 use crate::store::{
     FieldStats, Order, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery, StoreError,
@@ -48,6 +51,28 @@ fn series_record(txn: &ReadTransaction, key: &str) -> Result<Option<SeriesRecord
     let series = txn.open_table(SERIES)?;
     let guard = series.get(key)?;
     guard.map(|g| SeriesRecord::decode(g.value())).transpose()
+}
+
+/// `Err(Expired)` when `[from, to)` of series `id` touches an hour whose readings the
+/// retention pass deleted: an answer without them would look complete.
+fn check_live(
+    txn: &ReadTransaction,
+    id: u64,
+    from: TimestampMs,
+    to: TimestampMs,
+) -> Result<(), EmbeddedError> {
+    let from = from.max(MIN_TIMESTAMP_MS);
+    let to = to.min(MAX_TIMESTAMP_MS + 1);
+    if from >= to {
+        return Ok(());
+    }
+    let stats = txn.open_table(HOUR_STATS)?;
+    let Some(entry) = stats.range((id, hour_start(from))..(id, to))?.next_back() else {
+        return Ok(());
+    };
+    let before = entry?.0.value().1 + HOUR_MS;
+    let retention_ms = txn.open_table(META)?.get(META_RAW_RETENTION_MS)?.map_or(0, |g| g.value());
+    Err(EmbeddedError::Expired { before, retention_ms })
 }
 
 /// Streams a range from a blocking reader thread that starts on the first poll and stops as soon
@@ -233,6 +258,7 @@ fn produce(db: &Database, query: &RangeQuery, tx: &mpsc::Sender<Msg>) {
         let Some(series) = series_record(&txn, &query.sensor)? else {
             return Ok(());
         };
+        check_live(&txn, series.id, query.from, query.to)?;
         let (buckets, chunks) = (txn.open_table(BUCKETS)?, txn.open_table(CHUNKS)?);
         // Whether the scan stopped early makes no difference here.
         let _: ControlFlow<()> = visit_range(
@@ -448,6 +474,17 @@ pub(super) fn rollups(db: &Database, q: &RollupQuery) -> Result<Vec<RollupRow>, 
     let from_stats = q.step_ms % HOUR_MS == 0 && q.from % HOUR_MS == 0 && q.to % HOUR_MS == 0;
     if from_stats {
         if q.from < q.to {
+            // Hours whose readings were deleted answer from the statistics they left.
+            let stats = txn.open_table(HOUR_STATS)?;
+            for entry in stats.range((series.id, q.from)..(series.id, q.to))? {
+                let (key, value) = entry?;
+                let start = step_of(key.value().1);
+                for (name, s) in &BucketHeader::decode(value.value())?.stats {
+                    if wanted(name) {
+                        add(start, name, s);
+                    }
+                }
+            }
             let buckets = txn.open_table(BUCKETS)?;
             for entry in buckets.range((series.id, q.from, 0)..(series.id, q.to, 0))? {
                 let (key, value) = entry?;
@@ -460,6 +497,7 @@ pub(super) fn rollups(db: &Database, q: &RollupQuery) -> Result<Vec<RollupRow>, 
             }
         }
     } else {
+        check_live(&txn, series.id, q.from, q.to)?;
         let (buckets, chunks) = (txn.open_table(BUCKETS)?, txn.open_table(CHUNKS)?);
         let mut f = |r: Reading| {
             let start = step_of(r.ts);

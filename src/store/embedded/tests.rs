@@ -554,7 +554,7 @@ async fn a_schema2_file_reads_and_its_written_buckets_gain_first_and_last() {
         let txn = store.db.begin_read().unwrap();
         txn.open_table(META).unwrap().get(META_SCHEMA_VERSION).unwrap().unwrap().value()
     };
-    assert_eq!(version, SCHEMA_VERSION as u64, "upgraded at open");
+    assert_eq!(version, super::FILE_SCHEMA_VERSION, "upgraded at open");
     assert!(headers(&store, "old").iter().all(|(_, _, h)| h.lacks_first_last()));
     let rollup = |from: TimestampMs, to: TimestampMs, step_ms: i64| {
         let q = RollupQuery { sensor: "old".into(), from, to, step_ms, fields: None };
@@ -616,12 +616,15 @@ fn open_creates_the_directory_and_refuses_newer_or_foreign_files() {
 
     let db = redb::Database::create(dir.join(DB_FILE_NAME)).unwrap();
     let txn = db.begin_write().unwrap();
-    txn.open_table(META).unwrap().insert(META_SCHEMA_VERSION, SCHEMA_VERSION as u64 + 1).unwrap();
+    txn.open_table(META)
+        .unwrap()
+        .insert(META_SCHEMA_VERSION, super::FILE_SCHEMA_VERSION + 1)
+        .unwrap();
     txn.commit().unwrap();
     drop(db);
     match EmbeddedStore::open(&dir, BIG) {
         Err(e @ EmbeddedError::NewerSchema { found, .. }) => {
-            assert_eq!(found, SCHEMA_VERSION as u64 + 1);
+            assert_eq!(found, super::FILE_SCHEMA_VERSION + 1);
             assert!(e.to_string().contains("newer"), "{e}");
         }
         Err(e) => panic!("unexpected error {e}"),

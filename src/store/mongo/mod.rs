@@ -4,17 +4,21 @@
 //! - [`document`]: the bucket document's shape, name mapping and reading encoding.
 //! - `write`: how a flush becomes `update` commands, spilling and retries.
 //! - `query`: ranges, rollups and sensor listings.
+//! - [`hours`]: the hour statistics collection written with `--retention`, which keeps each
+//!   sensor-hour's statistics after the buckets' TTL deleted them, and the retention pass.
 //!
 //! Indexes (created idempotently by [`MongoStore::connect`]):
 //! - `s_start` `{s: 1, start: 1}`: a sensor's buckets by hour, for writes' filters and ranges;
 //! - `tags` `{"tags.k": 1, "tags.v": 1}`: sensors by tag (`$elemMatch` on both);
 //! - `m_s` `{m: 1, s: 1}`: sensors by measurement;
 //! - `end_ttl` `{end: 1}` with `expireAfterSeconds` only when a retention is configured: a
-//!   bucket is deleted once its hour ended longer ago than the retention.
+//!   bucket is deleted once its hour ended longer ago than the retention;
+//! - on `hour_stats`: `s_day` `{s: 1, day: 1}`, and `end_ttl` with `--rollup-retention`.
 //!
 //! Every command is bounded by the store's operation timeout; a timeout is `Unavailable`.
 
 pub mod document;
+pub mod hours;
 mod query;
 mod write;
 
@@ -33,8 +37,8 @@ use mongodb::{Client, Collection, Database, IndexModel};
 
 use crate::model::{Batch, Reading, Seq, TimestampMs, WriterId};
 use crate::store::{
-    BucketLimits, Marks, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery, Store,
-    StoreError, WriteReport,
+    BucketLimits, ExpireReport, Marks, RangeQuery, Retention, RollupQuery, RollupRow, SensorInfo,
+    SensorQuery, Store, StoreError, WriteReport,
 };
 
 /// The collection holding every bucket.
@@ -59,8 +63,12 @@ pub struct MongoConfig {
     pub database: String,
     pub limits: BucketLimits,
     /// Delete buckets this long after their hour ended (a TTL index on `end`). `None` keeps
-    /// everything and removes a TTL index an earlier configuration created.
+    /// everything and removes a TTL index an earlier configuration created. With a retention,
+    /// every flush also writes the hour statistics collection ([`hours`]).
     pub retention: Option<Duration>,
+    /// Delete hour statistics this long after their day ended (a TTL index on the `hour_stats`
+    /// collection's `end`); `None`: forever.
+    pub rollup_retention: Option<Duration>,
     pub op_timeout: Duration,
 }
 
@@ -71,6 +79,7 @@ impl MongoConfig {
             database: database.into(),
             limits: BucketLimits::default(),
             retention: None,
+            rollup_retention: None,
             op_timeout: DEFAULT_OP_TIMEOUT,
         }
     }
@@ -99,10 +108,31 @@ struct ServerLimits {
 struct Inner {
     db: Database,
     buckets: Collection<Document>,
+    /// The hour statistics collection ([`hours`]), written when `hour_stats`.
+    hours: Collection<Document>,
+    hour_stats: bool,
+    retention: Option<Duration>,
+    /// The raw retention of the last `Store::expire` (0: none yet), named by
+    /// `StoreError::Expired` in preference to the configured one.
+    expire_retention_ms: AtomicU64,
     limits: BucketLimits,
     server: ServerLimits,
     op_timeout: Duration,
     counters: Counters,
+}
+
+/// `v` of buckets whose readings' statistics are also in the hour statistics collection
+/// (written while `--retention` is set): a whole-hour rollup takes those hours from the
+/// collection and only older buckets' statistics from the buckets.
+pub const HOUR_STATS_BUCKET_VERSION: i32 = 4;
+
+impl Inner {
+    /// `v` of the buckets this store writes: [`SCHEMA_VERSION`](crate::store::SCHEMA_VERSION),
+    /// or [`HOUR_STATS_BUCKET_VERSION`] when it also writes the hour statistics. The write
+    /// filter names it, so readings never join a bucket of the other kind.
+    fn bucket_version(&self) -> i32 {
+        if self.hour_stats { HOUR_STATS_BUCKET_VERSION } else { crate::store::SCHEMA_VERSION }
+    }
 }
 
 #[derive(Clone)]
@@ -166,6 +196,10 @@ impl MongoStore {
         let store = MongoStore {
             inner: Arc::new(Inner {
                 buckets: db.collection(COLLECTION),
+                hours: db.collection(hours::COLLECTION),
+                hour_stats: config.retention.is_some(),
+                retention: config.retention,
+                expire_retention_ms: AtomicU64::new(0),
                 db,
                 limits,
                 server,
@@ -174,6 +208,9 @@ impl MongoStore {
             }),
         };
         store.create_indexes(config.retention).await?;
+        if config.retention.is_some() {
+            store.create_hour_indexes(config.rollup_retention).await?;
+        }
         Ok(store)
     }
 
@@ -225,6 +262,41 @@ impl MongoStore {
             }
             Err(e) => Err(error_from_driver(e)),
         }
+    }
+
+    /// `{s, day}` for rollups and the range check, and the rollup retention's TTL on `end`
+    /// (replaced when an earlier run chose another).
+    async fn create_hour_indexes(&self, keep: Option<Duration>) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        let by_day = IndexModel::builder()
+            .keys(doc! {document::SENSOR: 1, hours::DAY: 1})
+            .options(IndexOptions::builder().name("s_day".to_owned()).build())
+            .build();
+        timed(inner.op_timeout, "createIndex", inner.hours.create_index(by_day))
+            .await?
+            .map_err(error_from_driver)?;
+        let names = timed(inner.op_timeout, "listIndexes", inner.hours.list_index_names())
+            .await?
+            .map_err(error_from_driver)?;
+        if names.iter().any(|n| n == hours::TTL_INDEX) {
+            timed(inner.op_timeout, "dropIndexes", inner.hours.drop_index(hours::TTL_INDEX))
+                .await?
+                .map_err(error_from_driver)?;
+        }
+        let Some(keep) = keep else { return Ok(()) };
+        let ttl = IndexModel::builder()
+            .keys(doc! {document::END: 1})
+            .options(
+                IndexOptions::builder()
+                    .name(hours::TTL_INDEX.to_owned())
+                    .expire_after(keep)
+                    .build(),
+            )
+            .build();
+        timed(inner.op_timeout, "createIndex", inner.hours.create_index(ttl))
+            .await?
+            .map(|_| ())
+            .map_err(error_from_driver)
     }
 
     async fn drop_ttl_index(&self) -> Result<(), StoreError> {
@@ -295,6 +367,30 @@ impl Store for MongoStore {
 
     async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError> {
         query::sensors(&self.inner, query).await
+    }
+
+    /// The buckets or hour statistics of the sensor: the readings may all be deleted.
+    async fn sensor_exists(&self, sensor: &str) -> Result<bool, StoreError> {
+        let inner = &self.inner;
+        for coll in [&inner.buckets, &inner.hours] {
+            let found =
+                timed(inner.op_timeout, "find", coll.find_one(doc! {document::SENSOR: sensor}))
+                    .await?
+                    .map_err(error_from_driver)?;
+            if found.is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    async fn expire(
+        &self,
+        now: TimestampMs,
+        policy: Retention,
+        budget: usize,
+    ) -> Result<ExpireReport, StoreError> {
+        hours::expire(&self.inner, now, policy, budget).await
     }
 }
 

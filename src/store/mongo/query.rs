@@ -10,13 +10,13 @@ use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use mongodb::Cursor;
 
 use super::document::{self as d};
-use super::{Inner, error_from_driver, timed};
+use super::{Inner, error_from_driver, hours, timed};
 use crate::model::{
     HOUR_MS, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, Seq, TimestampMs, hour_start,
 };
 use crate::store::{
-    FieldStats, Marks, Order, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery,
-    StoreError,
+    FieldStats, Marks, Order, RangeQuery, Retention, RollupQuery, RollupRow, SensorInfo,
+    SensorQuery, StoreError,
 };
 
 /// Documents per cursor batch: enough to amortize round trips, few enough that a range is
@@ -134,6 +134,7 @@ pub(super) fn readings(
 
     let timeout = inner.op_timeout;
     let readings = async move {
+        check_live(&inner, &query.sensor, from, to).await?;
         // allowDiskUse: a long range without a limit sorts more than mongod keeps in memory.
         let action = inner
             .buckets
@@ -190,9 +191,12 @@ pub(super) async fn rollups(
         return Ok(Vec::new());
     }
     let whole_hours = query.step_ms % HOUR_MS == 0 && from % HOUR_MS == 0 && to % HOUR_MS == 0;
-    let rows = if whole_hours {
-        from_bucket_stats(inner, &query, from, to).await?
+    let rows = if whole_hours && inner.hour_stats {
+        with_kept_hours(inner, &query, from, to).await?
+    } else if whole_hours {
+        from_bucket_stats(inner, &query, from, to, None).await?
     } else {
+        check_live(inner, &query.sensor, from, to).await?;
         from_readings(inner, &query, from, to).await?
     };
     Ok(rows
@@ -208,6 +212,51 @@ fn add(steps: &mut Steps, start: i64, field: String, stats: FieldStats) {
     steps.entry(start).or_default().entry(field).and_modify(|s| s.merge(&stats)).or_insert(stats);
 }
 
+/// `Err(Expired)` when `[from, to)` reaches before the retention into hours whose statistics
+/// are kept: their buckets are deleted (or about to be, by the TTL monitor), so an answer
+/// from them would be missing readings.
+async fn check_live(inner: &Inner, sensor: &str, from: i64, to: i64) -> Result<(), StoreError> {
+    let Some(configured) = inner.retention.filter(|_| inner.hour_stats) else { return Ok(()) };
+    // The retention the last pass applied, else the configured one (the TTL's).
+    let last = inner.expire_retention_ms.load(std::sync::atomic::Ordering::Relaxed);
+    let keep = if last > 0 { std::time::Duration::from_millis(last) } else { configured };
+    let now = chrono::Utc::now().timestamp_millis();
+    let Some(cutoff) = Retention::cutoff(now, Some(keep)) else { return Ok(()) };
+    if from >= cutoff {
+        return Ok(());
+    }
+    match hours::expired_in(inner, sensor, from, to, cutoff).await? {
+        None => Ok(()),
+        Some(before) => Err(StoreError::Expired {
+            before,
+            retention_ms: Retention { raw: Some(keep), rollups: None }.raw_ms(),
+        }),
+    }
+}
+
+/// Whole-hour steps with the hour statistics collection: the kept statistics (of every
+/// reading written since the collection is, deleted buckets included) merged with those of
+/// buckets written before it (their `v` is older).
+async fn with_kept_hours(
+    inner: &Inner,
+    query: &RollupQuery,
+    from: i64,
+    to: i64,
+) -> Result<Steps, StoreError> {
+    // Buckets of older kinds (written without this collection); the others' statistics are
+    // all in the collection.
+    let older = doc! {"$lt": super::HOUR_STATS_BUCKET_VERSION};
+    let mut steps = from_bucket_stats(inner, query, from, to, Some(older)).await?;
+    for (hour, (_, fields)) in hours::read(inner, &query.sensor, from, to).await? {
+        for (name, stats) in fields {
+            if query.fields.as_ref().is_none_or(|f| f.contains(&name)) {
+                add(&mut steps, hour.div_euclid(query.step_ms) * query.step_ms, name, stats);
+            }
+        }
+    }
+    Ok(steps)
+}
+
 /// Whole-hour steps: merge the statistics of every bucket (spilled ones included) of each
 /// step, fetching no readings.
 async fn from_bucket_stats(
@@ -215,11 +264,15 @@ async fn from_bucket_stats(
     query: &RollupQuery,
     from: i64,
     to: i64,
+    version: Option<Document>,
 ) -> Result<Steps, StoreError> {
-    let filter = doc! {
+    let mut filter = doc! {
         d::SENSOR: &query.sensor,
         d::START: {"$gte": d::date(from), "$lt": d::date(to)},
     };
+    if let Some(version) = version {
+        filter.insert(d::VERSION, version);
+    }
     let mut projection = doc! {d::ID: 0, d::START: 1};
     match &query.fields {
         None => {

@@ -29,7 +29,7 @@ use bson::oid::ObjectId;
 use bson::{Bson, Document, RawArrayBuf, RawDocumentBuf};
 
 use super::document::{self as d, EncodedReading};
-use super::{Inner, error_from_code, error_from_driver, is_too_large};
+use super::{Inner, error_from_code, error_from_driver, hours, is_too_large};
 use crate::model::{Batch, HOUR_MS, WriterId};
 use crate::store::{BucketLimits, SCHEMA_VERSION, StoreError, WriteReport};
 
@@ -54,6 +54,9 @@ struct Work {
     batch: usize,
     readings: Range<usize>,
     target: Target,
+    /// Its hour statistics landed (`hours`): a retry of this run (too large) must not send them
+    /// again.
+    stats_done: bool,
 }
 
 struct BatchState<'a> {
@@ -96,7 +99,12 @@ pub(super) async fn write(
             let statement_budget = inner.server.max_command_bytes.saturating_sub(COMMAND_OVERHEAD);
             chunks(state, inner.limits, statement_budget as u64)
                 .into_iter()
-                .map(|readings| Work { batch: i, readings, target: Target::Open })
+                .map(|readings| Work {
+                    batch: i,
+                    readings,
+                    target: Target::Open,
+                    stats_done: false,
+                })
                 .collect()
         })
         .collect();
@@ -111,6 +119,10 @@ pub(super) async fn write(
                 build(&mut states, work, inner, queue, &mut statements);
             }
         }
+        if inner.hour_stats {
+            statements = with_stats(inner, writer, &mut states, statements).await;
+        }
+        // Empty: every batch popped this round has failed (what is left queued is theirs).
         if statements.is_empty() {
             break;
         }
@@ -150,6 +162,44 @@ pub(super) async fn write(
         .collect()
 }
 
+/// Sends the hour statistics of the statements' runs that have not sent them yet, and keeps
+/// only the statements whose statistics landed: a bucket is never ahead of its statistics
+/// (`hours`). A batch whose statistics failed fails as a whole, with that error.
+async fn with_stats(
+    inner: &Inner,
+    writer: WriterId,
+    states: &mut [BatchState<'_>],
+    statements: Vec<Statement>,
+) -> Vec<Statement> {
+    let todo: Vec<usize> =
+        (0..statements.len()).filter(|&i| !statements[i].work.stats_done).collect();
+    let runs: Vec<hours::Run<'_>> = todo
+        .iter()
+        .map(|&i| hours::Run {
+            batch: states[statements[i].work.batch].batch,
+            readings: statements[i].work.readings.clone(),
+        })
+        .collect();
+    let outcomes = hours::write(inner, writer, &runs).await;
+    drop(runs);
+    let mut failed = vec![false; statements.len()];
+    for (&i, outcome) in todo.iter().zip(outcomes) {
+        if let Err(e) = outcome {
+            failed[i] = true;
+            states[statements[i].work.batch].error.get_or_insert(e);
+        }
+    }
+    statements
+        .into_iter()
+        .zip(failed)
+        .filter(|(st, failed)| !failed && states[st.work.batch].error.is_none())
+        .map(|(mut st, _)| {
+            st.work.stats_done = true;
+            st
+        })
+        .collect()
+}
+
 /// The upsert statements (`{q, u, upsert}`) a flush of `batch` sends when every bucket has
 /// room, exactly as [`write`] builds them, without a server. Public for the BSON encoding
 /// benchmark; `statement_budget` is the server's command size limit less the command overhead.
@@ -169,7 +219,8 @@ pub fn encode_batch(
     chunks(&state, limits, statement_budget)
         .into_iter()
         .map(|readings| {
-            statement(&state, &Work { batch: 0, readings, target: Target::Open }, limits)
+            let work = Work { batch: 0, readings, target: Target::Open, stats_done: false };
+            statement(&state, &work, limits, SCHEMA_VERSION)
         })
         .collect()
 }
@@ -239,7 +290,7 @@ fn build(
     out: &mut Vec<Statement>,
 ) {
     loop {
-        let doc = statement(&states[work.batch], &work, inner.limits);
+        let doc = statement(&states[work.batch], &work, inner.limits, inner.bucket_version());
         if doc.as_bytes().len() + COMMAND_OVERHEAD + 16 <= inner.server.max_command_bytes {
             out.push(Statement { work, doc });
             return;
@@ -265,14 +316,23 @@ fn halves(work: &Work) -> [Work; 2] {
         Target::Open => Target::Open,
         Target::New(_) => Target::New(ObjectId::new()),
     };
-    [
-        Work { batch: work.batch, readings: work.readings.start..mid, target: target(work.target) },
-        Work { batch: work.batch, readings: mid..work.readings.end, target: target(work.target) },
-    ]
+    let half = |readings: Range<usize>| Work {
+        batch: work.batch,
+        readings,
+        target: target(work.target),
+        stats_done: work.stats_done,
+    };
+    [half(work.readings.start..mid), half(mid..work.readings.end)]
 }
 
 /// `{q, u, upsert: true}` for `work`; see the module documentation for the document shape.
-fn statement(state: &BatchState, work: &Work, limits: BucketLimits) -> RawDocumentBuf {
+/// `version`: the bucket's `v` (`Inner::bucket_version`).
+fn statement(
+    state: &BatchState,
+    work: &Work,
+    limits: BucketLimits,
+    version: i32,
+) -> RawDocumentBuf {
     let batch = state.batch;
     let encoded = &state.readings[work.readings.clone()];
     let readings = &batch.readings[work.readings.clone()];
@@ -304,7 +364,7 @@ fn statement(state: &BatchState, work: &Work, limits: BucketLimits) -> RawDocume
         Target::Open => {
             filter.append(d::SENSOR, batch.series.key.as_str());
             filter.append(d::START, d::date(batch.hour));
-            filter.append(d::VERSION, SCHEMA_VERSION);
+            filter.append(d::VERSION, version);
             let mut n = RawDocumentBuf::new();
             n.append("$lte", i64::from(limits.max_readings) - k);
             filter.append(d::COUNT, n);
@@ -316,7 +376,7 @@ fn statement(state: &BatchState, work: &Work, limits: BucketLimits) -> RawDocume
             filter.append(d::ID, id);
             on_insert.append(d::SENSOR, batch.series.key.as_str());
             on_insert.append(d::START, d::date(batch.hour));
-            on_insert.append(d::VERSION, SCHEMA_VERSION);
+            on_insert.append(d::VERSION, version);
         }
     }
     on_insert.append(d::END, d::date(batch.hour + HOUR_MS));
@@ -584,7 +644,10 @@ mod tests {
     fn statement_of(len: usize) -> Statement {
         let mut doc = RawDocumentBuf::new();
         doc.append("p", "p".repeat(len));
-        Statement { work: Work { batch: 0, readings: 0..1, target: Target::Open }, doc }
+        Statement {
+            work: Work { batch: 0, readings: 0..1, target: Target::Open, stats_done: false },
+            doc,
+        }
     }
 
     #[test]

@@ -6,5 +6,6 @@ mod disk_full;
 mod embedded_crash;
 mod mongo;
 mod restart;
+mod retention_crash;
 mod schema_upgrade;
 mod tcp_full_log;

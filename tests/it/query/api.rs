@@ -195,6 +195,41 @@ async fn rollups_agree_with_stats_computed_here() {
     assert_eq!(actual(&v), expected(&all, BASE, BASE + 3 * HOUR_MS, HOUR_MS, Some(&["v"])));
 }
 
+/// After the retention deleted an hour's readings: whole-hour rollups still answer it from its
+/// statistics (merged with unflushed readings as before); anything needing its readings is a
+/// 400 naming the retention, not an empty or partial answer.
+#[tokio::test]
+async fn expired_hours_answer_whole_hour_rollups_and_refuse_readings() {
+    use bucketd::store::{Retention, Store};
+    let (app, all) = rollup_fixture().await;
+    let policy = Retention { raw: Some(std::time::Duration::from_secs(3600)), rollups: None };
+    let report = app.store.expire(BASE + 2 * HOUR_MS, policy, 100).await.unwrap();
+    assert_eq!(report.hours_deleted, 1, "{report:?}");
+    let to = BASE + 3 * HOUR_MS;
+    let (status, v) =
+        get_json(&app.router, &format!("/api/v1/rollups?sensor=rs&from={BASE}&to={to}&step=1h"))
+            .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(actual(&v), expected(&all, BASE, to, HOUR_MS, None));
+    assert_eq!(actual_points(&v), expected_points(&all, BASE, to, HOUR_MS));
+    for uri in [
+        format!("/api/v1/rollups?sensor=rs&from={BASE}&to={to}&step=15m"),
+        format!("/api/v1/readings?sensor=rs&from={BASE}&to={to}"),
+    ] {
+        let (status, v) = get_json(&app.router, &uri).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}: {v}");
+        let error = v["error"].as_str().unwrap();
+        assert!(error.contains("deleted by --retention 1h"), "{uri}: {error}");
+    }
+    // The live hours alone are still read.
+    let (status, _) = get_json(
+        &app.router,
+        &format!("/api/v1/readings?sensor=rs&from={}&to={to}", BASE + HOUR_MS),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
 #[tokio::test]
 async fn rollups_of_unknown_and_empty() {
     let (app, _) = rollup_fixture().await;

@@ -9,7 +9,11 @@ use bucketd::store::embedded::EmbeddedStore;
 use super::suite::{Capabilities, Fixture};
 
 /// redb has no per-document limit: an oversized reading is stored like any other.
-const CAPS: Capabilities = Capabilities { rejects_oversized_reading: false };
+const CAPS: Capabilities = Capabilities {
+    rejects_oversized_reading: false,
+    retention_pass: true,
+    rollup_retention_by_day: false,
+};
 
 async fn make_store(limits: BucketLimits) -> Fixture {
     let dir = tempfile::tempdir().expect("temporary directory");

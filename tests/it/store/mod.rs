@@ -3,4 +3,5 @@
 mod embedded;
 mod memory;
 mod mongo;
+mod retention;
 mod suite;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bson::{Bson, doc, oid::ObjectId};
 use bucketd::model::{Batch, FieldValue, HOUR_MS, Reading};
-use bucketd::store::mongo::{COLLECTION, MongoStore, document as d};
+use bucketd::store::mongo::{COLLECTION, MongoConfig, MongoStore, document as d, hours};
 use bucketd::store::{BucketLimits, SCHEMA_VERSION, Store, StoreError};
 use futures::TryStreamExt;
 
@@ -20,7 +20,11 @@ use super::suite::{
 };
 use crate::support::mongo_standin::{MongoBackend, StandInOptions};
 
-const CAPS: Capabilities = Capabilities { rejects_oversized_reading: true };
+const CAPS: Capabilities = Capabilities {
+    rejects_oversized_reading: true,
+    retention_pass: true,
+    rollup_retention_by_day: true,
+};
 
 async fn connect(backend: &MongoBackend, limits: BucketLimits) -> MongoStore {
     MongoStore::connect(&backend.uri, &backend.database, limits, None)
@@ -39,9 +43,17 @@ fn encoded(readings: &[Reading]) -> (Vec<Bson>, u64) {
     (docs, bytes)
 }
 
+/// The suite's stores keep hour statistics (a retention is configured): every case then
+/// runs through that write path too. The retention is long, so that only the cases that run
+/// a retention pass (which applies its own) ever see an expired hour.
 async fn make_store(limits: BucketLimits) -> Fixture {
     let backend = MongoBackend::start();
-    let store = connect(&backend, limits).await;
+    let mut config = MongoConfig::new(backend.uri.as_str(), backend.database.as_str());
+    config.limits = limits;
+    config.retention = Some(Duration::from_secs(1_000_000 * 86_400));
+    let store = MongoStore::connect_with(config)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {}: {e}", backend.uri));
     Fixture::new(Arc::new(store), CAPS, backend)
 }
 
@@ -493,4 +505,62 @@ async fn schema2_buckets_are_read_and_their_statistics_lack_first_and_last() {
             (T0 + 3_000, Some((T0 + 3_000, 3.0))),
         ]
     );
+}
+
+/// The hour statistics collection is exactly once under the flusher's retry and the log's
+/// replay: its statement is sent before the bucket's, so after a failure it may be ahead, and
+/// the retried batch (which may have grown) adds only the readings above its mark.
+#[tokio::test]
+async fn hour_statistics_count_each_reading_once_across_retries() {
+    let backend = MongoBackend::start();
+    let mut config = MongoConfig::new(backend.uri.as_str(), backend.database.as_str());
+    // Long enough for 2024's readings: the stand-in applies TTL indexes as it reads.
+    config.retention = Some(Duration::from_secs(100 * 365 * 86_400));
+    config.rollup_retention = Some(Duration::from_secs(200 * 365 * 86_400));
+    let store = MongoStore::connect_with(config).await.expect("connect");
+    let s = series("once", "m", &[("site", "a")]);
+    let v = |i: i64| reading(T0 + HOUR_MS + i * 1000, &[("v", FieldValue::Float(i as f64))]);
+    let batch = |range: std::ops::Range<i64>| Batch {
+        series: s.clone(),
+        hour: T0 + HOUR_MS,
+        readings: range.clone().map(v).collect(),
+        seqs: range.map(|i| 100 + i as u64).collect(),
+    };
+    write_ok(&store, &[batch(0..10)]).await;
+    // The buckets' write is lost after the statistics landed: the retry (or the replay) sends
+    // everything above the buckets' mark (nothing), now with newer readings behind it.
+    store
+        .database()
+        .collection::<bson::Document>(COLLECTION)
+        .delete_many(doc! {d::SENSOR: "once"})
+        .await
+        .unwrap();
+    assert_eq!(store.high_water(W, &[(s.key.clone(), T0 + HOUR_MS)]).await.unwrap(), vec![0]);
+    write_ok(&store, &[batch(0..15)]).await;
+    // And a replay of what is stored by now: statistics unchanged.
+    write_ok(&store, &[batch(5..15)]).await;
+    let q = bucketd::store::RollupQuery {
+        sensor: s.key.clone(),
+        from: T0,
+        to: T0 + 3 * HOUR_MS,
+        step_ms: HOUR_MS,
+        fields: None,
+    };
+    let rows = store.rollups(q).await.unwrap();
+    let stats = &rows[0].fields["v"];
+    assert_eq!((rows.len(), rows[0].start), (1, T0 + HOUR_MS));
+    assert_eq!((stats.count, stats.sum, stats.min, stats.max), (15, 105.0, 0.0, 14.0));
+    assert_eq!(
+        (stats.first, stats.last),
+        (Some((T0 + HOUR_MS, 0.0)), Some((T0 + HOUR_MS + 14_000, 14.0)))
+    );
+
+    // One document per sensor per day, its hours inside, with a TTL for --rollup-retention.
+    let hours = store.database().collection::<bson::Document>(hours::COLLECTION);
+    let day = hours.find_one(doc! {d::SENSOR: "once"}).await.unwrap().expect("the day's document");
+    assert_eq!(day.get_str(d::ID).unwrap(), format!("once@{T0}"));
+    let hour = day.get_document("h").unwrap().get_document("01").unwrap();
+    assert_eq!(hour.get("n").and_then(d::number), Some(15.0));
+    let names = hours.list_index_names().await.unwrap();
+    assert!(names.iter().any(|n| n == hours::TTL_INDEX), "{names:?}");
 }

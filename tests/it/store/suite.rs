@@ -49,6 +49,12 @@ pub struct Capabilities {
     /// 16 MiB) is refused with a permanent error, failing only its own batch. Stores without
     /// such a limit must store that reading instead.
     pub rejects_oversized_reading: bool,
+    /// `Store::expire` deletes readings past the retention (the cases of
+    /// `store::retention` are skipped for a store without).
+    pub retention_pass: bool,
+    /// `--rollup-retention` deletes whole days of hour statistics (MongoDB's day documents)
+    /// rather than single hours.
+    pub rollup_retention_by_day: bool,
 }
 
 /// Makes the store's next batch with sequence numbers land only its first `n` readings and
@@ -108,6 +114,22 @@ macro_rules! store_suite {
             marks_are_kept_per_writer,
             first_and_last_of_each_hour,
         );
+        $crate::store::suite::store_suite!(@retention $make;
+            expired_hours_keep_exact_statistics,
+            retention_is_per_hour_and_spares_other_series,
+        );
+    };
+    (@retention $make:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                use $crate::store::{retention, suite};
+                let make = |limits| -> futures::future::BoxFuture<'static, suite::Fixture> {
+                    Box::pin($make(limits))
+                };
+                suite::run(stringify!($case), retention::$case(&make)).await;
+            }
+        )*
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
         $(
