@@ -33,11 +33,8 @@ impl ExecError {
 
 impl From<StoreError> for ExecError {
     fn from(e: StoreError) -> Self {
-        match e {
-            // Not the store's failure: the statement asks for deleted readings.
-            StoreError::Expired { .. } => ExecError(e.to_string()),
-            e => ExecError(format!("store unavailable: {e}")),
-        }
+        // The store's own words say what failed: unavailable, or readings past --retention.
+        ExecError(e.to_string())
     }
 }
 
@@ -305,20 +302,31 @@ impl Ctx<'_> {
     }
 
     /// The types of the fields of a series' latest reading in range: what decides whether
-    /// bucket statistics (numbers only) can answer. `None` without readings in range.
+    /// bucket statistics (numbers only) can answer. `None` without a reading in range that is
+    /// still kept (`--retention` may have deleted the older ones: only the range after the
+    /// deleted hours is asked then).
     pub async fn field_kinds(
         &self,
         info: &SensorInfo,
         range: super::cond::TimeRange,
     ) -> Result<Option<HashMap<String, FieldKind>>, ExecError> {
         use futures::StreamExt;
-        let mut latest = self.readings(&info.key, range.from, range.to, Order::Desc);
-        Ok(match latest.next().await.transpose()? {
-            None => None,
-            Some(r) => {
-                Some(r.fields.iter().map(|(k, v)| (k.to_string(), FieldKind::of(v))).collect())
+        let mut from = range.from;
+        // Twice at most: the whole range, then the part after the deleted hours.
+        for _ in 0..2 {
+            let mut latest = self.readings(&info.key, from, range.to, Order::Desc);
+            match latest.next().await.transpose() {
+                Ok(None) => return Ok(None),
+                Ok(Some(r)) => {
+                    let kinds = r.fields.iter().map(|(k, v)| (k.to_string(), FieldKind::of(v)));
+                    return Ok(Some(kinds.collect()));
+                }
+                Err(StoreError::Expired { before, .. }) if before > from => from = before,
+                Err(StoreError::Expired { .. }) => return Ok(None),
+                Err(e) => return Err(e.into()),
             }
-        })
+        }
+        Ok(None)
     }
 }
 

@@ -387,3 +387,45 @@ async fn hour_groups_from_mongodb_statistics_equal_those_from_readings() {
     );
     server.shutdown().await;
 }
+
+/// With `--retention`, hour groups still answer over hours whose readings are deleted (from
+/// the kept hour statistics), and what needs those readings says so.
+#[tokio::test]
+async fn hour_groups_outlive_the_readings_retention_deletes() {
+    use bucketd::store::Retention;
+
+    let app = app(BucketLimits::default());
+    fixture(&app).await;
+    let hours = format!(
+        "SELECT mean(v), count(v), max(n), first(v) FROM temp WHERE {} GROUP BY time(1h), site",
+        range(0, 6)
+    );
+    let (_, before) = q(&app, &hours).await;
+    // Four of the six hours end more than the retention before "now".
+    let now = BASE + 6 * HOUR_MS + HOUR_MS / 2;
+    let policy = Retention { raw: Some(std::time::Duration::from_secs(3 * 3600)), rollups: None };
+    loop {
+        let report = app.store.expire(now, policy, 100).await.expect("retention pass");
+        if report.done {
+            break;
+        }
+    }
+    let (status, after) = q(&app, &hours).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(after, before, "hour statistics answer for the deleted hours too");
+
+    for statement in [
+        format!("SELECT v FROM temp WHERE {}", range(0, 6)),
+        format!("SELECT mean(v) FROM temp WHERE {} GROUP BY time(10m)", range(0, 6)),
+        format!("SELECT median(v) FROM temp WHERE {} GROUP BY time(1h)", range(0, 6)),
+    ] {
+        let (status, body) = q(&app, &statement).await;
+        assert_eq!(status, StatusCode::OK);
+        let error =
+            body["results"][0]["error"].as_str().unwrap_or_else(|| panic!("{statement}: {body}"));
+        assert!(error.contains("deleted by --retention"), "{statement}: {error}");
+    }
+    // The live hours still read their readings.
+    let (_, body) = q(&app, &format!("SELECT count(v) FROM temp WHERE {}", range(5, 6))).await;
+    assert_eq!(body["results"][0]["series"][0]["values"][0][1], 3 * 60);
+}

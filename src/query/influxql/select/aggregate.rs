@@ -245,13 +245,15 @@ async fn from_rollups(
     fields_seen: &mut [BTreeSet<String>],
 ) -> Result<bool, ExecError> {
     let Some(w) = st.window else { return Ok(false) };
-    let Some(kinds) = ctx.field_kinds(info, st.range).await? else {
-        return Ok(true); // no reading in range: nothing to add
-    };
+    // Without a kept reading in range (none, or all past --retention) the types are unknown:
+    // the statistics hold numeric fields only, so what they hold is taken as floats.
+    let kinds = ctx.field_kinds(info, st.range).await?;
     let numeric = |k: &FieldKind| matches!(k, FieldKind::Float | FieldKind::Integer);
-    let all_numeric = st.plan.calls.iter().all(|c| match &c.field {
-        Some(f) => kinds.get(f.as_str()).is_some_and(numeric),
-        None => kinds.values().all(numeric),
+    let all_numeric = kinds.as_ref().is_none_or(|kinds| {
+        st.plan.calls.iter().all(|c| match &c.field {
+            Some(f) => kinds.get(f.as_str()).is_some_and(numeric),
+            None => kinds.values().all(numeric),
+        })
     });
     if !all_numeric {
         return Ok(false);
@@ -269,7 +271,9 @@ async fn from_rollups(
                 if call.field.as_ref().is_some_and(|f| f != name) {
                     continue;
                 }
-                let integer = kinds.get(name.as_str()) == Some(&FieldKind::Integer);
+                let integer = kinds
+                    .as_ref()
+                    .is_some_and(|k| k.get(name.as_str()) == Some(&FieldKind::Integer));
                 fields_seen[i].insert(name.clone());
                 g.accs[i]
                     .entry(name.clone())
