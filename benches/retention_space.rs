@@ -8,7 +8,9 @@
 //! server judges retention against the wall clock; here the clock is the data's, so that
 //! hours age out in seconds instead of hours. Prints the file size every simulated half hour.
 //!
-//! Run (a debug build, a few minutes): `cargo test --bench retention_space`
+//! Run (a debug build, a few minutes): `cargo test --bench retention_space -- --bench`, or
+//! `cargo bench --bench retention_space` (release). Without `--bench` it does nothing, since
+//! `cargo test --all-targets` runs bench targets too.
 //! Options through the environment: `SENSORS` (default 500), `HOURS` (default 10),
 //! `RETENTION_HOURS` (default 2).
 
@@ -109,7 +111,10 @@ fn run(sensors: usize, hours: i64, retention: Option<Duration>) -> Vec<(f64, u64
 }
 
 fn main() {
-    // `cargo test --bench` passes harness flags; this bench takes none.
+    // `cargo test --all-targets` runs bench targets too, without `--bench`: nothing to do.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
     let sensors = env("SENSORS", 500) as usize;
     let hours = env("HOURS", 10) as i64;
     let keep = env("RETENTION_HOURS", 2);
