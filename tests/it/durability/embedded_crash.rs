@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::hash::{BuildHasher, RandomState};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -17,7 +17,7 @@ use bucketd::store::embedded::EmbeddedStore;
 use bucketd::store::{BucketLimits, Order, RangeQuery, Store};
 use futures::StreamExt;
 
-use crate::support::test_name;
+use crate::support::this_test_again;
 
 /// The writer these writes are made as.
 const W: bucketd::model::WriterId = bucketd::model::WriterId(1);
@@ -96,14 +96,7 @@ fn run_writer(dir: &Path, round: u64) -> ! {
 /// Runs one writer, kills it at a random moment after its first acknowledged write, and returns
 /// the highest acknowledged write number.
 fn kill_a_writer(dir: &Path, round: u64) -> i64 {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            &test_name(module_path!(), TEST_FN),
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
+    let mut child = this_test_again(module_path!(), TEST_FN)
         .env(DIR_ENV, dir)
         .env(ROUND_ENV, round.to_string())
         .stdout(Stdio::piped())

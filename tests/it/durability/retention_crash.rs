@@ -9,7 +9,7 @@
 use std::hash::{BuildHasher, RandomState};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,7 +20,7 @@ use bucketd::store::{
 };
 use futures::StreamExt;
 
-use crate::support::test_name;
+use crate::support::this_test_again;
 
 const TEST_FN: &str = "a_retention_pass_killed_at_random_loses_nothing_that_should_stay";
 const DIR_ENV: &str = "BUCKETD_RETENTION_CRASH_DIR";
@@ -103,14 +103,7 @@ fn run_expirer(dir: &Path) -> ! {
 
 /// Starts an expirer and kills it after `steps` announced steps (or once its pass is done).
 fn kill_an_expirer(dir: &Path, steps: u64) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            &test_name(module_path!(), TEST_FN),
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
+    let mut child = this_test_again(module_path!(), TEST_FN)
         .env(DIR_ENV, dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

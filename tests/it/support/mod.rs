@@ -26,6 +26,14 @@ pub fn test_name(module: &str, function: &str) -> String {
     }
 }
 
+/// A command that runs just this test again, in a child process of this test binary: for
+/// tests that kill a child (the crash tests) or need a process of their own.
+pub fn this_test_again(module: &str, function: &str) -> Command {
+    let mut command = Command::new(std::env::current_exe().expect("the test binary's path"));
+    command.args(["--exact", &test_name(module, function), "--nocapture", "--test-threads", "1"]);
+    command
+}
+
 /// Runs the calling test in a process of its own, where it is the only test: for tests that
 /// read process-wide state (the metrics registry, the heap through a counting allocator), which
 /// every other test of this binary also moves.
@@ -39,8 +47,7 @@ pub fn in_own_process(module: &str, function: &str) -> bool {
     if std::env::var(OWN_PROCESS_ENV).is_ok_and(|running| running == name) {
         return true;
     }
-    let output = Command::new(std::env::current_exe().expect("the test binary's path"))
-        .args(["--exact", &name, "--nocapture", "--test-threads", "1"])
+    let output = this_test_again(module, function)
         .env(OWN_PROCESS_ENV, &name)
         .output()
         .expect("the test binary starts again");
