@@ -3,9 +3,10 @@
 //!
 //! - [`ast`]: the statements; [`parse`] (with `lex`): the parser, whose errors carry InfluxDB's
 //!   "at line L, char C" positions.
-//! - [`exec`]: runs statements (`Ctx`), lists series, formats times (`epoch`).
+//! - [`exec`]: runs statements (`Ctx`), lists series, formats times (`epoch`, `tz`).
 //! - [`show`]: the metadata statements; [`select`]: `SELECT`; [`cond`]: `WHERE` (time bounds,
-//!   tag and field conditions); [`agg`]: the aggregate functions and selectors.
+//!   tag and field conditions); [`agg`]: the aggregate functions and selectors; `select`'s
+//!   `transform`: derivative and the other transformations.
 //!
 //! The model: a line's measurement and tags are InfluxQL's measurement and tags, a JSON
 //! reading's sensor is its measurement; fields are fields. bucketd has one database: `db` and
@@ -19,7 +20,6 @@ pub mod exec;
 mod lex;
 pub mod parse;
 pub mod select;
-
 pub mod show;
 
 pub use parse::parse;
