@@ -377,6 +377,10 @@
         data.tableReadings = page.readings.reverse();
         data.tableMore = !!page.next_cursor;
       }
+      // The data keeps the range it was read for: a redraw before the next load (a resize, a
+      // toggle) must not put it under another range's axis and attributes.
+      data.from = from;
+      data.to = to;
       chart.data = data;
       renderToggles();
       drawChart();
@@ -473,14 +477,16 @@
     const W = Math.max(280, Math.floor(box.clientWidth || 600));
     const H = W < 500 ? 220 : 320;
     const data = chart.data;
+    const shownFrom = data ? data.from : chart.from;
+    const shownTo = data ? data.to : chart.to;
     const svg = sv('svg', {
       viewBox: '0 0 ' + W + ' ' + H, width: W, height: H, tabindex: '0', role: 'img',
-      'data-mode': data ? data.mode : 'raw', 'data-from': String(chart.from), 'data-to': String(chart.to),
+      'data-mode': data ? data.mode : 'raw', 'data-from': String(shownFrom), 'data-to': String(shownTo),
       'aria-label': 'Chart of ' + (chart.sensor ? chart.sensor.key : 'no sensor'),
     });
     if (data && data.mode === 'rollup') svg.setAttribute('data-step-ms', String(data.stepMs));
     const x0 = M.left, x1 = W - M.right, y0 = H - M.bottom, y1 = M.top;
-    const from = chart.from, to = Math.max(chart.to, chart.from + 1);
+    const from = shownFrom, to = Math.max(shownTo, shownFrom + 1);
     const visible = fieldNames().filter((f) => !chart.hidden.has(f));
     let lo = Infinity, hi = -Infinity;
     for (const f of visible) {
@@ -556,7 +562,7 @@
   }
 
   function caption(data) {
-    const range = fmtFull(chart.from) + ' – ' + fmtFull(chart.to);
+    const range = fmtFull(data.from) + ' – ' + fmtFull(data.to);
     if (data.mode === 'raw') {
       return 'raw readings (' + fmtInt(data.count) + (data.truncated ? ', the latest ' + fmtInt(RAW_LIMIT) + ' of the range' : '') + ') · ' + range;
     }
