@@ -188,6 +188,45 @@ pub struct SeriesMeta {
     pub tags: Vec<(String, String)>,
 }
 
+// ---- series keys: line protocol's text of a measurement and its tags, which ingest builds
+// and parses (`ingest::series_key`) and InfluxQL's `SHOW SERIES` prints.
+
+/// Bytes a backslash escapes in a measurement.
+pub const fn escaped_in_measurement(b: u8) -> bool {
+    b == b',' || b == b' '
+}
+
+/// Bytes a backslash escapes in tag keys, tag values (and field keys).
+pub const fn escaped_in_key(b: u8) -> bool {
+    b == b',' || b == b'=' || b == b' '
+}
+
+/// The series key of a measurement and its tags (sorted by key): the line-protocol text of
+/// that part of a line, e.g. `env,sensor=s1,site=w3`. Escapes `,` and space in the measurement
+/// and `,`, `=` and space in tag keys and values, so parsing the key gives the series back.
+pub fn series_key(measurement: &str, sorted_tags: &[(String, String)]) -> String {
+    let len =
+        measurement.len() + sorted_tags.iter().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>();
+    let mut key = String::with_capacity(len);
+    escape_into(&mut key, measurement, escaped_in_measurement);
+    for (k, v) in sorted_tags {
+        key.push(',');
+        escape_into(&mut key, k, escaped_in_key);
+        key.push('=');
+        escape_into(&mut key, v, escaped_in_key);
+    }
+    key
+}
+
+fn escape_into(out: &mut String, text: &str, escaped: impl Fn(u8) -> bool) {
+    for c in text.chars() {
+        if c.is_ascii() && escaped(c as u8) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+}
+
 /// What ingest hands on: a reading and its series. The series is shared (`Arc`) so that the
 /// thousands of readings of one sensor that pass through the buffers cost one `SeriesMeta`, not
 /// one each (see [`KnownSeries`](crate::ingest::validate::KnownSeries)).

@@ -19,6 +19,15 @@ pub use error::{ApiError, ErrorBody, InfluxApi, InfluxError};
 /// the v1 API; the suffix says who is really answering.
 pub const INFLUXDB_VERSION: &str = "1.8.10-bucketd";
 
+/// The headers InfluxDB puts on `/ping` and `/query` answers; clients read the version.
+pub fn influxdb_headers() -> [(axum::http::HeaderName, axum::http::HeaderValue); 2] {
+    use axum::http::{HeaderName, HeaderValue};
+    [
+        (HeaderName::from_static("x-influxdb-version"), HeaderValue::from_static(INFLUXDB_VERSION)),
+        (HeaderName::from_static("x-influxdb-build"), HeaderValue::from_static("OSS")),
+    ]
+}
+
 /// Route label for requests that matched no route, so unknown paths cannot create series.
 const UNMATCHED_ROUTE: &str = "unmatched";
 

@@ -29,41 +29,9 @@ pub(super) const fn in_tag_value(b: u8) -> bool {
     !(b == b',' || b == b'=' || b == b' ' || b == b'\r' || b == b'\n')
 }
 
-/// Bytes a backslash escapes in a measurement.
-pub(super) const fn escaped_in_measurement(b: u8) -> bool {
-    b == b',' || b == b' '
-}
-
-/// Bytes a backslash escapes in tag keys, tag values (and field keys).
-pub(super) const fn escaped_in_key(b: u8) -> bool {
-    b == b',' || b == b'=' || b == b' '
-}
-
-/// The series key of a measurement and its tags (sorted by key): the line-protocol text of
-/// that part of a line, e.g. `env,sensor=s1,site=w3`. Escapes `,` and space in the measurement
-/// and `,`, `=` and space in tag keys and values, so parsing the key gives the series back.
-pub fn series_key(measurement: &str, sorted_tags: &[(String, String)]) -> String {
-    let len =
-        measurement.len() + sorted_tags.iter().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>();
-    let mut key = String::with_capacity(len);
-    escape_into(&mut key, measurement, escaped_in_measurement);
-    for (k, v) in sorted_tags {
-        key.push(',');
-        escape_into(&mut key, k, escaped_in_key);
-        key.push('=');
-        escape_into(&mut key, v, escaped_in_key);
-    }
-    key
-}
-
-fn escape_into(out: &mut String, text: &str, escaped: impl Fn(u8) -> bool) {
-    for c in text.chars() {
-        if c.is_ascii() && escaped(c as u8) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-}
+// The key itself and its escape rules are the model's: the query side prints keys too.
+pub use crate::model::series_key;
+pub(super) use crate::model::{escaped_in_key, escaped_in_measurement};
 
 /// Sorts tags by key. Stable, so among tags with the same key the one given first stays first:
 /// JSON names both values in its conflict message in the order the client gave them.

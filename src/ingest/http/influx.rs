@@ -4,13 +4,12 @@
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use serde::Deserialize;
 
 use super::body::read_body;
 use super::{IngestState, now_ms, partition, push};
-use crate::http::INFLUXDB_VERSION;
 use crate::http::error::{InfluxV2ErrorBody, MAX_LISTED_ERRORS};
 use crate::http::{ApiError, ErrorBody, InfluxApi, InfluxError};
 use crate::ingest::line_protocol::{self, LineError, Precision};
@@ -172,13 +171,7 @@ fn partial_write_message(accepted: usize, bad: &[LineError]) -> String {
     responses((status = 204, description = "Alive (InfluxDB clients probe this before writing); also answers HEAD. Headers `X-Influxdb-Version` and `X-Influxdb-Build`."))
 )]
 pub(crate) async fn ping() -> impl IntoResponse {
-    (
-        StatusCode::NO_CONTENT,
-        [
-            ("x-influxdb-version", HeaderValue::from_static(INFLUXDB_VERSION)),
-            ("x-influxdb-build", HeaderValue::from_static("OSS")),
-        ],
-    )
+    (StatusCode::NO_CONTENT, crate::http::influxdb_headers())
 }
 
 #[cfg(test)]

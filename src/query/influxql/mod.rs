@@ -26,14 +26,14 @@ pub use parse::parse;
 
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::json;
 
 use self::exec::{Ctx, Epoch, Series};
 use super::QueryState;
-use crate::http::INFLUXDB_VERSION;
+use crate::http::{ApiError, InfluxError, influxdb_headers};
 
 /// Statements one request may carry: each is answered in memory before the response is sent.
 pub const MAX_STATEMENTS: usize = 100;
@@ -97,17 +97,20 @@ fn whole_floats_as_go_writes_them(series: &mut Series) {
     }
 }
 
-fn influx_response(status: StatusCode, body: Vec<u8>) -> Response {
-    let mut r = (status, body).into_response();
-    let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    h.insert("x-influxdb-version", HeaderValue::from_static(INFLUXDB_VERSION));
-    h.insert("x-influxdb-build", HeaderValue::from_static("OSS"));
+/// A 200 with its JSON body and InfluxDB's headers.
+fn ok_response(body: Vec<u8>) -> Response {
+    let mut r = ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body)
+        .into_response();
+    r.headers_mut().extend(influxdb_headers());
     r
 }
 
-fn error_response(status: StatusCode, message: &str) -> Response {
-    influx_response(status, serde_json::to_vec(&json!({ "error": message })).unwrap_or_default())
+/// A request-level refusal (no `q`, a bad `epoch`, a query that does not parse): a 400 with
+/// InfluxDB's `{"error": …}`, through the API's one status table.
+fn refused(message: String) -> Response {
+    let mut r = InfluxError::v1(ApiError::BadRequest(message)).into_response();
+    r.headers_mut().extend(influxdb_headers());
+    r
 }
 
 /// `GET`/`POST /query`: each statement answered in order with its `statement_id`; a statement
@@ -140,21 +143,18 @@ pub async fn query(
 ) -> Response {
     let p = Params::read(raw.as_deref(), &headers, &body);
     let Some(q) = p.q.filter(|q| !q.trim().is_empty()) else {
-        return error_response(StatusCode::BAD_REQUEST, "missing required parameter \"q\"");
+        return refused("missing required parameter \"q\"".into());
     };
     let epoch = match Epoch::parse(p.epoch.as_deref()) {
         Ok(e) => e,
-        Err(message) => return error_response(StatusCode::BAD_REQUEST, &message),
+        Err(message) => return refused(message),
     };
     let parsed = match parse::parse(&q) {
         Ok(parsed) => parsed,
-        Err(e) => return error_response(StatusCode::BAD_REQUEST, &e.to_string()),
+        Err(e) => return refused(e.to_string()),
     };
     if parsed.statements.len() > MAX_STATEMENTS {
-        return error_response(
-            StatusCode::BAD_REQUEST,
-            &format!("more than {MAX_STATEMENTS} statements in one query"),
-        );
+        return refused(format!("more than {MAX_STATEMENTS} statements in one query"));
     }
     let now_ns = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
     let ctx = Ctx { state: &state, now_ns, epoch };
@@ -180,5 +180,5 @@ pub async fn query(
     } else {
         serde_json::to_vec(&json!({ "results": results })).unwrap_or_default()
     };
-    influx_response(StatusCode::OK, body)
+    ok_response(body)
 }

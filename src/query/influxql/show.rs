@@ -203,28 +203,11 @@ impl KeyFilter {
 }
 
 /// InfluxDB's series key: the measurement and its tags sorted by key, escaped as in line
-/// protocol.
+/// protocol (a JSON sensor's key need not be written that way, so it is built, not copied).
 pub fn series_key(s: &SensorInfo) -> String {
-    let escape = |v: &str, chars: &[char]| -> String {
-        let mut out = String::with_capacity(v.len());
-        for c in v.chars() {
-            if chars.contains(&c) {
-                out.push('\\');
-            }
-            out.push(c);
-        }
-        out
-    };
-    let mut key = escape(&s.measurement, &[',', ' ']);
-    let mut tags: Vec<&(String, String)> = s.tags.iter().collect();
+    let mut tags = s.tags.clone();
     tags.sort();
-    for (k, v) in tags {
-        key.push(',');
-        key.push_str(&escape(k, &[',', ' ', '=']));
-        key.push('=');
-        key.push_str(&escape(v, &[',', ' ', '=']));
-    }
-    key
+    crate::model::series_key(&s.measurement, &tags)
 }
 
 /// Field names and types seen in the first and last [`FIELD_PROBE`] readings of a series.
