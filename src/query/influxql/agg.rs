@@ -91,28 +91,19 @@ impl Func {
     /// Which values the function takes: `count`, `first`, `last` and `distinct` any,
     /// `min`/`max` numbers and booleans, the others numbers only.
     pub fn accepts(&self, v: &FieldValue) -> bool {
+        let any_value = matches!(
+            self,
+            Func::Count
+                | Func::First
+                | Func::Last
+                | Func::Distinct
+                | Func::CountDistinct
+                | Func::Mode
+        );
         match v {
             FieldValue::Float(_) | FieldValue::Int(_) | FieldValue::UInt(_) => true,
-            FieldValue::Bool(_) => matches!(
-                self,
-                Func::Count
-                    | Func::First
-                    | Func::Last
-                    | Func::Distinct
-                    | Func::CountDistinct
-                    | Func::Mode
-                    | Func::Min
-                    | Func::Max
-            ),
-            FieldValue::Str(_) => matches!(
-                self,
-                Func::Count
-                    | Func::First
-                    | Func::Last
-                    | Func::Distinct
-                    | Func::CountDistinct
-                    | Func::Mode
-            ),
+            FieldValue::Bool(_) => any_value || matches!(self, Func::Min | Func::Max),
+            FieldValue::Str(_) => any_value,
         }
     }
 }
