@@ -63,7 +63,11 @@ fn expected(
     out
 }
 
-fn actual(v: &serde_json::Value) -> Expected {
+/// A rollups answer as step start → field → what `of` reads from that field's statistics.
+fn by_step<T>(
+    v: &serde_json::Value,
+    of: impl Fn(&serde_json::Value) -> T,
+) -> BTreeMap<i64, BTreeMap<String, T>> {
     v["rows"]
         .as_array()
         .unwrap()
@@ -73,19 +77,20 @@ fn actual(v: &serde_json::Value) -> Expected {
                 .as_object()
                 .unwrap()
                 .iter()
-                .map(|(name, s)| {
-                    let count = s["count"].as_u64().unwrap();
-                    let sum = s["sum"].as_f64().unwrap();
-                    assert_eq!(s["mean"].as_f64().unwrap(), sum / count as f64);
-                    (
-                        name.clone(),
-                        (count, s["min"].as_f64().unwrap(), s["max"].as_f64().unwrap(), sum),
-                    )
-                })
+                .map(|(name, s)| (name.clone(), of(s)))
                 .collect();
             (parse_t(row["t"].as_str().unwrap()), fields)
         })
         .collect()
+}
+
+fn actual(v: &serde_json::Value) -> Expected {
+    by_step(v, |s| {
+        let count = s["count"].as_u64().unwrap();
+        let sum = s["sum"].as_f64().unwrap();
+        assert_eq!(s["mean"].as_f64().unwrap(), sum / count as f64);
+        (count, s["min"].as_f64().unwrap(), s["max"].as_f64().unwrap(), sum)
+    })
 }
 
 /// Each field's (first, last) as (time, value) per step, computed directly from the readings:
@@ -121,20 +126,7 @@ fn actual_points(v: &serde_json::Value) -> Points {
         assert_eq!(keys, ["t", "value"], "{p}");
         (parse_t(p["t"].as_str().unwrap()), p["value"].as_f64().unwrap())
     };
-    v["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|row| {
-            let fields = row["fields"]
-                .as_object()
-                .unwrap()
-                .iter()
-                .map(|(name, s)| (name.clone(), (point(&s["first"]), point(&s["last"]))))
-                .collect();
-            (parse_t(row["t"].as_str().unwrap()), fields)
-        })
-        .collect()
+    by_step(v, |s| (point(&s["first"]), point(&s["last"])))
 }
 
 /// 108 stored readings over three hours in buckets of 5, plus unflushed readings.
