@@ -7,11 +7,12 @@
 //!
 //! Run: `cargo bench --bench bson`
 
-use std::sync::Arc;
+mod common;
 
-use bucketd::model::{Batch, FieldValue, HOUR_MS, Reading, SeriesMeta};
+use bucketd::model::{Batch, HOUR_MS};
 use bucketd::store::BucketLimits;
 use bucketd::store::mongo::encode_batch;
+use common::{reading, series};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 /// The writer these writes are made as.
@@ -20,25 +21,6 @@ const W: bucketd::model::WriterId = bucketd::model::WriterId(1);
 const HOUR: i64 = 1_700_000_000_000 - 1_700_000_000_000 % HOUR_MS;
 /// MongoDB's maxBsonObjectSize less the write path's command overhead.
 const STATEMENT_BUDGET: u64 = 16 * 1024 * 1024 - 256;
-
-fn series(i: usize) -> Arc<SeriesMeta> {
-    let sensor = format!("s{i:05}");
-    Arc::new(SeriesMeta {
-        key: format!("env,sensor={sensor}"),
-        measurement: "env".into(),
-        tags: vec![("sensor".into(), sensor)],
-    })
-}
-
-fn reading(ts: i64, i: usize) -> Reading {
-    Reading {
-        ts,
-        fields: smallvec::smallvec![
-            ("temperature".into(), FieldValue::Float(15.0 + (i % 1500) as f64 / 100.0)),
-            ("humidity".into(), FieldValue::Float(30.0 + (i % 600) as f64 / 10.0)),
-        ],
-    }
-}
 
 fn bench_encode(c: &mut Criterion) {
     let limits = BucketLimits::default();

@@ -36,6 +36,8 @@ mod mongo_standin;
 #[path = "../tests/it/store/suite.rs"]
 mod suite;
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -44,9 +46,10 @@ use std::time::{Duration, Instant};
 
 use bucketd::buffer::Buffers;
 use bucketd::flush::Flusher;
-use bucketd::model::{Batch, FieldValue, HOUR_MS, Item, Reading, SeriesMeta};
+use bucketd::model::{Batch, FieldValue, HOUR_MS, Item, Reading};
 use bucketd::store::mongo::{MongoConfig, MongoStore};
 use bucketd::store::{BucketLimits, Store};
+use common::{reading, series};
 use mongo_standin::{MongoBackend, StandInOptions};
 use suite::W;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -170,25 +173,6 @@ async fn proxy(listener: TcpListener, upstream: String, counts: Arc<Counts>) {
             };
             tokio::join!(up, down);
         });
-    }
-}
-
-fn series(i: usize) -> Arc<SeriesMeta> {
-    let sensor = format!("s{i:05}");
-    Arc::new(SeriesMeta {
-        key: format!("env,sensor={sensor}"),
-        measurement: "env".into(),
-        tags: vec![("sensor".into(), sensor)],
-    })
-}
-
-fn reading(ts: i64, i: usize) -> Reading {
-    Reading {
-        ts,
-        fields: smallvec::smallvec![
-            ("temperature".into(), FieldValue::Float(15.0 + (i % 1500) as f64 / 100.0)),
-            ("humidity".into(), FieldValue::Float(30.0 + (i % 600) as f64 / 10.0)),
-        ],
     }
 }
 

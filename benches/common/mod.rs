@@ -1,0 +1,25 @@
+//! The sensor data the MongoDB benches write, shared so that their numbers describe the same
+//! documents: sensor `i` is `env,sensor=s<i>`, a reading holds a temperature and a humidity.
+
+use std::sync::Arc;
+
+use bucketd::model::{FieldValue, Reading, SeriesMeta};
+
+pub fn series(i: usize) -> Arc<SeriesMeta> {
+    let sensor = format!("s{i:05}");
+    Arc::new(SeriesMeta {
+        key: format!("env,sensor={sensor}"),
+        measurement: "env".into(),
+        tags: vec![("sensor".into(), sensor)],
+    })
+}
+
+pub fn reading(ts: i64, i: usize) -> Reading {
+    Reading {
+        ts,
+        fields: smallvec::smallvec![
+            ("temperature".into(), FieldValue::Float(15.0 + (i % 1500) as f64 / 100.0)),
+            ("humidity".into(), FieldValue::Float(30.0 + (i % 600) as f64 / 10.0)),
+        ],
+    }
+}
