@@ -13,7 +13,7 @@
 //! | `tag_index`         | `(tag key, tag value, sensor key)`    | `()`                        |
 //! | `measurement_index` | `(measurement, sensor key)`           | `()`                        |
 //! | `buckets`           | `(series id u64, hour i64, seq u32)`  | bucket header: count, approximate bytes, min/max ts, sorted flag, chunk count, per-field `{count,min,max,sum,first,last}` (first/last: a value with its time; schema 3) |
-//! | `chunks`            | `(series id, hour, seq, chunk u32)`   | the readings one flush appended to that bucket |
+//! | `chunks`            | `(series id, hour, seq, chunk u32)`   | readings of that bucket: one flush's, or several small flushes' joined (`write::SMALL_CHUNK`) |
 //! | `writer_marks`      | `(sensor key, hour i64, writer u64)`  | `u64`: highest write sequence number that writer stored for that hour (`Store::high_water`) |
 //! | `high_water`        | `(sensor key, hour i64)`              | `u64`: schema 1's one mark per hour, whoever wrote (`Store::schema1_high_water`); no longer written |
 //! | `hour_stats`        | `(series id u64, hour i64)`           | schema 4: merged statistics (a bucket header, no chunks) of an hour whose readings the retention pass deleted ([`expire`]) |
@@ -31,8 +31,9 @@
 //! bucketd cannot decode version-2 headers: it refuses the file at open rather than failing
 //! on reads.
 //!
-//! A flush never rewrites a bucket's readings: it appends one chunk per bucket it touches and
-//! rewrites only the bucket's header (whose size depends on the number of numeric fields, not
+//! A flush never rewrites a bucket's readings beyond its last small chunk: it appends one chunk
+//! per bucket it touches (or joins the last one while that holds fewer than
+//! `write::SMALL_CHUNK` readings) and rewrites only the bucket's header (whose size depends on the number of numeric fields, not
 //! of readings) and the series record. Series ids keep one series' buckets and chunks
 //! contiguous in key order, so a range query is one forward (or backward) B-tree scan.
 //!

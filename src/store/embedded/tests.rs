@@ -231,7 +231,8 @@ async fn spills_at_count_cap_into_new_buckets_of_the_same_hour() {
     let hs = headers(&store, "s");
     let counts: Vec<(TimestampMs, u32, u32, u32)> =
         hs.iter().map(|(h, seq, b)| (*h, *seq, b.count, b.chunks)).collect();
-    assert_eq!(counts, vec![(0, 0, 4, 1), (0, 1, 4, 2), (0, 2, 1, 1)]);
+    // The second write joined the second bucket's small chunk.
+    assert_eq!(counts, vec![(0, 0, 4, 1), (0, 1, 4, 1), (0, 2, 1, 1)]);
     assert!(hs.iter().all(|(_, _, b)| b.sorted));
     assert_eq!(collect(&store, range("s", 0, HOUR_MS)).await.len(), 9);
 }
@@ -710,6 +711,64 @@ async fn a_corrupt_chunk_ends_the_range_after_the_readings_before_it() {
         let ok: Vec<Reading> = ok.iter().map(|r| r.as_ref().expect("reading").clone()).collect();
         assert_eq!(ok, before, "{order:?}");
     }
+}
+
+/// Chunk keys of a series' bucket `(hour, seq)`, with each chunk's reading count.
+fn chunk_counts(store: &EmbeddedStore, key: &str, hour: TimestampMs, seq: u32) -> Vec<u32> {
+    let txn = store.db.begin_read().unwrap();
+    let id = read::series_id_for_tests(&txn, key);
+    let chunks = txn.open_table(CHUNKS).unwrap();
+    chunks
+        .range((id, hour, seq, 0)..=(id, hour, seq, u32::MAX))
+        .unwrap()
+        .map(|e| codec::chunk_summary(e.unwrap().1.value(), hour).unwrap().count)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_slow_sensors_writes_join_its_last_chunk_until_it_is_no_longer_small() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), BIG);
+    let s = meta("s", "m", &[]);
+    let readings: Vec<Reading> = (0..601).map(|i| reading(i * 1000, i as f64)).collect();
+    // One reading a write, then ten (a slow sensor's flushes), then one as large as several
+    // chunks (it joins a small last chunk too: the rule looks at the chunk), then one.
+    let sizes = [vec![1; 100], vec![10; 20], vec![300], vec![1]].concat();
+    let mut expected: Vec<u32> = Vec::new();
+    let mut at = 0;
+    for n in sizes {
+        write_ok(&store, &batches(&s, &readings[at..at + n])).await;
+        at += n;
+        match expected.last_mut() {
+            Some(last) if *last < write::SMALL_CHUNK => *last += n as u32,
+            _ => expected.push(n as u32),
+        }
+    }
+    assert!(expected.len() >= 4, "{expected:?}");
+    assert_eq!(chunk_counts(&store, "s", 0, 0), expected);
+    let hs = headers(&store, "s");
+    assert_eq!((hs[0].2.count, hs[0].2.chunks, hs[0].2.sorted), (601, expected.len() as u32, true));
+    assert_eq!(collect(&store, range("s", 0, HOUR_MS)).await, readings);
+}
+
+#[tokio::test]
+async fn a_write_after_a_small_corrupt_chunk_makes_a_chunk_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), BIG);
+    let s = meta("s", "m", &[]);
+    write_ok(&store, &batches(&s, &[reading(1, 1.0), reading(2, 2.0)])).await;
+    let id = read::series_id_for_tests(&store.db.begin_read().unwrap(), "s");
+    let txn = store.db.begin_write().unwrap();
+    {
+        let mut chunks = txn.open_table(CHUNKS).unwrap();
+        let mut bytes = chunks.get((id, 0, 0, 0)).unwrap().unwrap().value().to_vec();
+        bytes.pop();
+        chunks.insert((id, 0, 0, 0), bytes.as_slice()).unwrap();
+    }
+    txn.commit().unwrap();
+    write_ok(&store, &batches(&s, &[reading(3, 3.0)])).await;
+    assert_eq!(chunk_counts(&store, "s", 0, 0), [2, 1]);
+    assert_eq!(headers(&store, "s")[0].2.chunks, 2);
 }
 
 fn field_value() -> impl Strategy<Value = FieldValue> {

@@ -278,6 +278,13 @@ fn create_series(
     Ok(id)
 }
 
+/// A bucket's last chunk holding fewer readings than this takes the next write's readings
+/// too (decoded, merged and encoded again) rather than the write making a chunk of its own.
+/// A slow sensor's flush brings a handful of readings, and a chunk per flush cost more in its
+/// key, its name dictionary and its B-tree entry than in its readings (ARCHITECTURE.md,
+/// "Embedded store"). A fast sensor's writes are larger than this and are never re-encoded.
+pub(super) const SMALL_CHUNK: u32 = 128;
+
 fn append_chunk(
     t: &mut Tables<'_>,
     series_id: u64,
@@ -289,9 +296,44 @@ fn append_chunk(
     // Stable: equal timestamps keep the order they were written in.
     let mut sorted: Vec<&Reading> = readings.iter().collect();
     sorted.sort_by_key(|r| r.ts);
-    let chunk = codec::encode_chunk(hour, &sorted);
-    t.chunks.insert((series_id, hour, seq, header.chunks), chunk.as_slice())?;
+    // The header counts what the new readings add whether or not they join the last chunk:
+    // its `sorted` flag compares them with the bucket's earlier readings either way.
+    let earlier = small_last_chunk(t, series_id, hour, seq, header)?;
     header.append(&sorted);
+    let (index, chunk) = match earlier {
+        Some((index, mut joined)) => {
+            header.chunks -= 1;
+            joined.extend(sorted.into_iter().cloned());
+            // Stable, as if both had come in one write; already in order in the usual case.
+            if !joined.is_sorted_by_key(|r| r.ts) {
+                joined.sort_by_key(|r| r.ts);
+            }
+            (index, codec::encode_chunk(hour, &joined.iter().collect::<Vec<_>>()))
+        }
+        None => (header.chunks - 1, codec::encode_chunk(hour, &sorted)),
+    };
+    t.chunks.insert((series_id, hour, seq, index), chunk.as_slice())?;
     t.buckets.insert((series_id, hour, seq), header.encode().as_slice())?;
     Ok(())
+}
+
+/// The bucket's last chunk, decoded, when it holds fewer than [`SMALL_CHUNK`] readings. One
+/// that does not decode is left as it is (its own reads report it) and the write makes a new
+/// chunk, so that no write depends on it.
+fn small_last_chunk(
+    t: &Tables<'_>,
+    series_id: u64,
+    hour: TimestampMs,
+    seq: u32,
+    header: &BucketHeader,
+) -> Result<Option<(u32, Vec<Reading>)>, EmbeddedError> {
+    let Some(index) = header.chunks.checked_sub(1) else { return Ok(None) };
+    let Some(stored) = t.chunks.get((series_id, hour, seq, index))? else { return Ok(None) };
+    let bytes = stored.value();
+    match codec::chunk_summary(bytes, hour) {
+        Ok(summary) if summary.count < SMALL_CHUNK => {}
+        _ => return Ok(None),
+    }
+    let mut readings = Vec::with_capacity(SMALL_CHUNK as usize * 2);
+    Ok(codec::decode_chunk(bytes, hour, &mut readings).ok().map(|_| (index, readings)))
 }
