@@ -140,7 +140,14 @@ impl Columns {
         // the cache miss of the append.
         let offset = i32::try_from(reading.ts - self.base).expect("a buffer holds one hour");
         let at = self.words.len();
-        self.words.resize(at + stride(fields), 0);
+        let need = at + stride(fields);
+        if need > self.words.capacity() {
+            // A quarter more, not twice: doubling left a third of the rows' memory unused on
+            // average, and a slow sensor's ten rows sat in room for sixteen. The extra copies
+            // are of rows already in cache.
+            self.words.reserve_exact((at / 4).max(4 * stride(fields)));
+        }
+        self.words.resize(need, 0);
         let row = &mut self.words[at..];
         row[0] = u64::from(offset as u32);
         row[1] = seq;
