@@ -142,10 +142,12 @@ impl Columns {
         let at = self.words.len();
         let need = at + stride(fields);
         if need > self.words.capacity() {
-            // A quarter more, not twice: doubling left a third of the rows' memory unused on
-            // average, and a slow sensor's ten rows sat in room for sixteen. The extra copies
-            // are of rows already in cache.
-            self.words.reserve_exact((at / 4).max(4 * stride(fields)));
+            // A quarter more (at least two rows), not twice: doubling left a third of the rows'
+            // memory unused on average, and a slow sensor's ten rows sat in room for sixteen.
+            // The extra copies are of rows already in cache. The first row alone: a sensor
+            // that sends once per flush interval holds one (a million of them, 96 MB).
+            let row = stride(fields);
+            self.words.reserve_exact(if at == 0 { row } else { (at / 4).max(2 * row) });
         }
         self.words.resize(need, 0);
         let row = &mut self.words[at..];
