@@ -282,7 +282,7 @@ fn create_series(
 /// too (decoded, merged and encoded again) rather than the write making a chunk of its own.
 /// A slow sensor's flush brings a handful of readings, and a chunk per flush cost more in its
 /// key, its name dictionary and its B-tree entry than in its readings (ARCHITECTURE.md,
-/// "Embedded store"). A fast sensor's writes are larger than this and are never re-encoded.
+/// "The embedded store"). A fast sensor's writes are larger than this and are never re-encoded.
 pub(super) const SMALL_CHUNK: u32 = 128;
 
 fn append_chunk(
