@@ -296,13 +296,9 @@ fn append_chunk(
     // Stable: equal timestamps keep the order they were written in.
     let mut sorted: Vec<&Reading> = readings.iter().collect();
     sorted.sort_by_key(|r| r.ts);
-    // The header counts what the new readings add whether or not they join the last chunk:
-    // its `sorted` flag compares them with the bucket's earlier readings either way.
-    let earlier = small_last_chunk(t, series_id, hour, seq, header)?;
-    header.append(&sorted);
-    let (index, chunk) = match earlier {
+    let (index, chunk) = match small_last_chunk(t, series_id, hour, seq, header)? {
         Some((index, mut joined)) => {
-            header.chunks -= 1;
+            header.join_last(&sorted);
             joined.extend(sorted.into_iter().cloned());
             // Stable, as if both had come in one write; already in order in the usual case.
             if !joined.is_sorted_by_key(|r| r.ts) {
@@ -310,7 +306,11 @@ fn append_chunk(
             }
             (index, codec::encode_chunk(hour, &joined.iter().collect::<Vec<_>>()))
         }
-        None => (header.chunks - 1, codec::encode_chunk(hour, &sorted)),
+        None => {
+            let index = header.chunks;
+            header.append(&sorted);
+            (index, codec::encode_chunk(hour, &sorted))
+        }
     };
     t.chunks.insert((series_id, hour, seq, index), chunk.as_slice())?;
     t.buckets.insert((series_id, hour, seq), header.encode().as_slice())?;

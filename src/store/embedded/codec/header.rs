@@ -81,6 +81,16 @@ impl BucketHeader {
 
     /// Accounts for a chunk of sorted readings appended to this bucket.
     pub fn append(&mut self, readings: &[&Reading]) {
+        if !readings.is_empty() {
+            self.join_last(readings);
+            self.chunks += 1;
+        }
+    }
+
+    /// Accounts for sorted readings joined into the bucket's last chunk. `sorted` still
+    /// compares them with all of the bucket's earlier readings: the chunk is sorted again
+    /// when joined, but the chunks before it may end after its new first reading.
+    pub fn join_last(&mut self, readings: &[&Reading]) {
         let (Some(first), Some(last)) = (readings.first(), readings.last()) else {
             return;
         };
@@ -88,7 +98,6 @@ impl BucketHeader {
         self.min_ts = self.min_ts.min(first.ts);
         self.max_ts = self.max_ts.max(last.ts);
         self.count += readings.len() as u32;
-        self.chunks += 1;
         for r in readings {
             self.bytes += approx_reading_bytes(r);
             self.add_stats(r);
