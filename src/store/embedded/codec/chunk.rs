@@ -50,6 +50,7 @@ pub fn encode_chunk(hour: TimestampMs, readings: &[&Reading]) -> Vec<u8> {
     let mut prev_shape: Vec<(u32, u8)> = Vec::new();
     let mut shape: Vec<(u32, u8)> = Vec::new();
     let mut prev_bits: Vec<u64> = Vec::new();
+    let mut memos: Vec<ScaledMemo> = Vec::new();
     let mut have_shape = false;
 
     for r in readings {
@@ -69,6 +70,7 @@ pub fn encode_chunk(hour: TimestampMs, readings: &[&Reading]) -> Vec<u8> {
                 let i = *index.entry(name.as_str()).or_insert_with(|| {
                     names.push(name.as_str());
                     prev_bits.push(0);
+                    memos.push(None);
                     (names.len() - 1) as u32
                 });
                 shape.push((i, type_of(value)));
@@ -87,16 +89,18 @@ pub fn encode_chunk(hour: TimestampMs, readings: &[&Reading]) -> Vec<u8> {
             match value {
                 FieldValue::Float(f) => {
                     let bits = f.to_bits();
-                    put_float(&mut body, *f, *prev);
+                    put_float(&mut body, *f, *prev, &mut memos[i as usize]);
                     *prev = bits;
                 }
                 FieldValue::Int(v) => {
                     put_varint(&mut body, zigzag((*v as u64).wrapping_sub(*prev) as i64));
                     *prev = *v as u64;
+                    memos[i as usize] = None;
                 }
                 FieldValue::UInt(v) => {
                     put_varint(&mut body, zigzag(v.wrapping_sub(*prev) as i64));
                     *prev = *v;
+                    memos[i as usize] = None;
                 }
                 FieldValue::Bool(b) => body.push(u8::from(*b)),
                 FieldValue::Str(s) => put_str(&mut body, s),
@@ -136,27 +140,57 @@ fn scaled_prev(prev_bits: u64, k: usize) -> i64 {
 /// Sensor values usually have a fixed decimal resolution (21.37 °C), which XOR compresses
 /// poorly; as an integer of hundredths its change from the previous value takes a byte or two.
 /// The decimal form is used only when it decodes to exactly the same bits and is shorter.
-fn put_float(out: &mut Vec<u8>, v: f64, prev_bits: u64) {
+///
+/// `memo` is the decoder's [`ScaledMemo`] of this field, kept alike: the previous value's
+/// number of decimals is tried first (a sensor's values keep their resolution), which spares
+/// the search from zero decimals up, a multiplication and a `round` each, and the previous
+/// value's scaling. Any number of decimals that gives back the same bits decodes alike.
+fn put_float(out: &mut Vec<u8>, v: f64, prev_bits: u64, memo: &mut ScaledMemo) {
     let x = v.to_bits() ^ prev_bits;
     let xor_len = if x == 0 { 1 } else { 9 - (x.leading_zeros() / 8 + x.trailing_zeros() / 8) };
-    for (k, scale) in POW10.iter().enumerate() {
-        let s = (v * scale).round();
+    // The scaled value of `v` with `k` decimals, if it gives back `v` exactly.
+    // `Err` once the scaled value is too large for this and more decimals.
+    let exact = |k: usize| -> Result<Option<i64>, ()> {
+        let s = (v * POW10[k]).round();
         // `v` is finite, so `s` is a number or an infinity, never NaN.
         if s.abs() > EXACT_INT {
-            break;
+            return Err(());
         }
-        if ((s as i64) as f64 / scale).to_bits() != v.to_bits() {
-            continue;
-        }
-        let delta = zigzag((s as i64).wrapping_sub(scaled_prev(prev_bits, k)));
+        let s = s as i64;
+        Ok(((s as f64 / POW10[k]).to_bits() == v.to_bits()).then_some(s))
+    };
+    // Writes `s` with `k` decimals if that is shorter than the XOR form.
+    let decimal = |out: &mut Vec<u8>, memo: &mut ScaledMemo, k: usize, s: i64| {
+        let prev = match *memo {
+            Some((memo_k, prev)) if memo_k == k => prev,
+            _ => scaled_prev(prev_bits, k),
+        };
+        let delta = zigzag(s.wrapping_sub(prev));
         let varint_len = (64 - delta.leading_zeros()).max(1).div_ceil(7);
-        if 1 + varint_len < xor_len {
-            out.push(DECIMAL_HEADER | k as u8);
-            put_varint(out, delta);
-            return;
+        if 1 + varint_len >= xor_len {
+            return false;
         }
-        break;
+        out.push(DECIMAL_HEADER | k as u8);
+        put_varint(out, delta);
+        *memo = (s.unsigned_abs() <= SCALED_MEMO_LIMIT).then_some((k, s));
+        true
+    };
+    let last_k = memo.map(|(k, _)| k);
+    if let Some(k) = last_k
+        && let Ok(Some(s)) = exact(k)
+        && decimal(out, memo, k, s)
+    {
+        return;
     }
+    for k in 0..POW10.len() {
+        match exact(k) {
+            Err(()) => break,
+            Ok(None) => continue,
+            Ok(Some(s)) if decimal(out, memo, k, s) => return,
+            Ok(Some(_)) => break,
+        }
+    }
+    *memo = None;
     put_xor(out, x);
 }
 
