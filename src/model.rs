@@ -46,10 +46,16 @@ impl FieldValue {
 
 /// A field's name. Shared because a series sends the same few names in every reading: a parser
 /// or decoder allocates each name once per body or chunk and every reading holds a reference
-/// (16 bytes) instead of its own copy. Serialized as a plain string.
+/// (one pointer) instead of its own copy. Serialized as a plain string.
+///
+/// An [`interned`](FieldName::interned) name is never freed, and its copies count no
+/// references: a reading's names are copied by the parser, dropped by the merge into the
+/// buffers, copied again for the store and dropped after the write, and with a shared counter
+/// each of those was an atomic write to one cache line that every core contends for (the same
+/// few names are in every reading).
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
-pub struct FieldName(Arc<str>);
+pub struct FieldName(arcstr::ArcStr);
 
 impl FieldName {
     pub fn as_str(&self) -> &str {
@@ -58,7 +64,7 @@ impl FieldName {
 
     /// The process's one `FieldName` for `name`, while fewer than `INTERNED` names are known
     /// (beyond that, a fresh one). Equal names that are one allocation compare by pointer
-    /// (`Arc`'s `PartialEq` checks identity first): the buffers compare every pushed field's
+    /// (`ArcStr`'s `PartialEq` checks identity first): the buffers compare every pushed field's
     /// name with their column's, and with names interned that compare reads neither string,
     /// one cache miss less per field of a reading pushed to a buffer not in cache.
     pub fn interned(name: &str) -> FieldName {
@@ -73,6 +79,8 @@ impl FieldName {
         }
         let new = FieldName::from(name);
         if names.len() < INTERNED {
+            // Bounded with the table, which keeps its names for the life of the process anyway.
+            new.0.leak();
             names.insert(new.clone());
         }
         new
@@ -299,7 +307,10 @@ mod tests {
     fn field_names_are_shared_and_bounded() {
         let mut names = FieldNames::default();
         let a = names.get("temp");
-        assert!(Arc::ptr_eq(&a.0, &names.get("temp").0), "a repeated name is the same object");
+        assert!(
+            arcstr::ArcStr::ptr_eq(&a.0, &names.get("temp").0),
+            "a repeated name is the same object"
+        );
         assert_eq!(a, "temp");
         for i in 0..FieldNames::NAMES {
             names.get(&format!("f{i}"));
@@ -307,8 +318,13 @@ mod tests {
         assert_eq!(names.recent.len(), FieldNames::NAMES);
         assert!(!names.recent.iter().any(|n| n == "temp"), "the oldest name was forgotten");
         assert!(
-            Arc::ptr_eq(&a.0, &names.get("temp").0),
+            arcstr::ArcStr::ptr_eq(&a.0, &names.get("temp").0),
             "and found again in the process's table: one object per name"
         );
+        assert!(
+            arcstr::ArcStr::is_static(&a.0),
+            "an interned name counts no references: copying and dropping it writes nothing"
+        );
+        assert!(!arcstr::ArcStr::is_static(&FieldName::from("temp").0), "only interned ones");
     }
 }
