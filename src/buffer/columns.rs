@@ -22,7 +22,10 @@ use crate::model::{FieldName, FieldValue, Fields, Reading, Seq, TimestampMs};
 pub(super) struct Columns {
     /// The start of the hour of the first reading pushed; timestamps are stored from it.
     base: TimestampMs,
-    names: Vec<FieldName>,
+    /// Inline while few: every push compares its names with these, and a vector of its own
+    /// was one more cache miss per sensor per merge (the buffer itself is already in cache
+    /// from the map lookup that found it).
+    names: smallvec::SmallVec<[FieldName; 4]>,
     words: Vec<u64>,
     strs: Vec<String>,
 }
