@@ -34,8 +34,9 @@
 //! A flush never rewrites a bucket's readings beyond its last small chunk: it appends one
 //! chunk per bucket it touches (or joins the last one while that holds fewer than
 //! `write::SMALL_CHUNK` readings) and rewrites only the bucket's header (whose size depends on
-//! the number of numeric fields, not of readings) and the series record. Series ids keep one series' buckets and chunks
-//! contiguous in key order, so a range query is one forward (or backward) B-tree scan.
+//! the number of numeric fields, not of readings) and the series record. Series ids keep one
+//! series' buckets and chunks contiguous in key order, so a range query is one forward (or
+//! backward) B-tree scan.
 //!
 //! # Durability
 //! All batches of one [`Store::write`] call are committed in ONE redb write transaction with
