@@ -131,7 +131,10 @@ pub struct Config {
 
     /// Group commit window of the write-ahead log: at most one fsync per interval, shared by
     /// every write that arrived meanwhile. `0s` syncs as soon as the previous sync finished.
-    #[arg(long, env = "BUCKETD_WAL_SYNC_INTERVAL", default_value = "10ms", value_parser = parse_duration)]
+    /// 2 ms rather than 10: a connection waits for the next sync before it sends again, so a
+    /// longer window left the CPU idle under a few busy connections (loadtest/README.md);
+    /// it still bounds the log to 500 fsyncs a second.
+    #[arg(long, env = "BUCKETD_WAL_SYNC_INTERVAL", default_value = "2ms", value_parser = parse_duration)]
     pub wal_sync_interval: Duration,
 
     /// Bound on the write-ahead log's size on disk. Readings leave it once stored; while the
