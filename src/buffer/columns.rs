@@ -135,10 +135,6 @@ impl Columns {
         self.base + TimestampMs::from(head as u32 as i32)
     }
 
-    fn seq(&self, row: usize) -> Seq {
-        self.row(row)[1]
-    }
-
     /// First and last timestamp held.
     pub fn span(&self) -> Span {
         let mut span = Span::EMPTY;
