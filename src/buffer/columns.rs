@@ -26,11 +26,31 @@ pub(super) struct Columns {
     /// was one more cache miss per sensor per merge (the buffer itself is already in cache
     /// from the map lookup that found it).
     names: smallvec::SmallVec<[FieldName; 4]>,
+    /// The rows after the full blocks, fewer than `BLOCK_ROWS`; never given room for more.
+    /// Not empty while any row is held.
+    tail: Vec<u64>,
+    /// Boxed, as most buffers have neither full blocks nor strings, and every sensor's first
+    /// hour buffer lives in the map's table: with a million sensors each inline byte is a MB.
+    more: Option<Box<More>>,
+}
+
+#[derive(Default)]
+struct More {
     /// Blocks of exactly `BLOCK_ROWS` rows, oldest first.
     full: Vec<Box<[u64]>>,
-    /// The rows after `full`, fewer than `BLOCK_ROWS`; never given room for more.
-    tail: Vec<u64>,
+    /// String values, by index from their rows.
     strs: Vec<String>,
+}
+
+fn rows_of<'a>(
+    full: &'a [Box<[u64]>],
+    tail: &'a [u64],
+    stride: usize,
+) -> impl Iterator<Item = &'a [u64]> {
+    full.iter()
+        .map(|b| &b[..])
+        .chain(std::iter::once(tail))
+        .flat_map(move |w| w.chunks_exact(stride))
 }
 
 /// Rows per block. A buffer that outgrows one block is given another instead of being copied
@@ -81,28 +101,35 @@ impl Columns {
     }
 
     pub fn len(&self) -> usize {
-        self.full.len() * BLOCK_ROWS + self.tail.len() / self.stride()
+        self.full().len() * BLOCK_ROWS + self.tail.len() / self.stride()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.full.is_empty() && self.tail.is_empty()
+        self.tail.is_empty()
+    }
+
+    fn full(&self) -> &[Box<[u64]>] {
+        self.more.as_ref().map_or(&[], |m| &m.full)
+    }
+
+    fn strs(&self) -> &[String] {
+        self.more.as_ref().map_or(&[], |m| &m.strs)
+    }
+
+    fn more_mut(&mut self) -> &mut More {
+        self.more.get_or_insert_with(Default::default)
     }
 
     fn row(&self, row: usize) -> &[u64] {
         let stride = self.stride();
         let (block, i) = (row / BLOCK_ROWS, row % BLOCK_ROWS);
-        let words = self.full.get(block).map_or(&self.tail[..], |b| &b[..]);
+        let words = self.full().get(block).map_or(&self.tail[..], |b| &b[..]);
         &words[i * stride..(i + 1) * stride]
     }
 
     /// Every row, in order.
     fn rows(&self) -> impl Iterator<Item = &[u64]> {
-        let stride = self.stride();
-        self.full
-            .iter()
-            .map(|b| &b[..])
-            .chain(std::iter::once(&self.tail[..]))
-            .flat_map(move |words| words.chunks_exact(stride))
+        rows_of(self.full(), &self.tail, self.stride())
     }
 
     /// A new last row, zeroed (every field absent).
@@ -111,7 +138,7 @@ impl Columns {
         let block = BLOCK_ROWS * row;
         if self.tail.len() == block {
             let full = std::mem::replace(&mut self.tail, Vec::with_capacity(block));
-            self.full.push(full.into_boxed_slice());
+            self.more_mut().full.push(full.into_boxed_slice());
         }
         let at = self.tail.len();
         if at + row > self.tail.capacity() {
@@ -120,7 +147,7 @@ impl Columns {
             // room for sixteen. The first row alone: a sensor that sends once per flush
             // interval holds one (a million of them, 96 MB). Never past a block, so that a
             // full tail becomes a block without being copied.
-            let grow = if at == 0 && self.full.is_empty() { row } else { (at / 4).max(2 * row) };
+            let grow = if at == 0 && self.full().is_empty() { row } else { (at / 4).max(2 * row) };
             self.tail.reserve_exact(grow.min(block - at));
         }
         self.tail.resize(at + row, 0);
@@ -155,14 +182,11 @@ impl Columns {
         }
         let fields = self.names.len();
         let (kw_old, kw_new) = (kind_words(fields), kind_words(fields + 1));
-        let old = Columns {
-            full: std::mem::take(&mut self.full),
-            tail: std::mem::take(&mut self.tail),
-            names: self.names.clone(),
-            ..Columns::default()
-        };
+        let old_stride = self.stride();
+        let old_full = self.more.as_mut().map(|m| std::mem::take(&mut m.full)).unwrap_or_default();
+        let old_tail = std::mem::take(&mut self.tail);
         self.names.push(name.clone());
-        for row in old.rows() {
+        for row in rows_of(&old_full, &old_tail, old_stride) {
             let new = self.append_row();
             new[..2 + kw_old].copy_from_slice(&row[..2 + kw_old]);
             new[2 + kw_new..2 + kw_new + fields].copy_from_slice(&row[2 + kw_old..]);
@@ -182,7 +206,7 @@ impl Columns {
         // Within an hour buffer the offset is under an hour; the check costs nothing beside
         // the cache miss of the append.
         let offset = i32::try_from(reading.ts - self.base).expect("a buffer holds one hour");
-        let first_str = self.strs.len();
+        let first_str = self.strs().len();
         let mut strs: smallvec::SmallVec<[String; 1]> = smallvec::SmallVec::new();
         let row = self.append_row();
         row[0] = u64::from(offset as u32);
@@ -202,7 +226,9 @@ impl Columns {
             row[word] = (row[word] & !(KIND_MASK << shift)) | (u64::from(kind) << shift);
             row[2 + kw + c] = bits;
         }
-        self.strs.extend(strs);
+        if !strs.is_empty() {
+            self.more_mut().strs.extend(strs);
+        }
     }
 
     /// The reading in `row`, its fields in column order.
@@ -225,7 +251,7 @@ impl Columns {
                     INT => FieldValue::Int(bits as i64),
                     UINT => FieldValue::UInt(bits),
                     BOOL => FieldValue::Bool(bits != 0),
-                    _ => FieldValue::Str(self.strs[bits as usize].clone()),
+                    _ => FieldValue::Str(self.strs()[bits as usize].clone()),
                 };
                 Some((name.clone(), value))
             })
@@ -252,8 +278,12 @@ impl Columns {
         let empty = || Columns {
             base: old.base,
             names: old.names.clone(),
-            strs: old.strs.clone(),
-            ..Columns::default()
+            tail: Vec::new(),
+            more: old
+                .more
+                .as_ref()
+                .filter(|m| !m.strs.is_empty())
+                .map(|m| Box::new(More { full: Vec::new(), strs: m.strs.clone() })),
         };
         let (mut front, mut rest) = (empty(), empty());
         for (i, row) in old.rows().enumerate() {
@@ -381,6 +411,12 @@ mod tests {
     }
 
     #[test]
+    fn a_buffer_costs_its_sensor_little_in_the_map() {
+        // Every sensor's first hour buffer lives in the map's table (see `more`).
+        assert!(std::mem::size_of::<Columns>() <= 80, "{}", std::mem::size_of::<Columns>());
+    }
+
+    #[test]
     fn a_field_that_appears_after_full_blocks_widens_every_block() {
         let r = |ts: i64, names: &[&str]| Reading {
             ts,
@@ -393,7 +429,7 @@ mod tests {
         for (i, reading) in readings.iter().enumerate() {
             c.push(reading.clone(), i as Seq);
         }
-        assert_eq!(c.full.len(), 3);
+        assert_eq!(c.full().len(), 3);
         assert_eq!(c.reading(149), r(149, &["a"]));
         assert_eq!(c.reading(150), r(150, &["a", "b"]));
         assert_eq!(c.ts(199), 199);
