@@ -42,6 +42,7 @@ struct More {
     strs: Vec<String>,
 }
 
+/// The rows of the `full` blocks and then of `tail`, `stride` words each.
 fn rows_of<'a>(
     full: &'a [Box<[u64]>],
     tail: &'a [u64],
