@@ -55,7 +55,7 @@ fn write_day(rt: &tokio::runtime::Runtime, store: &EmbeddedStore, key: &str, per
         .map(|i| {
             let start = DAY_START + i * per_flush * 1000;
             Batch {
-                series: s.clone(),
+                series: s.clone().into(),
                 hour: start - start.rem_euclid(HOUR_MS),
                 readings: (0..per_flush).map(|j| env_reading(start + j * 1000)).collect(),
                 seqs: vec![],
@@ -108,7 +108,7 @@ fn bench_flush(c: &mut Criterion) {
                 let batches: Vec<Batch> = sensors
                     .iter()
                     .map(|s| Batch {
-                        series: s.clone(),
+                        series: s.clone().into(),
                         hour,
                         readings: (0..10)
                             .map(|j| env_reading(start + j * 1000))

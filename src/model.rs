@@ -235,10 +235,106 @@ fn escape_into(out: &mut String, text: &str, escaped: impl Fn(u8) -> bool) {
     }
 }
 
-/// What ingest hands on: a reading and its series. The series is shared (`Arc`) so that the
-/// thousands of readings of one sensor that pass through the buffers cost one `SeriesMeta`, not
-/// one each (see [`KnownSeries`](crate::ingest::validate::KnownSeries)).
-pub type Item = (Arc<SeriesMeta>, Reading);
+/// A series as readings carry it: one pointer, so that the thousands of readings of one sensor
+/// that pass through the buffers cost one `SeriesMeta`, not one each.
+///
+/// A series the line-protocol parser admitted is **interned** ([`Series::interned`]): made
+/// once per key for the life of the process and never freed, so copying and dropping it touch
+/// no reference count, and two interned series are the same series exactly when they are the
+/// same pointer. With two cores parsing and merging, a shared count was an atomic write per
+/// line to a cache line the other core had just written: a quarter of the parser's time. The
+/// interned series are bounded by the cardinality limit that admitted them (see
+/// [`KnownSeries`](crate::ingest::validate::KnownSeries)). Every other series (JSON items, the
+/// log's replay, tests) is [`Series::shared`]: reference-counted and freed with its last reading.
+#[derive(Clone)]
+pub struct Series(SeriesRepr);
+
+#[derive(Clone)]
+enum SeriesRepr {
+    Interned(&'static SeriesMeta),
+    Shared(Arc<SeriesMeta>),
+}
+
+impl Series {
+    pub fn shared(meta: SeriesMeta) -> Series {
+        Series(SeriesRepr::Shared(Arc::new(meta)))
+    }
+
+    /// Leaks `meta`: the caller bounds how many it interns and interns each key once.
+    pub fn interned(meta: SeriesMeta) -> Series {
+        Series(SeriesRepr::Interned(Box::leak(Box::new(meta))))
+    }
+
+    pub fn is_interned(&self) -> bool {
+        matches!(self.0, SeriesRepr::Interned(_))
+    }
+
+    /// An interned series' key, which lives as long as the process.
+    pub fn interned_key(&self) -> Option<&'static str> {
+        match self.0 {
+            SeriesRepr::Interned(meta) => Some(&meta.key),
+            SeriesRepr::Shared(_) => None,
+        }
+    }
+
+    /// Whether both are the one object (then they are the same series; the converse holds
+    /// only for interned series).
+    pub fn ptr_eq(a: &Series, b: &Series) -> bool {
+        std::ptr::eq::<SeriesMeta>(&**a, &**b)
+    }
+}
+
+impl std::ops::Deref for Series {
+    type Target = SeriesMeta;
+    fn deref(&self) -> &SeriesMeta {
+        match &self.0 {
+            SeriesRepr::Interned(meta) => meta,
+            SeriesRepr::Shared(meta) => meta,
+        }
+    }
+}
+
+impl From<SeriesMeta> for Series {
+    fn from(meta: SeriesMeta) -> Series {
+        Series::shared(meta)
+    }
+}
+
+impl From<Arc<SeriesMeta>> for Series {
+    fn from(meta: Arc<SeriesMeta>) -> Series {
+        Series(SeriesRepr::Shared(meta))
+    }
+}
+
+impl PartialEq for Series {
+    fn eq(&self, other: &Series) -> bool {
+        Series::ptr_eq(self, other) || **self == **other
+    }
+}
+
+impl Eq for Series {}
+
+impl std::fmt::Debug for Series {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
+    }
+}
+
+/// As the `SeriesMeta` it points to (the log's records): a decoded series is shared.
+impl serde::Serialize for Series {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Series {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Series, D::Error> {
+        SeriesMeta::deserialize(d).map(Series::shared)
+    }
+}
+
+/// What ingest hands on: a reading and its series.
+pub type Item = (Series, Reading);
 
 /// A reading's write sequence number: assigned at ingest, increasing in the order readings
 /// enter the buffers (and the write-ahead log). The stores record the highest one they hold per
@@ -274,7 +370,7 @@ impl std::str::FromStr for WriterId {
 /// number per reading.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Batch {
-    pub series: Arc<SeriesMeta>,
+    pub series: Series,
     pub hour: TimestampMs,
     pub readings: Vec<Reading>,
     pub seqs: Vec<Seq>,
@@ -282,8 +378,8 @@ pub struct Batch {
 
 impl Batch {
     /// A batch without sequence numbers.
-    pub fn new(series: Arc<SeriesMeta>, hour: TimestampMs, readings: Vec<Reading>) -> Batch {
-        Batch { series, hour, readings, seqs: Vec::new() }
+    pub fn new(series: impl Into<Series>, hour: TimestampMs, readings: Vec<Reading>) -> Batch {
+        Batch { series: series.into(), hour, readings, seqs: Vec::new() }
     }
 
     /// The sequence number of the batch's newest reading, if it has sequence numbers.

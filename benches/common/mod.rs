@@ -1,13 +1,11 @@
 //! The sensor data the MongoDB benches write, shared so that their numbers describe the same
 //! documents: sensor `i` is `env,sensor=s<i>`, a reading holds a temperature and a humidity.
 
-use std::sync::Arc;
+use bucketd::model::{FieldValue, Reading, Series, SeriesMeta};
 
-use bucketd::model::{FieldValue, Reading, SeriesMeta};
-
-pub fn series(i: usize) -> Arc<SeriesMeta> {
+pub fn series(i: usize) -> Series {
     let sensor = format!("s{i:05}");
-    Arc::new(SeriesMeta {
+    Series::shared(SeriesMeta {
         key: format!("env,sensor={sensor}"),
         measurement: "env".into(),
         tags: vec![("sensor".into(), sensor)],

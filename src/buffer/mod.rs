@@ -1,7 +1,7 @@
 //! Bounded per-(sensor, hour) in-memory buffers.
 //!
 //! # Layout
-//! One `DashMap` entry per sensor key holds the sensor's interned `Arc<SeriesMeta>` and its hour
+//! One `DashMap` entry per sensor key holds the sensor's `Series` (one pointer) and its hour
 //! buffers (a short vector sorted by hour, the first inline: usually one or two hours are live
 //! per sensor). Keying
 //! the map by sensor rather than by (sensor, hour) lets the hot path look an entry up by `&str`
@@ -63,7 +63,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::metrics::{READINGS_BUFFERED, READINGS_BUFFERED_PEAK};
-use crate::model::{Batch, HOUR_MS, Item, Reading, Seq, SeriesMeta, TimestampMs};
+use crate::model::{Batch, HOUR_MS, Item, Reading, Seq, Series, TimestampMs};
 use crate::store::SensorInfo;
 use columns::Columns;
 use span::Span;
@@ -154,7 +154,7 @@ pub enum Placement {
 /// a client could send other tags under the same `sensor` and those are ignored until the
 /// sensor's buffers empty and the entry is recreated.
 #[derive(Clone)]
-struct SensorKey(Arc<SeriesMeta>);
+struct SensorKey(Series);
 
 impl std::hash::Hash for SensorKey {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
@@ -165,7 +165,7 @@ impl std::hash::Hash for SensorKey {
 
 impl PartialEq for SensorKey {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0) || self.0.key == other.0.key
+        Series::ptr_eq(&self.0, &other.0) || self.0.key == other.0.key
     }
 }
 

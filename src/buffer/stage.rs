@@ -1,7 +1,6 @@
 //! The stage: numbered pushes waiting to be merged into the per-sensor buffers (module doc of
 //! `buffer`, "Staging"; ARCHITECTURE.md, "Buffers and the flusher", says why).
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -10,7 +9,7 @@ use tokio::time::Instant;
 use super::columns::Columns;
 use super::span::{self, Span};
 use super::{Buffers, HourBuffer, SensorBuffers, SensorKey};
-use crate::model::{Item, Seq, SeriesMeta, hour_start};
+use crate::model::{Item, Seq, Series, hour_start};
 
 /// A push that leaves this many readings staged merges the stage (see `Buffers::merge`).
 pub(crate) const STAGE_READINGS: usize = 32_768;
@@ -145,11 +144,11 @@ impl Buffers {
         {
             let mut ids: std::collections::HashMap<&str, u32, span::BuildHasher> =
                 std::collections::HashMap::with_hasher(span::BuildHasher::default());
-            let mut last: Option<(&Arc<SeriesMeta>, u32)> = None;
+            let mut last: Option<(&Series, u32)> = None;
             for (meta, _) in pushes.iter().flat_map(|p| &p.items) {
                 let id = match last {
                     // A body's consecutive lines are often one sensor's.
-                    Some((m, id)) if Arc::ptr_eq(m, meta) => id,
+                    Some((m, id)) if Series::ptr_eq(m, meta) => id,
                     _ => *ids.entry(meta.key.as_str()).or_insert_with(|| {
                         sensors += 1;
                         (sensors - 1) as u32

@@ -4,7 +4,7 @@ use futures::FutureExt;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
 use super::*;
-use crate::model::{FieldValue, Item, hour_start};
+use crate::model::{FieldValue, Item, SeriesMeta, hour_start};
 
 /// A reading of series `key` at `ts`, tagged with a unique `seq` so tests can follow it.
 pub(crate) fn item(key: &str, ts: TimestampMs, seq: i64) -> Item {
@@ -181,7 +181,10 @@ fn take_groups_by_sensor_and_hour_and_interns_series() {
         assert!(batch.readings.iter().all(|r| hour_start(r.ts) == batch.hour));
         let same_series: Vec<_> =
             taken.batches().iter().filter(|o| o.series.key == batch.series.key).collect();
-        assert!(same_series.iter().all(|o| Arc::ptr_eq(&o.series, &batch.series)), "interned");
+        assert!(
+            same_series.iter().all(|o| Series::ptr_eq(&o.series, &batch.series)),
+            "one per key"
+        );
     }
     assert_eq!(taken.readings(), 61);
     let n = taken.batches().len();

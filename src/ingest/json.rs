@@ -38,7 +38,6 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::Arc;
 
 use serde::Deserialize;
 use serde::de::{Deserializer, MapAccess, Visitor};
@@ -46,7 +45,7 @@ use serde_json::value::RawValue;
 
 use super::series_key::{self, ParsedSeries};
 use super::validate::{self, InputLimits};
-use crate::model::{FieldName, FieldValue, Fields, Item, Reading, SeriesMeta, TimestampMs};
+use crate::model::{FieldName, FieldValue, Fields, Item, Reading, Series, SeriesMeta, TimestampMs};
 
 /// One rejected item: its 0-based index in the request (array position or NDJSON line), why,
 /// and the metric reason label ("syntax" or an `InvalidReading::reason()`).
@@ -328,7 +327,7 @@ fn parse_item(
     validate::validate(&series, &reading, limits)
         .and_then(|()| validate::admit_series(&series, limits))
         .map_err(|invalid| bad(index, invalid.to_string(), invalid.reason()))?;
-    Ok((Arc::new(series), reading))
+    Ok((Series::shared(series), reading))
 }
 
 /// `ts`: an RFC 3339 string or integer epoch milliseconds.

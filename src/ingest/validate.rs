@@ -1,9 +1,10 @@
 //! Ingest policy: the bounds a reading must keep, the checks both parsers run before anything
 //! reaches a buffer, the cardinality limit, and the cache of series already admitted.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
-use crate::model::{FieldValue, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, SeriesMeta};
+use crate::model::{FieldValue, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, Series, SeriesMeta};
 
 /// Bounds on what one reading may carry. They exist so that one client cannot blow up memory,
 /// a bucket document, or metric cardinality; the defaults are generous for sensor data.
@@ -45,17 +46,27 @@ impl Default for InputLimits {
 /// dropping a `SeriesMeta`: the same text always parses to the same series under the same
 /// limits, and a known key is always admitted again.
 ///
-/// Full-policy: bounded to `capacity` entries; inserting into a full cache forgets every entry
+/// Every line of every connection reads this map, on every core: it is a lock-free map
+/// (`papaya`), whose reads write nothing shared, and it hands out [`Series::interned`] series,
+/// whose copies count no references. (A sharded map's read lock and an `Arc`'s count were
+/// atomic writes per line to cache lines the other core had just written: half of the parser's
+/// time on two cores.)
+///
+/// Full-policy: bounded to `capacity` texts; inserting into a full cache forgets every text
 /// (a forgotten series is only built and checked again on its next line). Entries are never
 /// removed otherwise, so a sensor that stopped sending keeps its entry until the next reset.
+/// The interned series themselves are kept for the life of the process, one per key and at
+/// most `capacity` of them (the cardinality limit, `--max-series`, which never admits more
+/// keys than that either); past that a series is shared, not interned.
 pub struct KnownSeries {
     capacity: usize,
-    map: dashmap::DashMap<Box<[u8]>, Arc<SeriesMeta>, foldhash::fast::RandomState>,
+    texts: papaya::HashMap<Box<[u8]>, Series, foldhash::fast::RandomState>,
+    interned: Mutex<HashMap<&'static str, Series, foldhash::fast::RandomState>>,
 }
 
 impl std::fmt::Debug for KnownSeries {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "KnownSeries({} of {})", self.map.len(), self.capacity)
+        write!(f, "KnownSeries({} of {})", self.len(), self.capacity)
     }
 }
 
@@ -64,26 +75,48 @@ impl KnownSeries {
     pub const DEFAULT_CAPACITY: usize = 100_000;
 
     pub fn new(capacity: usize) -> KnownSeries {
-        KnownSeries { capacity: capacity.max(1), map: Default::default() }
-    }
-
-    pub fn get(&self, text: &[u8]) -> Option<Arc<SeriesMeta>> {
-        self.map.get(text).map(|e| Arc::clone(e.value()))
-    }
-
-    pub fn insert(&self, text: &[u8], series: &Arc<SeriesMeta>) {
-        if self.map.len() >= self.capacity {
-            self.map.clear();
+        KnownSeries {
+            capacity: capacity.max(1),
+            texts: papaya::HashMap::with_hasher(Default::default()),
+            interned: Default::default(),
         }
-        self.map.insert(text.into(), Arc::clone(series));
     }
 
+    pub fn get(&self, text: &[u8]) -> Option<Series> {
+        self.texts.pin().get(text).cloned()
+    }
+
+    /// Remembers `text` as `meta`'s, and returns the series to hand on: the key's interned
+    /// one (interning it now if there is room).
+    pub fn insert(&self, text: &[u8], meta: SeriesMeta) -> Series {
+        let series = {
+            let mut interned = self.interned.lock().unwrap_or_else(|e| e.into_inner());
+            match interned.get(meta.key.as_str()) {
+                Some(series) => series.clone(),
+                None if interned.len() < self.capacity => {
+                    let series = Series::interned(meta);
+                    let key = series.interned_key().expect("interned");
+                    interned.insert(key, series.clone());
+                    series
+                }
+                None => Series::shared(meta),
+            }
+        };
+        let texts = self.texts.pin();
+        if texts.len() >= self.capacity {
+            texts.clear();
+        }
+        texts.insert(text.into(), series.clone());
+        series
+    }
+
+    /// Texts remembered.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.texts.pin().len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len() == 0
     }
 }
 
@@ -411,16 +444,24 @@ mod tests {
     }
 
     #[test]
-    fn known_series_forget_everything_when_full() {
+    fn known_series_forget_every_text_when_full_but_keep_each_key_interned() {
         let known = KnownSeries::new(2);
-        let series =
-            Arc::new(SeriesMeta { key: "m".into(), measurement: "m".into(), tags: vec![] });
-        known.insert(b"a", &series);
-        known.insert(b"b", &series);
+        let meta =
+            |key: &str| SeriesMeta { key: key.into(), measurement: "m".into(), tags: vec![] };
+        let m = known.insert(b"m", meta("m"));
+        assert!(m.is_interned());
+        // Another text of the same key (tags in another order) gets the same series.
+        assert!(Series::ptr_eq(&known.insert(b"m2", meta("m")), &m));
         assert_eq!(known.len(), 2);
-        known.insert(b"c", &series);
+        let n = known.insert(b"n", meta("n"));
         assert_eq!(known.len(), 1);
-        assert!(known.get(b"a").is_none() && known.get(b"c").is_some());
+        assert!(known.get(b"m").is_none() && known.get(b"n").is_some());
+        assert!(n.is_interned() && !Series::ptr_eq(&n, &m));
+        // Two keys are interned: a third is shared, and each insert of it a new one.
+        let o = known.insert(b"o", meta("o"));
+        assert!(!o.is_interned());
+        assert_eq!(*o, meta("o"));
+        assert!(Series::ptr_eq(&known.insert(b"m", meta("m")), &m));
     }
 
     #[test]

@@ -438,18 +438,17 @@ impl Store for MemoryStore {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
     use crate::model::{FieldValue, SeriesMeta};
 
     fn batch(key: &str, hour: i64, ts: impl IntoIterator<Item = i64>) -> Batch {
         Batch {
-            series: Arc::new(SeriesMeta {
+            series: SeriesMeta {
                 key: key.into(),
                 measurement: key.into(),
                 tags: vec![("site".into(), "a".into())],
-            }),
+            }
+            .into(),
             hour,
             readings: ts
                 .into_iter()

@@ -1,13 +1,11 @@
 //! A parsed entry made owned: the series (tags sorted, key canonical) and the reading,
 //! validated against the input limits.
 
-use std::sync::Arc;
-
 use super::Precision;
 use super::entry::{Bad, Scratch, Value};
 use crate::ingest::series_key::{self, series_key};
 use crate::ingest::validate::{self, InputLimits};
-use crate::model::{FieldValue, Item, Reading, SeriesMeta, TimestampMs};
+use crate::model::{FieldValue, Item, Reading, Series, SeriesMeta, TimestampMs};
 
 /// Turns a parsed entry into the owned series and reading, and validates them.
 pub(super) fn build(
@@ -18,9 +16,9 @@ pub(super) fn build(
     limits: &InputLimits,
 ) -> Result<Item, Bad> {
     let text = &line[e.series.0..e.series.1];
-    let (series, known) = match e.known.take() {
-        Some(series) => (series, true),
-        None => (Arc::new(new_series(line, e)?), false),
+    let series = match e.known.take() {
+        Some(series) => Found::Known(series),
+        None => Found::New(new_series(line, e)?),
     };
     let ts = match e.ts {
         None => now_ms,
@@ -45,19 +43,24 @@ pub(super) fn build(
         })
         .collect();
     let reading = Reading { ts, fields };
-    let checked = if known {
-        validate::validate_reading(&reading, limits)
-    } else {
-        validate::validate(&series, &reading, limits)
-            .and_then(|()| validate::admit_series(&series, limits))
-            .map(|()| limits.known.insert(text, &series))
+    let series = match series {
+        Found::Known(series) => validate::validate_reading(&reading, limits).map(|()| series),
+        Found::New(meta) => validate::validate(&meta, &reading, limits)
+            .and_then(|()| validate::admit_series(&meta, limits))
+            .map(|()| limits.known.insert(text, meta)),
     };
-    checked.map_err(|invalid| Bad {
+    let series = series.map_err(|invalid| Bad {
         at: None,
         message: invalid.to_string(),
         reason: invalid.reason(),
     })?;
     Ok((series, reading))
+}
+
+/// A line's series: known by its text, or built from its tokens (checked before it is known).
+enum Found {
+    Known(Series),
+    New(SeriesMeta),
 }
 
 /// The series of a parsed entry, with its tags sorted and its key canonical.

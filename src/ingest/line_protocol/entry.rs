@@ -1,7 +1,6 @@
 //! Entry syntax: one framed line to a borrowed measurement, tags, fields and timestamp.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use super::lex::{
     ESC_KEY, ESC_MEASUREMENT, ESC_STRING, FIELD_VALUE, KEY, MEASUREMENT, TAG_VALUE, at_eol, is,
@@ -9,7 +8,7 @@ use super::lex::{
 };
 use super::{ECHO_BYTES, LineError};
 use crate::ingest::validate::{self, KnownSeries};
-use crate::model::{FieldNames, SeriesMeta};
+use crate::model::{FieldNames, Series};
 
 /// A field value before it is made owned.
 pub(super) enum Value<'a> {
@@ -28,7 +27,7 @@ pub(super) struct Scratch<'a> {
     /// Where the measurement and tags end (exclusive), for the series key.
     pub(super) series: (usize, usize),
     /// The series, when its text was known: then `measurement` and `tags` are not filled.
-    pub(super) known: Option<Arc<SeriesMeta>>,
+    pub(super) known: Option<Series>,
     /// The line as text, when the body is valid UTF-8 (checked once for the whole body).
     pub(super) text: Option<&'a str>,
     pub(super) tags: Vec<(Cow<'a, str>, Cow<'a, str>)>,

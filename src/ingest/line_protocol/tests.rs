@@ -7,7 +7,7 @@ use super::entry::echo;
 use super::*;
 use crate::ingest::series_key::{parse_series_key, series_key};
 use crate::ingest::validate::SeriesLimit;
-use crate::model::{FieldValue, SeriesMeta};
+use crate::model::{FieldValue, Series};
 
 const NOW: i64 = 1_700_000_000_000;
 
@@ -224,15 +224,13 @@ fn known_series_are_shared_and_still_checked() {
     let body = b"m,b=2,a=1 v=1 1\nm,a=1,b=2 v=2 2\nm,b=2,a=1 v=3 3";
     let first = parse_body(body, Precision::Nanoseconds, NOW, &limits);
     let again = parse_body(body, Precision::Nanoseconds, NOW, &limits);
-    let series: Vec<&Arc<SeriesMeta>> =
-        first.iter().chain(&again).map(|r| &r.as_ref().unwrap().0).collect();
+    let series: Vec<&Series> = first.iter().chain(&again).map(|r| &r.as_ref().unwrap().0).collect();
     assert_eq!(series[0].key, "m,a=1,b=2");
     assert_eq!(series[0].tags, strings(&[("a", "1"), ("b", "2")]));
-    // Lines 1 and 3 are written alike and share one `SeriesMeta`, across bodies too;
-    // line 2 is the same series written otherwise.
-    assert!(Arc::ptr_eq(series[0], series[2]) && Arc::ptr_eq(series[0], series[5]));
-    assert_eq!(series[1], series[0]);
-    assert_eq!(limits.known.len(), 2);
+    // Lines 1 and 3 are written alike, line 2 is the same series written otherwise: all
+    // three share the one interned series, across bodies too.
+    assert!(series.iter().all(|s| s.is_interned() && Series::ptr_eq(s, series[0])));
+    assert_eq!(limits.known.len(), 2, "two texts");
     // The body's readings share one name object.
     let name = |r: &Result<Item, LineError>| r.as_ref().unwrap().1.fields[0].0.as_ptr();
     assert!(first.iter().all(|r| name(r) == name(&first[0])));
@@ -253,7 +251,7 @@ fn known_series_with_escaped_spaces_parse_like_new_ones() {
     let whole = parse_body(body, Precision::Nanoseconds, NOW, &limits);
     assert_eq!(whole, parse_framed(body));
     assert_eq!(whole[0].as_ref().unwrap().0.key, "m\\ x,t=a\\ b");
-    assert!(Arc::ptr_eq(&whole[0].as_ref().unwrap().0, &whole[5].as_ref().unwrap().0));
+    assert!(Series::ptr_eq(&whole[0].as_ref().unwrap().0, &whole[5].as_ref().unwrap().0));
     assert_eq!(whole.iter().filter(|r| r.is_err()).count(), 2, "{whole:?}");
 }
 

@@ -584,14 +584,12 @@ fn index_of(doc: &Document, len: usize) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
     use crate::model::{FieldValue, Reading, SeriesMeta};
 
     fn batch(sizes: &[usize]) -> Batch {
         Batch {
-            series: Arc::new(SeriesMeta { key: "s".into(), measurement: "m".into(), tags: vec![] }),
+            series: SeriesMeta { key: "s".into(), measurement: "m".into(), tags: vec![] }.into(),
             hour: 0,
             readings: sizes
                 .iter()

@@ -22,7 +22,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bucketd::model::{
-    Batch, FieldName, FieldValue, HOUR_MS, Reading, SeriesMeta, TimestampMs, WriterId, hour_start,
+    Batch, FieldName, FieldValue, HOUR_MS, Reading, Series, SeriesMeta, TimestampMs, WriterId,
+    hour_start,
 };
 use bucketd::store::{
     BucketLimits, FieldStats, Order, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery,
@@ -149,11 +150,11 @@ pub(crate) use store_suite;
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-pub fn series(key: &str, measurement: &str, tags: &[(&str, &str)]) -> Arc<SeriesMeta> {
+pub fn series(key: &str, measurement: &str, tags: &[(&str, &str)]) -> Series {
     let mut tags: Vec<(String, String)> =
         tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     tags.sort();
-    Arc::new(SeriesMeta { key: key.into(), measurement: measurement.into(), tags })
+    Series::shared(SeriesMeta { key: key.into(), measurement: measurement.into(), tags })
 }
 
 pub fn reading(ts: TimestampMs, fields: &[(&str, FieldValue)]) -> Reading {
@@ -162,7 +163,7 @@ pub fn reading(ts: TimestampMs, fields: &[(&str, FieldValue)]) -> Reading {
 
 /// Groups readings into one batch per hour, keeping their order within each hour; hours in
 /// the order they first appear.
-pub fn batches(series: &Arc<SeriesMeta>, readings: &[Reading]) -> Vec<Batch> {
+pub fn batches(series: &Series, readings: &[Reading]) -> Vec<Batch> {
     let mut out: Vec<Batch> = Vec::new();
     for r in readings {
         let hour = hour_start(r.ts);
@@ -876,7 +877,7 @@ pub async fn empty_and_invalid_requests(make: Make<'_>) {
 }
 
 /// A batch with sequence numbers `first..first + readings.len()`.
-fn numbered(series: &Arc<SeriesMeta>, readings: Vec<Reading>, first: u64) -> Batch {
+fn numbered(series: &Series, readings: Vec<Reading>, first: u64) -> Batch {
     let hour = hour_start(readings[0].ts);
     let seqs = (first..first + readings.len() as u64).collect();
     Batch { series: series.clone(), hour, readings, seqs }

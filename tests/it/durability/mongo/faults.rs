@@ -260,7 +260,7 @@ impl OtherWriter {
                     measurement: prefix.into(),
                     tags: vec![("sensor".into(), format!("s{s}"))],
                 };
-                Batch { series: Arc::new(series), hour: T0_MS, readings, seqs }
+                Batch { series: series.into(), hour: T0_MS, readings, seqs }
             })
             .collect();
         for outcome in within("other writer", 60, self.store.write(Self::ID, &batches)).await {
