@@ -476,3 +476,54 @@ async fn a_partly_landed_batch_is_retried_from_its_high_water_mark() {
     buffers.complete(again, &[Outcome::Written]);
     assert_eq!(buffers.buffered(), 0);
 }
+
+/// Readings settled in the log, as the flusher reports them.
+#[derive(Default)]
+struct Settled(std::sync::Mutex<Vec<Seq>>);
+
+impl Settle for Settled {
+    fn settle(&self, runs: &[&[Seq]]) {
+        self.0.lock().unwrap().extend(runs.iter().flat_map(|run| run.iter().copied()));
+    }
+}
+
+impl Settled {
+    fn count(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
+
+/// The log deletes what is settled, so nothing is settled before the store has synced it: a
+/// write the store has not synced is lost with a crash.
+#[tokio::test(start_paused = true)]
+async fn written_readings_are_settled_only_once_the_store_has_synced_them() {
+    let buffers = Buffers::new(BufferConfig {
+        max_buffered_readings: 1000,
+        max_batch_readings: 10,
+        flush_interval: Duration::from_secs(3600),
+    });
+    let store = Arc::new(FakeStore::new());
+    let settled = Arc::new(Settled::default());
+    let _flusher = Flusher::spawn_settling(
+        buffers.clone(),
+        store.clone(),
+        FlushConfig {
+            writer: WriterId(1),
+            min_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(1),
+        },
+        Some(settled.clone()),
+    );
+    store.fail_sync(true);
+    buffers.push((0..10).map(|i| item("a", i, i)).collect()).unwrap();
+    assert!(wait_until(Duration::from_secs(10), || store.written_readings() == 10).await);
+    assert!(wait_until(Duration::from_secs(10), || store.syncs() >= 2).await, "sync retried");
+    assert_eq!(settled.count(), 0, "written, not synced: the log keeps them");
+    assert_eq!(buffers.buffered(), 0, "memory does not wait for the sync");
+
+    store.fail_sync(false);
+    assert!(wait_until(Duration::from_secs(10), || settled.count() == 10).await);
+    let syncs = store.syncs();
+    sleep(Duration::from_secs(5)).await;
+    assert_eq!(store.syncs(), syncs, "nothing new written, nothing to sync");
+}
