@@ -354,11 +354,14 @@ impl Buffers {
         Ok((logged, Placement::Spilled))
     }
 
-    /// Whether a push would be refused whatever its size: the buffers are at their bound and,
-    /// where `spill` allows spilling, the store is writing and nothing is spilled (so full
-    /// buffers refuse rather than spill). Lets a caller refuse before parsing.
-    pub fn refuses_every_push(&self, spill: bool) -> bool {
-        if self.held.load(Ordering::Acquire) < self.config.max_buffered_readings {
+    /// Whether a push of up to `n` readings would be refused: they do not fit in the room left
+    /// and, where `spill` allows spilling, the store is writing and nothing is spilled (so full
+    /// buffers refuse rather than spill). Lets a caller refuse before parsing: under sustained
+    /// overload the buffers hover at the bound, and a body parsed only to be refused by the
+    /// push cost as much as one accepted.
+    pub fn refuses_push_of(&self, n: usize, spill: bool) -> bool {
+        let held = self.held.load(Ordering::Acquire);
+        if held.saturating_add(n.max(1)) <= self.config.max_buffered_readings {
             return false;
         }
         !spill
@@ -684,7 +687,7 @@ impl Buffers {
         let mode = if quiet { TakeMode::All } else { mode };
         let cycle: Arc<Cycle> = Arc::new(OnceLock::new());
         // Publishes on drop, so even an unwinding scan never leaves a query waiting forever.
-        let mut publish = Publish { cycle: &cycle, batches: Vec::new() };
+        let mut publish = Publish { cycle: &cycle, taken: Vec::new() };
         let mut total = 0usize;
         let mut idle: Vec<SensorKey> = Vec::new();
         'scan: for mut entry in self.map.iter_mut() {
@@ -728,23 +731,18 @@ impl Buffers {
                     let span = taken.span();
                     (taken, span)
                 };
-                let (readings, seqs) = taken.into_readings();
                 hb.in_flight = Some(Box::new(InFlight {
                     cycle: cycle.clone(),
-                    index: publish.batches.len(),
+                    index: publish.taken.len(),
                     span,
                     since,
                 }));
-                publish.batches.push(Batch {
-                    series: key.0.clone(),
-                    hour: hb.hour,
-                    readings,
-                    seqs,
-                });
+                publish.taken.push((key.0.clone(), hb.hour, taken));
                 total += k;
             }
         }
-        let took = !publish.batches.is_empty();
+        let took = !publish.taken.is_empty();
+        // After the scan: the shards are no longer locked while the rows become readings.
         drop(publish);
         for key in idle {
             // Re-checked under the shard lock: a push may have refilled it meanwhile.
@@ -815,13 +813,18 @@ impl Buffers {
 
 struct Publish<'a> {
     cycle: &'a Cycle,
-    batches: Vec<Batch>,
+    /// What the scan took: each becomes its batch on publishing.
+    taken: Vec<(Series, TimestampMs, Columns)>,
 }
 
 impl Drop for Publish<'_> {
     fn drop(&mut self) {
-        if !self.batches.is_empty() {
-            let _ = self.cycle.set(std::mem::take(&mut self.batches));
+        if !self.taken.is_empty() {
+            let batches = self.taken.drain(..).map(|(series, hour, rows)| {
+                let (readings, seqs) = rows.into_readings();
+                Batch { series, hour, readings, seqs }
+            });
+            let _ = self.cycle.set(batches.collect());
         }
     }
 }

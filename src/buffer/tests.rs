@@ -95,6 +95,20 @@ fn push_is_all_or_nothing_at_the_bound() {
     assert_eq!(b.push(vec![]).unwrap(), 0);
 }
 
+/// What a caller asks before parsing a body agrees with what the push would do.
+#[test]
+fn a_push_that_would_not_fit_is_refused_before_it_is_parsed() {
+    let b = Buffers::new(config(10, 100));
+    assert!(!b.refuses_push_of(10, false) && b.refuses_push_of(11, false));
+    b.push((0..8).map(|i| item("a", i, i)).collect()).unwrap();
+    assert!(!b.refuses_push_of(2, false), "room for two");
+    assert!(b.refuses_push_of(3, false));
+    assert!(b.push((0..3).map(|i| item("b", i, i)).collect()).is_err(), "as the push would");
+    // A store that fails lets full buffers spill into the log: nothing is refused up front.
+    b.set_store_failing(true);
+    assert!(b.refuses_push_of(3, false) && !b.refuses_push_of(3, true));
+}
+
 #[test]
 fn push_refuses_a_batch_larger_than_the_bound_even_when_empty() {
     let b = Buffers::new(config(10, 100));

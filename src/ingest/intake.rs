@@ -85,10 +85,11 @@ impl Intake {
         if self.wal.is_some() { AckMode::Wal } else { AckMode::Buffered }
     }
 
-    /// Whether [`Intake::accept`] would refuse any push now (full buffers, nothing to spill
-    /// into): an overloaded server so refuses a request before the cost of parsing it.
-    pub fn refuses_every_push(&self) -> bool {
-        self.buffers.refuses_every_push(self.wal.is_some())
+    /// Whether [`Intake::accept`] would refuse a push of up to `n` readings now (no room for
+    /// them, nothing to spill into): an overloaded server so refuses a request before the cost
+    /// of parsing it.
+    pub fn refuses_push_of(&self, n: usize) -> bool {
+        self.buffers.refuses_push_of(n, self.wal.is_some())
     }
 
     /// Accepts all of `items` or none, and returns once they are as durable as the ack mode

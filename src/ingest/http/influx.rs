@@ -127,7 +127,9 @@ async fn write_line_protocol(
     body: Body,
 ) -> Result<StatusCode, ApiError> {
     let bytes = read_body(body, headers, state.http.max_body_bytes, Protocol::LpHttp).await?;
-    if state.intake.refuses_every_push() {
+    // At most this many readings: one per line.
+    let lines = memchr::memchr_iter(b'\n', &bytes).count() + 1;
+    if state.intake.refuses_push_of(lines) {
         // Overloaded: refused before the parse, which is most of what a write costs.
         let lines = bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()).count();
         count_rejected(Protocol::LpHttp, "buffers_full", lines);
