@@ -59,14 +59,8 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
         return Ok(Arc::new(store));
     }
     let dir = config.data_dir.clone();
-    // The log keeps every reading until the flusher has synced the store (ARCHITECTURE.md,
-    // "Buffers and the flusher"); without it each write must be durable when it returns.
-    let defer = config.ack == AckMode::Wal;
-    let open = move || {
-        EmbeddedStore::open(&dir, limits).map(|s| if defer { s.deferring_sync() } else { s })
-    };
     // Opening may replay redb's recovery after a crash: blocking file I/O.
-    let store = tokio::task::spawn_blocking(open)
+    let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(&dir, limits))
         .await
         .context("embedded store open task failed")?
         .with_context(|| {

@@ -40,10 +40,6 @@ struct State {
     calls: Vec<Instant>,
     high_water_calls: usize,
     in_write: usize,
-    /// `sync` fails while this is set.
-    sync_fails: bool,
-    /// `sync` calls, failed ones included.
-    syncs: usize,
 }
 
 impl FakeStore {
@@ -57,14 +53,6 @@ impl FakeStore {
 
     pub fn fail_next_calls(&self, n: usize) {
         self.state.lock().unwrap().fail_calls = n;
-    }
-
-    pub fn fail_sync(&self, on: bool) {
-        self.state.lock().unwrap().sync_fails = on;
-    }
-
-    pub fn syncs(&self) -> usize {
-        self.state.lock().unwrap().syncs
     }
 
     pub fn fail_forever(&self, on: bool) {
@@ -115,15 +103,6 @@ impl Store for FakeStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-
-    async fn sync(&self) -> Result<(), StoreError> {
-        let mut st = self.state.lock().unwrap();
-        st.syncs += 1;
-        if st.sync_fails {
-            return Err(StoreError::Unavailable("scripted sync failure".into()));
-        }
         Ok(())
     }
 

@@ -56,11 +56,6 @@ pub trait Settle: Send + Sync {
 /// and its encoding) and keeps a MongoDB bulk command well under its limits.
 pub const MAX_READINGS_PER_WRITE: usize = 100_000;
 
-/// While it writes, the flusher makes the store's writes durable (`Store::sync`) at most this
-/// often; at once when nothing more is due. Bounds what a crash takes from the store (the log
-/// still holds it) and how long the log keeps written readings.
-pub const SYNC_EVERY: Duration = Duration::from_millis(250);
-
 /// At most one log line per kind of failure per this period; the rest are counted into it.
 const LOG_EVERY: Duration = Duration::from_secs(1);
 
@@ -120,9 +115,6 @@ impl Flusher {
             written: written.clone(),
             errors: errors.clone(),
             settle,
-            unsynced: Vec::new(),
-            unsynced_since: None,
-            sync_log: LogLimiter::default(),
             rejected_log: LogLimiter::default(),
             retry_log: LogLimiter::default(),
             check_log: LogLimiter::default(),
@@ -171,12 +163,6 @@ struct Worker {
     written: Arc<AtomicUsize>,
     errors: Arc<AtomicU64>,
     settle: Option<Arc<dyn Settle>>,
-    /// Runs of sequence numbers written (or dropped) since the last `Store::sync`: settled in
-    /// the log after the next one. Empty without `settle`.
-    unsynced: Vec<Vec<Seq>>,
-    /// When the oldest write not yet synced returned.
-    unsynced_since: Option<Instant>,
-    sync_log: LogLimiter,
     rejected_log: LogLimiter,
     retry_log: LogLimiter,
     check_log: LogLimiter,
@@ -189,9 +175,7 @@ impl Worker {
         while !stop.is_cancelled() {
             match self.buffers.take(TakeMode::Due, MAX_READINGS_PER_WRITE) {
                 Some(taken) => {
-                    let backoff = self.write(taken).await;
-                    self.sync(false).await;
-                    if let Some(delay) = backoff {
+                    if let Some(delay) = self.write(taken).await {
                         tokio::select! {
                             _ = stop.cancelled() => {}
                             _ = tokio::time::sleep(delay) => {}
@@ -199,7 +183,6 @@ impl Worker {
                     }
                 }
                 None => {
-                    self.sync(true).await;
                     tokio::select! {
                         _ = stop.cancelled() => {}
                         _ = tokio::time::sleep(self.tick) => {}
@@ -212,39 +195,6 @@ impl Worker {
         while let Some(taken) = self.buffers.take(TakeMode::All, MAX_READINGS_PER_WRITE) {
             if let Some(delay) = self.write(taken).await {
                 tokio::time::sleep(delay).await;
-            }
-            self.sync(false).await;
-        }
-        self.sync(true).await;
-    }
-
-    /// Makes the store's writes durable and settles their readings in the log, when the oldest
-    /// unsynced write is `SYNC_EVERY` old, or at once with `now`. A failed sync keeps them for
-    /// the next try (the log keeps the readings meanwhile).
-    async fn sync(&mut self, now: bool) {
-        let Some(since) = self.unsynced_since else { return };
-        if !now && since.elapsed() < SYNC_EVERY {
-            return;
-        }
-        match self.store.sync().await {
-            Ok(()) => {
-                if let Some(settle) = &self.settle {
-                    let runs: Vec<&[Seq]> = self.unsynced.iter().map(Vec::as_slice).collect();
-                    settle.settle(&runs);
-                }
-                self.unsynced.clear();
-                self.unsynced_since = None;
-            }
-            Err(e) => {
-                ::metrics::counter!(STORE_ERRORS, "kind" => e.kind()).increment(1);
-                self.errors.fetch_add(1, Ordering::Relaxed);
-                if let Some(suppressed) = self.sync_log.allow(Instant::now(), 1, 0) {
-                    tracing::warn!(
-                        error = %e,
-                        suppressed = suppressed.0,
-                        "store sync failed; written readings stay in the log until one succeeds"
-                    );
-                }
             }
         }
     }
@@ -323,15 +273,17 @@ impl Worker {
         } else {
             self.buffers.set_store_failing(false);
         }
-        if self.settle.is_some() {
-            let runs = batches.iter().zip(&outcomes).map(|(batch, outcome)| match *outcome {
-                Outcome::Written | Outcome::Drop => &batch.seqs[..],
-                Outcome::Retry { landed } => &batch.seqs[..landed],
-            });
-            self.unsynced.extend(runs.filter(|run| !run.is_empty()).map(<[Seq]>::to_vec));
-        }
-        if !batches.is_empty() {
-            self.unsynced_since.get_or_insert_with(Instant::now);
+        if let Some(settle) = &self.settle {
+            let runs: Vec<&[Seq]> = batches
+                .iter()
+                .zip(&outcomes)
+                .map(|(batch, outcome)| match *outcome {
+                    Outcome::Written | Outcome::Drop => &batch.seqs[..],
+                    Outcome::Retry { landed } => &batch.seqs[..landed],
+                })
+                .filter(|run| !run.is_empty())
+                .collect();
+            settle.settle(&runs);
         }
         let released = self.buffers.complete(taken, &outcomes);
         self.written.fetch_add(released.written, Ordering::AcqRel);

@@ -353,24 +353,11 @@ pub trait Store: Send + Sync + 'static {
     /// `writer`'s high-water mark of its (series, hour) is the last sequence number of that
     /// prefix. Each bucket update records the batch's sequence numbers with it, atomically, under
     /// `writer` only: other writers' marks are untouched.
-    ///
-    /// What a write stored is visible at once (to queries, to `high_water`), but a store may
-    /// keep it from disk until the next [`Store::sync`]: a crash before then loses it, marks
-    /// included, never a part of a batch.
     async fn write(
         &self,
         writer: WriterId,
         batches: &[Batch],
     ) -> Vec<Result<WriteReport, StoreError>>;
-
-    /// Makes every earlier `write` durable. The flusher settles written readings in the log only
-    /// after it, so the log keeps whatever a crash could take from the store, and the replay
-    /// writes it again (judged by the marks, which the crash took with it). The default does
-    /// nothing: a store whose writes are durable when they return (MongoDB, with its write
-    /// concern) has nothing to add.
-    async fn sync(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
 
     /// For each (series key, hour start): the highest sequence number of a reading `writer`
     /// stored for it (0 when none is). Every reading of that writer, series and hour with a

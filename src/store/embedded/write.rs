@@ -1,5 +1,4 @@
-//! The write path: every batch of one `Store::write` call in one redb transaction, durable when
-//! it returns or, deferring the sync, with the next `sync`.
+//! The write path: every batch of one `Store::write` call in one durable redb transaction.
 
 use redb::{Database, ReadableTable, Table, WriteTransaction};
 
@@ -45,8 +44,6 @@ pub(super) struct Writing {
     pub limits: BucketLimits,
     /// The test hook of `EmbeddedStore::fail_next_batch_after`; `usize::MAX` when off.
     pub fail_after: usize,
-    /// Commit without fsync: durable with the next `sync`.
-    pub deferred_sync: bool,
 }
 
 /// Writes `batches`, returning one outcome per batch. A batch that breaks the `Batch`
@@ -108,12 +105,8 @@ fn commit(
     todo: &[usize],
 ) -> Result<Vec<Result<WriteReport, StoreError>>, EmbeddedError> {
     let mut txn = db.begin_write()?;
-    if w.deferred_sync {
-        // Durable with the next `sync` (module doc, "Durability").
-        txn.set_durability(redb::Durability::None)?;
-    } else {
-        txn.set_quick_repair(true);
-    }
+    // Durability stays redb's default (Immediate: fsync before commit returns).
+    txn.set_quick_repair(true);
     let mut results = Vec::with_capacity(todo.len());
     let mut fail_after = Some(w.fail_after).filter(|&n| n != usize::MAX);
     {
@@ -147,15 +140,6 @@ fn commit(
     }
     txn.commit()?;
     Ok(results)
-}
-
-/// Makes every earlier commit durable: an empty commit with redb's default durability
-/// (Immediate: fsync before it returns) carries the non-durable ones before it to disk.
-pub(super) fn sync(db: &Database) -> Result<(), EmbeddedError> {
-    let mut txn = db.begin_write()?;
-    txn.set_quick_repair(true);
-    txn.commit()?;
-    Ok(())
 }
 
 /// In the batch's own transaction, so the mark and the readings land together.
