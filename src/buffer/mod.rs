@@ -145,11 +145,11 @@ pub enum Placement {
     Spilled,
 }
 
-/// A map key that is the sensor's interned `SeriesMeta`, hashed and compared by its key string
-/// (so the map is looked up by `&str`): a sensor's key string is kept once, not copied into the
-/// map per entry (200,000 sensors in a fleet).
+/// A map key that is the sensor's `Series`, hashed and compared by its key string (so the map
+/// is looked up by `&str`): a sensor's key string is kept once, not copied into the map per
+/// entry (200,000 sensors in a fleet).
 ///
-/// Interned: the first `SeriesMeta` pushed for this key since the entry was created. For line
+/// The key is the first `Series` pushed for this key since the entry was created. For line
 /// protocol the key determines the tags, so later readings carry identical metadata; for JSON
 /// a client could send other tags under the same `sensor` and those are ignored until the
 /// sensor's buffers empty and the entry is recreated.
