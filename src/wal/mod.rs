@@ -43,6 +43,7 @@
 //! and a restart replays what is on disk.
 
 pub mod identity;
+mod payload;
 pub mod refill;
 mod segment;
 #[cfg(test)]

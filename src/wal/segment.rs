@@ -6,8 +6,9 @@
 //! record  = len:u32le crc:u32le first_seq:u64le count:u32le payload[len]
 //! ```
 //!
-//! `payload` is the postcard encoding of the logged `Vec<Item>`; item `i`
-//! has sequence number `first_seq + i`. `crc` is the CRC-32 (IEEE, `crc32fast`) of
+//! `payload` holds the logged `Vec<Item>`, item `i` with sequence number `first_seq + i`: in
+//! version 2 as `payload.rs` describes (each series and field name once a record), in version
+//! 1 (still read, never written) as their postcard encoding. `crc` is the CRC-32 (IEEE, `crc32fast`) of
 //! `payload ‖ first_seq ‖ count`, in that order, so the payload's part can be computed before
 //! the sequence number is known (outside the order mutex). A record that is cut short or fails
 //! its checksum ends what can be read of a segment: after a crash that is the torn tail of the
@@ -18,10 +19,15 @@
 
 use std::path::{Path, PathBuf};
 
+use super::payload::{self, PayloadError};
 use crate::model::{Item, Seq};
 
 const MAGIC: &[u8; 8] = b"BKTDWAL\0";
-const VERSION: u32 = 1;
+/// What new segments are written in. A process appends only to segments it created, so an
+/// older process's segments keep their version until they are deleted.
+const VERSION: u32 = 2;
+/// Read, for a log an older bucketd left; never written.
+const POSTCARD_VERSION: u32 = 1;
 pub(super) const HEADER_BYTES: usize = 16;
 pub(super) const RECORD_HEADER_BYTES: usize = 20;
 const EXTENSION: &str = "wal";
@@ -54,12 +60,12 @@ pub struct Record {
 }
 
 impl Record {
-    pub fn encode(items: &[Item]) -> Result<Record, postcard::Error> {
+    pub fn encode(items: &[Item]) -> Result<Record, PayloadError> {
         let mut bytes = vec![0u8; RECORD_HEADER_BYTES];
-        bytes = postcard::to_extend(items, bytes)?;
+        payload::encode(items, &mut bytes)?;
         let payload = &bytes[RECORD_HEADER_BYTES..];
-        let len = u32::try_from(payload.len()).map_err(|_| postcard::Error::SerializeBufferFull)?;
-        let count = u32::try_from(items.len()).map_err(|_| postcard::Error::SerializeBufferFull)?;
+        let len = u32::try_from(payload.len()).map_err(|_| PayloadError::TooLarge)?;
+        let count = u32::try_from(items.len()).map_err(|_| PayloadError::TooLarge)?;
         let mut crc = crc32fast::Hasher::new();
         crc.update(payload);
         bytes[..4].copy_from_slice(&len.to_le_bytes());
@@ -67,8 +73,8 @@ impl Record {
     }
 
     /// The readings again, for a caller whose push failed after it gave them up.
-    pub fn decode(&self) -> Result<Vec<Item>, postcard::Error> {
-        postcard::from_bytes(&self.bytes[RECORD_HEADER_BYTES..])
+    pub fn decode(&self) -> Result<Vec<Item>, PayloadError> {
+        payload::decode(&self.bytes[RECORD_HEADER_BYTES..], self.count)
     }
 
     pub fn encoded_len(&self) -> usize {
@@ -99,18 +105,20 @@ pub(super) struct Logged {
     pub items: Vec<Item>,
 }
 
-fn check_header(path: &Path, data: &[u8]) -> Result<(), String> {
+/// The segment's format version, when this bucketd reads it.
+fn check_header(path: &Path, data: &[u8]) -> Result<u32, String> {
     if data.len() < HEADER_BYTES || &data[..8] != MAGIC {
         return Err(format!("{} is not a bucketd WAL segment", path.display()));
     }
     let version = u32::from_le_bytes(data[8..12].try_into().expect("4 bytes"));
-    if version != VERSION {
+    if version != VERSION && version != POSTCARD_VERSION {
         return Err(format!(
-            "{} has WAL format version {version}; this bucketd reads version {VERSION}",
+            "{} has WAL format version {version}; this bucketd reads versions \
+             {POSTCARD_VERSION} and {VERSION}",
             path.display()
         ));
     }
-    Ok(())
+    Ok(version)
 }
 
 /// Parses records from `data[at..]` until the end, damage, or `max_readings` readings (at
@@ -121,6 +129,7 @@ fn parse_records(
     data: &[u8],
     mut at: usize,
     max_readings: usize,
+    version: u32,
 ) -> (Vec<Logged>, usize, Option<String>) {
     let mut records = Vec::new();
     let mut readings = 0usize;
@@ -146,7 +155,12 @@ fn parse_records(
         if hasher.finalize() != crc {
             break Some(format!("record at byte {at} fails its checksum"));
         }
-        let items: Vec<Item> = match postcard::from_bytes(payload) {
+        let items: Result<Vec<Item>, String> = if version == POSTCARD_VERSION {
+            postcard::from_bytes(payload).map_err(|e| e.to_string())
+        } else {
+            payload::decode(payload, count).map_err(|e| e.to_string())
+        };
+        let items = match items {
             Ok(items) => items,
             Err(e) => break Some(format!("record at byte {at} does not decode: {e}")),
         };
@@ -192,17 +206,16 @@ pub(super) fn read_chunk(
     }
     let mut file =
         std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    if offset == HEADER_BYTES as u64 {
-        let mut header = [0u8; HEADER_BYTES];
-        file.read_exact(&mut header).map_err(|e| format!("read {}: {e}", path.display()))?;
-        check_header(path, &header)?;
-    }
+    // Every step, not only the first: the version says how to decode.
+    let mut header = [0u8; HEADER_BYTES];
+    file.read_exact(&mut header).map_err(|e| format!("read {}: {e}", path.display()))?;
+    let version = check_header(path, &header)?;
     file.seek(SeekFrom::Start(offset)).map_err(|e| format!("seek {}: {e}", path.display()))?;
     let mut want = (limit - offset).min(CHUNK_READ_BYTES);
     loop {
         let mut data = vec![0u8; want as usize];
         file.read_exact(&mut data).map_err(|e| format!("read {}: {e}", path.display()))?;
-        let (records, end, damage) = parse_records(&data, 0, max_readings);
+        let (records, end, damage) = parse_records(&data, 0, max_readings, version);
         let whole = want == limit - offset;
         if records.is_empty() && damage.is_some() && !whole {
             // A record larger than what was read: read up to the limit.
@@ -363,6 +376,33 @@ mod tests {
         let read = replay(dir.path(), &data[..ends[1] - 1], usize::MAX).unwrap();
         assert_eq!(seqs(&read.records), vec![(1, 2)]);
         assert!(read.damage.is_some());
+    }
+
+    #[test]
+    fn a_segment_an_older_bucketd_wrote_in_postcard_is_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut data = header().to_vec();
+        data[8..12].copy_from_slice(&POSTCARD_VERSION.to_le_bytes());
+        for (first_seq, items) in [(5u64, items(3)), (8, items(2))] {
+            let payload = postcard::to_stdvec(&items).unwrap();
+            let count = items.len() as u32;
+            let mut crc = crc32fast::Hasher::new();
+            crc.update(&payload);
+            crc.update(&first_seq.to_le_bytes());
+            crc.update(&count.to_le_bytes());
+            data.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+            data.extend_from_slice(&crc.finalize().to_le_bytes());
+            data.extend_from_slice(&first_seq.to_le_bytes());
+            data.extend_from_slice(&count.to_le_bytes());
+            data.extend_from_slice(&payload);
+        }
+        // In steps of one record too: every step reads the version from the header.
+        for max_readings in [usize::MAX, 1] {
+            let read = replay(dir.path(), &data, max_readings).unwrap();
+            assert!(read.damage.is_none(), "{:?}", read.damage);
+            assert_eq!(seqs(&read.records), vec![(5, 3), (8, 2)]);
+            assert_eq!(read.records[1].items, items(2));
+        }
     }
 
     #[test]
