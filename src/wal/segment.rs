@@ -8,11 +8,11 @@
 //!
 //! `payload` holds the logged `Vec<Item>`, item `i` with sequence number `first_seq + i`: in
 //! version 2 as `payload.rs` describes (each series and field name once a record), in version
-//! 1 (still read, never written) as their postcard encoding. `crc` is the CRC-32 (IEEE, `crc32fast`) of
-//! `payload ‖ first_seq ‖ count`, in that order, so the payload's part can be computed before
-//! the sequence number is known (outside the order mutex). A record that is cut short or fails
-//! its checksum ends what can be read of a segment: after a crash that is the torn tail of the
-//! last group commit, which was never acknowledged.
+//! 1 (still read, never written) as their postcard encoding. `crc` is the CRC-32 (IEEE,
+//! `crc32fast`) of `payload ‖ first_seq ‖ count`, in that order, so the payload's part can be
+//! computed before the sequence number is known (outside the order mutex). A record that is cut
+//! short or fails its checksum ends what can be read of a segment: after a crash that is the
+//! torn tail of the last group commit, which was never acknowledged.
 //!
 //! File names are the segment's first sequence number, zero-padded to 20 digits, plus
 //! `.wal`, so that name order is log order.
