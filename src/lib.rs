@@ -22,6 +22,8 @@
 //!   one status table, InfluxDB's error shapes, token auth, the connection loop, route metrics.
 //! - [`listener`]: the accept loop both listeners share, with its connection limit.
 //! - [`metrics`]: metric names and the Prometheus recorder.
+//! - [`wire`]: varints, zigzag, strings and a bounds-checked reader: the primitives of the
+//!   log's records and the embedded store's values.
 //! - [`config`]: command-line flags and their environment twins.
 //! - [`server`]: wires everything together and runs until a shutdown signal.
 
@@ -39,3 +41,4 @@ pub mod retention;
 pub mod server;
 pub mod store;
 pub mod wal;
+pub mod wire;

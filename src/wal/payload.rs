@@ -22,16 +22,17 @@
 use std::collections::HashMap;
 
 use crate::model::{FieldName, FieldValue, Fields, Item, Reading, Series, SeriesMeta, series_key};
+use crate::wire::{Cursor, WireError, put_str, put_varint, zigzag};
 
 /// Why a payload could not be encoded or decoded.
 #[derive(Debug, thiserror::Error)]
 pub enum PayloadError {
     #[error("a record holds at most {} readings", u32::MAX)]
     TooLarge,
-    #[error("payload cut short")]
-    CutShort,
     #[error("payload damaged: {0}")]
     Damaged(&'static str),
+    #[error("payload damaged: {0}")]
+    Wire(#[from] WireError),
 }
 
 const FLOAT: u64 = 0;
@@ -125,7 +126,7 @@ pub fn encode(items: &[Item], out: &mut Vec<u8>) -> Result<(), PayloadError> {
     }
     let dictionary: usize = series.iter().map(|m| 8 + m.key.len() + m.measurement.len()).sum();
     out.reserve(dictionary + names.iter().map(|n| n.len() + 2).sum::<usize>() + body.len());
-    put_v(out, series.len() as u64);
+    put_varint(out, series.len() as u64);
     for s in series {
         let meta: &SeriesMeta = s;
         // Interned series are line protocol's, whose key is made from the measurement and
@@ -140,18 +141,18 @@ pub fn encode(items: &[Item], out: &mut Vec<u8>) -> Result<(), PayloadError> {
             out.push(1);
         } else {
             out.push(0);
-            put_s(out, &meta.key);
+            put_str(out, &meta.key);
         }
-        put_s(out, &meta.measurement);
-        put_v(out, meta.tags.len() as u64);
+        put_str(out, &meta.measurement);
+        put_varint(out, meta.tags.len() as u64);
         for (k, v) in &meta.tags {
-            put_s(out, k);
-            put_s(out, v);
+            put_str(out, k);
+            put_str(out, v);
         }
     }
-    put_v(out, names.len() as u64);
+    put_varint(out, names.len() as u64);
     for name in names {
-        put_s(out, name);
+        put_str(out, name);
     }
     out.extend_from_slice(&body);
     Ok(())
@@ -177,7 +178,7 @@ impl Scratch {
     }
 
     fn z(&mut self, v: i64) {
-        self.v(((v << 1) ^ (v >> 63)) as u64);
+        self.v(zigzag(v));
     }
 
     fn bytes_of(&mut self, b: &[u8; 8]) {
@@ -192,11 +193,11 @@ impl Scratch {
 
 /// The `count` items of a payload `encode` wrote.
 pub fn decode(payload: &[u8], count: u32) -> Result<Vec<Item>, PayloadError> {
-    let mut r = Reader { bytes: payload };
+    let mut r = Cursor::new(payload);
     let series_count = r.len()?;
     let mut series: Vec<Series> = Vec::with_capacity(series_count);
     for _ in 0..series_count {
-        let derived = match r.byte()? {
+        let derived = match r.u8()? {
             0 => false,
             1 => true,
             _ => return Err(PayloadError::Damaged("series flag")),
@@ -220,16 +221,16 @@ pub fn decode(payload: &[u8], count: u32) -> Result<Vec<Item>, PayloadError> {
     let mut items = Vec::with_capacity((count as usize).min(payload.len() / 3));
     let mut ts = 0i64;
     for _ in 0..count {
-        let s = usize::try_from(r.v()?)
+        let s = usize::try_from(r.varint()?)
             .ok()
             .and_then(|i| series.get(i))
             .ok_or(PayloadError::Damaged("series index"))?
             .clone();
-        ts = ts.wrapping_add(r.z()?);
+        ts = ts.wrapping_add(r.zigzag()?);
         let field_count = r.len()?;
         let mut fields = Fields::with_capacity(field_count);
         for _ in 0..field_count {
-            let tag = r.v()?;
+            let tag = r.varint()?;
             let name = usize::try_from(tag >> KIND_BITS)
                 .ok()
                 .and_then(|n| names.get(n))
@@ -237,8 +238,8 @@ pub fn decode(payload: &[u8], count: u32) -> Result<Vec<Item>, PayloadError> {
                 .clone();
             let value = match tag & ((1 << KIND_BITS) - 1) {
                 FLOAT => FieldValue::Float(f64::from_le_bytes(r.array()?)),
-                INT => FieldValue::Int(r.z()?),
-                UINT => FieldValue::UInt(r.v()?),
+                INT => FieldValue::Int(r.zigzag()?),
+                UINT => FieldValue::UInt(r.varint()?),
                 FALSE => FieldValue::Bool(false),
                 TRUE => FieldValue::Bool(true),
                 STR => FieldValue::Str(r.string()?),
@@ -248,87 +249,10 @@ pub fn decode(payload: &[u8], count: u32) -> Result<Vec<Item>, PayloadError> {
         }
         items.push((s, Reading { ts, fields }));
     }
-    if !r.bytes.is_empty() {
+    if !r.is_empty() {
         return Err(PayloadError::Damaged("bytes after the last reading"));
     }
     Ok(items)
-}
-
-fn put_v(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn put_s(out: &mut Vec<u8>, s: &str) {
-    put_v(out, s.len() as u64);
-    out.extend_from_slice(s.as_bytes());
-}
-
-struct Reader<'a> {
-    bytes: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn byte(&mut self) -> Result<u8, PayloadError> {
-        let (&b, rest) = self.bytes.split_first().ok_or(PayloadError::CutShort)?;
-        self.bytes = rest;
-        Ok(b)
-    }
-
-    fn v(&mut self) -> Result<u64, PayloadError> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.byte()?;
-            if shift == 63 && b > 1 {
-                return Err(PayloadError::Damaged("varint overflows"));
-            }
-            v |= u64::from(b & 0x7f) << shift;
-            if b < 0x80 {
-                return Ok(v);
-            }
-        }
-        Err(PayloadError::Damaged("varint overflows"))
-    }
-
-    fn z(&mut self) -> Result<i64, PayloadError> {
-        let v = self.v()?;
-        Ok((v >> 1) as i64 ^ -((v & 1) as i64))
-    }
-
-    /// A count, which must fit what is left (each element takes a byte at least), so that
-    /// damage cannot make the decoder reserve room for more than the payload could hold.
-    fn len(&mut self) -> Result<usize, PayloadError> {
-        let v = self.v()?;
-        usize::try_from(v)
-            .ok()
-            .filter(|&n| n <= self.bytes.len())
-            .ok_or(PayloadError::Damaged("count past the payload's end"))
-    }
-
-    fn take(&mut self, n: usize) -> Result<&'a [u8], PayloadError> {
-        if n > self.bytes.len() {
-            return Err(PayloadError::CutShort);
-        }
-        let (head, rest) = self.bytes.split_at(n);
-        self.bytes = rest;
-        Ok(head)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], PayloadError> {
-        Ok(self.take(N)?.try_into().expect("N bytes"))
-    }
-
-    fn str(&mut self) -> Result<&'a str, PayloadError> {
-        let n = self.len()?;
-        std::str::from_utf8(self.take(n)?).map_err(|_| PayloadError::Damaged("text is not UTF-8"))
-    }
-
-    fn string(&mut self) -> Result<String, PayloadError> {
-        self.str().map(str::to_owned)
-    }
 }
 
 #[cfg(test)]

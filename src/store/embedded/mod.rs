@@ -164,6 +164,12 @@ from_redb!(
     redb::DatabaseError
 );
 
+impl From<crate::wire::WireError> for EmbeddedError {
+    fn from(e: crate::wire::WireError) -> Self {
+        EmbeddedError::Corrupt(e.to_string())
+    }
+}
+
 impl From<EmbeddedError> for StoreError {
     fn from(e: EmbeddedError) -> Self {
         match e {

@@ -2,9 +2,10 @@
 
 use std::collections::HashMap;
 
-use super::primitives::{Cursor, corrupt, put_str, put_varint, unzigzag, zigzag};
+use super::corrupt;
 use crate::model::{FieldName, FieldValue, Fields, Reading, TimestampMs};
 use crate::store::embedded::EmbeddedError;
+use crate::wire::{Cursor, put_str, put_varint, unzigzag, zigzag};
 
 const CHUNK_V1: u64 = 1;
 
@@ -206,12 +207,12 @@ fn get_float(
     prev_bits: u64,
     memo: &mut ScaledMemo,
 ) -> Result<u64, EmbeddedError> {
-    let h = *c.buf.get(c.pos).ok_or_else(|| corrupt("truncated value"))?;
+    let h = c.peek()?;
     if h & 0xf0 != DECIMAL_HEADER {
         *memo = None;
         return Ok(prev_bits ^ get_xor(c)?);
     }
-    c.pos += 1;
+    c.u8()?;
     let k = usize::from(h & 0x0f);
     let scale = *POW10.get(k).ok_or_else(|| corrupt("bad decimal float header"))?;
     let prev = match *memo {
@@ -284,7 +285,7 @@ pub fn decode_chunk(
     let mut have_shape = false;
     let mut ts = summary.first;
     // Every reading takes at least two bytes, so a corrupt count cannot force a huge reserve.
-    out.reserve((summary.count as usize).min((bytes.len() - c.pos) / 2));
+    out.reserve((summary.count as usize).min(c.remaining() / 2));
 
     for _ in 0..summary.count {
         let delta = c.varint()?;
@@ -297,7 +298,7 @@ pub fn decode_chunk(
         if code != 0 {
             // Each field of a shape takes at least two bytes: a corrupt count fails here rather
             // than looping for long.
-            if code - 1 > ((bytes.len() - c.pos) / 2) as u64 {
+            if code - 1 > (c.remaining() / 2) as u64 {
                 return Err(corrupt("shape longer than the chunk"));
             }
             have_shape = true;

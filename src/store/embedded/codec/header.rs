@@ -2,10 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use super::primitives::{Cursor, corrupt, put_str, put_varint, unzigzag, zigzag};
+use super::corrupt;
 use crate::model::{Reading, TimestampMs};
 use crate::store::embedded::EmbeddedError;
 use crate::store::{FieldStats, approx_reading_bytes};
+use crate::wire::{Cursor, put_str, put_varint, unzigzag, zigzag};
 
 /// Version of the bucket header encoding: its own number, so that a schema change elsewhere in
 /// the file (schema 2 added per-writer marks) leaves every stored header readable.

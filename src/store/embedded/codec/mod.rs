@@ -37,12 +37,16 @@
 
 mod chunk;
 mod header;
-mod primitives;
 mod series;
 
 pub use self::chunk::{ChunkSummary, chunk_summary, decode_chunk, encode_chunk};
 pub use self::header::BucketHeader;
 pub use self::series::SeriesRecord;
+use crate::store::embedded::EmbeddedError;
+
+fn corrupt(what: &str) -> EmbeddedError {
+    EmbeddedError::Corrupt(what.to_owned())
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,8 +1,8 @@
 //! Series records (values of the `series` table).
 
-use super::primitives::{Cursor, put_str, put_varint, unzigzag, zigzag};
 use crate::model::TimestampMs;
 use crate::store::embedded::EmbeddedError;
+use crate::wire::{Cursor, put_str, put_varint, unzigzag, zigzag};
 
 const SERIES_V1: u64 = 1;
 
