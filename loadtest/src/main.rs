@@ -308,6 +308,11 @@ async fn main() -> anyhow::Result<()> {
     }
     let elapsed = started.elapsed();
     progress.abort();
+    fill_missed_seconds(
+        &mut stats.per_second.lock().unwrap(),
+        elapsed,
+        (stats.accepted.load(Ordering::Relaxed), stats.failed_requests.load(Ordering::Relaxed)),
+    );
 
     let summary = summarize(&args, &stats, elapsed);
     println!("{}", summary.text);
@@ -496,6 +501,16 @@ struct Slice {
     failed_requests: u64,
 }
 
+/// The ticker shares its core with the load's workers, which flat out delay it past the load's
+/// end, so it missed the last tick (a 20 s run then showed one 10 s slice): the totals at the
+/// end stand for each whole second of `elapsed` it did not record.
+fn fill_missed_seconds(per_second: &mut Vec<(u64, u64)>, elapsed: Duration, end: (u64, u64)) {
+    let whole = elapsed.as_secs() as usize;
+    if per_second.len() < whole {
+        per_second.resize(whole, end);
+    }
+}
+
 /// Whole slices of `slice` seconds from the per-second totals (a last, shorter one is left
 /// out: its rate would mix the load's end into it).
 fn slices(per_second: &[(u64, u64)], slice: Duration) -> Vec<Slice> {
@@ -517,6 +532,19 @@ fn slices(per_second: &[(u64, u64)], slice: Duration) -> Vec<Slice> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missed_last_tick_still_completes_the_last_slice() {
+        let mut totals: Vec<(u64, u64)> = (1..=19).map(|s| (s * 100, 0)).collect();
+        fill_missed_seconds(&mut totals, Duration::from_millis(20_030), (2_000, 1));
+        let got = slices(&totals, Duration::from_secs(10));
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[1].accepted_per_s, 100.0);
+        assert_eq!(got[1].failed_requests, 1);
+        fill_missed_seconds(&mut totals, Duration::from_millis(19_900), (9_999, 9));
+        assert_eq!(totals[19], (2_000, 1), "nothing recorded is replaced");
+        assert_eq!(totals.len(), 20);
+    }
 
     #[test]
     fn slices_are_whole_and_show_a_stall() {
