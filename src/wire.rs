@@ -100,7 +100,7 @@ impl<'a> Cursor<'a> {
         Ok(s)
     }
 
-    pub fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
         Ok(self.bytes(N)?.try_into().expect("N bytes"))
     }
 

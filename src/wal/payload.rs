@@ -237,7 +237,7 @@ pub fn decode(payload: &[u8], count: u32) -> Result<Vec<Item>, PayloadError> {
                 .ok_or(PayloadError::Damaged("name index"))?
                 .clone();
             let value = match tag & ((1 << KIND_BITS) - 1) {
-                FLOAT => FieldValue::Float(f64::from_le_bytes(r.array()?)),
+                FLOAT => FieldValue::Float(r.f64()?),
                 INT => FieldValue::Int(r.zigzag()?),
                 UINT => FieldValue::UInt(r.varint()?),
                 FALSE => FieldValue::Bool(false),
@@ -249,9 +249,7 @@ pub fn decode(payload: &[u8], count: u32) -> Result<Vec<Item>, PayloadError> {
         }
         items.push((s, Reading { ts, fields }));
     }
-    if !r.is_empty() {
-        return Err(PayloadError::Damaged("bytes after the last reading"));
-    }
+    r.finish()?;
     Ok(items)
 }
 
