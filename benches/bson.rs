@@ -26,12 +26,12 @@ fn bench_encode(c: &mut Criterion) {
     let limits = BucketLimits::default();
     let mut group = c.benchmark_group("bson");
 
-    let full = Batch {
-        series: series(0),
-        hour: HOUR,
-        readings: (0..1000).map(|i| reading(HOUR + i as i64 * 1000, i)).collect(),
-        seqs: vec![],
-    };
+    let full = Batch::numbered(
+        series(0),
+        HOUR,
+        (0..1000).map(|i| reading(HOUR + i as i64 * 1000, i)).collect(),
+        vec![],
+    );
     let bytes: usize =
         encode_batch(&full, W, limits, STATEMENT_BUDGET).iter().map(|d| d.as_bytes().len()).sum();
     eprintln!("bson: a 1,000-reading batch encodes to {bytes} bytes of statements");

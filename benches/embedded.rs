@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bucketd::model::{Batch, FieldValue, HOUR_MS, Reading, SeriesMeta};
+use bucketd::model::{Batch, FieldValue, HOUR_MS, Reading, Series, SeriesMeta};
 use bucketd::store::embedded::EmbeddedStore;
 use bucketd::store::{BucketLimits, Order, RangeQuery, Store};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -54,12 +54,12 @@ fn write_day(rt: &tokio::runtime::Runtime, store: &EmbeddedStore, key: &str, per
     let batches: Vec<Batch> = (0..DAY_READINGS / per_flush)
         .map(|i| {
             let start = DAY_START + i * per_flush * 1000;
-            Batch {
-                series: s.clone().into(),
-                hour: start - start.rem_euclid(HOUR_MS),
-                readings: (0..per_flush).map(|j| env_reading(start + j * 1000)).collect(),
-                seqs: vec![],
-            }
+            Batch::numbered(
+                Series::from(s.clone()),
+                start - start.rem_euclid(HOUR_MS),
+                (0..per_flush).map(|j| env_reading(start + j * 1000)).collect(),
+                vec![],
+            )
         })
         .collect();
     rt.block_on(async {
@@ -107,14 +107,16 @@ fn bench_flush(c: &mut Criterion) {
                 let hour = start - start.rem_euclid(HOUR_MS);
                 let batches: Vec<Batch> = sensors
                     .iter()
-                    .map(|s| Batch {
-                        series: s.clone().into(),
-                        hour,
-                        readings: (0..10)
-                            .map(|j| env_reading(start + j * 1000))
-                            .filter(|r| r.ts - hour < HOUR_MS)
-                            .collect(),
-                        seqs: vec![],
+                    .map(|s| {
+                        Batch::numbered(
+                            Series::from(s.clone()),
+                            hour,
+                            (0..10)
+                                .map(|j| env_reading(start + j * 1000))
+                                .filter(|r| r.ts - hour < HOUR_MS)
+                                .collect(),
+                            vec![],
+                        )
                     })
                     .collect();
                 let t = Instant::now();

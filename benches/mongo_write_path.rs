@@ -255,14 +255,16 @@ async fn flush_intervals() {
         for flush in 0..FLUSHES {
             let start = hour + flush as i64 * interval_s * 1000;
             let batches: Vec<Batch> = (0..SENSORS)
-                .map(|i| Batch {
-                    series: series(i),
-                    hour,
-                    readings: (0..interval_s).map(|k| reading(start + k * 1000, i)).collect(),
-                    seqs: vec![],
+                .map(|i| {
+                    Batch::numbered(
+                        series(i),
+                        hour,
+                        (0..interval_s).map(|k| reading(start + k * 1000, i)).collect(),
+                        vec![],
+                    )
                 })
                 .collect();
-            readings += batches.iter().map(|b| b.readings.len() as u64).sum::<u64>();
+            readings += batches.iter().map(|b| b.len() as u64).sum::<u64>();
             for outcome in store.write(W, &batches).await {
                 outcome.expect("write");
             }
@@ -270,7 +272,7 @@ async fn flush_intervals() {
             let docs: Vec<Document> = batches
                 .iter()
                 .flat_map(|b| {
-                    b.readings.iter().map(|r| {
+                    b.readings().map(|r| {
                         doc! {
                             "s": b.series.key.as_str(),
                             "t": bson::DateTime::from_millis(r.ts),
@@ -319,11 +321,13 @@ async fn hour_stats() {
     let flush = |f: usize, seq0: u64| -> Vec<Batch> {
         let start = hour + f as i64 * 10_000;
         (0..SENSORS)
-            .map(|i| Batch {
-                series: series(i),
-                hour,
-                readings: (0..10).map(|k| reading(start + k * 1000, i)).collect(),
-                seqs: (0..10).map(|k| seq0 + (f * 10 + k) as u64).collect(),
+            .map(|i| {
+                Batch::numbered(
+                    series(i),
+                    hour,
+                    (0..10).map(|k| reading(start + k * 1000, i)).collect(),
+                    (0..10).map(|k| seq0 + (f * 10 + k) as u64).collect(),
+                )
             })
             .collect()
     };

@@ -84,7 +84,7 @@ fn run(sensors: usize, hours: i64, retention: Option<Duration>) -> Vec<(f64, u64
                     Batch::new(s.clone(), hour, readings)
                 })
                 .collect();
-            written += batches.iter().map(|b| b.readings.len() as u64).sum::<u64>();
+            written += batches.iter().map(|b| b.len() as u64).sum::<u64>();
             for outcome in store.write(W, &batches).await {
                 outcome.expect("write");
             }

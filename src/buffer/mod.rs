@@ -50,7 +50,6 @@
 //! Every function that takes a dashmap guard is synchronous, so no guard can live across an
 //! `.await` (dashmap's guards are `Send`, so the compiler would not catch one).
 
-mod columns;
 mod span;
 mod stage;
 
@@ -63,9 +62,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::metrics::{READINGS_BUFFERED, READINGS_BUFFERED_PEAK};
-use crate::model::{Batch, HOUR_MS, Item, Reading, Seq, Series, TimestampMs};
+use crate::model::{Batch, HOUR_MS, Item, Reading, Rows, Seq, Series, TimestampMs};
 use crate::store::SensorInfo;
-use columns::Columns;
 use span::Span;
 #[cfg(test)]
 pub(crate) use stage::STAGE_READINGS;
@@ -189,7 +187,7 @@ struct SensorBuffers {
 struct HourBuffer {
     hour: TimestampMs,
     /// Arrival order, with one increasing sequence number per reading.
-    readings: Columns,
+    readings: Rows,
     /// Of `readings`; `Span::EMPTY` when there are none.
     span: Span,
     /// When the oldest of `readings` arrived; while `readings` is empty, when it was emptied
@@ -566,7 +564,7 @@ impl Buffers {
         // Guard dropped: `wait` may block for the rest of a take scan, which needs the map.
         let mut out = Vec::with_capacity(buffered.len());
         for (cycle, index) in in_flight {
-            out.extend(cycle.wait()[index].readings.iter().filter(in_range).cloned());
+            out.extend(cycle.wait()[index].readings().filter(|r| in_range(&r)));
         }
         // In-flight readings of an hour arrived before its buffered ones, and equal timestamps
         // share an hour, so a stable sort of this concatenation keeps arrival order for ties.
@@ -727,8 +725,8 @@ impl Buffers {
                     (std::mem::take(&mut hb.readings), std::mem::replace(&mut hb.span, Span::EMPTY))
                 } else {
                     let taken = hb.readings.split_front(k);
-                    hb.span = hb.readings.span();
-                    let span = taken.span();
+                    hb.span = Span::of(hb.readings.timestamps());
+                    let span = Span::of(taken.timestamps());
                     (taken, span)
                 };
                 hb.in_flight = Some(Box::new(InFlight {
@@ -767,7 +765,7 @@ impl Buffers {
         assert_eq!(outcomes.len(), batches.len(), "one outcome per batch");
         let mut released = Released::default();
         for (index, (batch, &outcome)) in batches.iter().zip(outcomes).enumerate() {
-            let n = batch.readings.len();
+            let n = batch.len();
             let landed = match outcome {
                 Outcome::Written => n,
                 Outcome::Drop => 0,
@@ -801,8 +799,12 @@ impl Buffers {
                 // Copied because the cycle's batches stay shared until every marker is
                 // gone; this costs one copy per failed attempt, which backoff spaces out.
                 hb.since = if hb.readings.is_empty() { f.since } else { hb.since.min(f.since) };
-                hb.readings.prepend(&batch.readings[landed..], &batch.seqs[landed..]);
-                hb.span.merge(if landed == 0 { f.span } else { hb.readings.span() });
+                hb.readings.prepend(batch.rows(), landed);
+                hb.span.merge(if landed == 0 {
+                    f.span
+                } else {
+                    Span::of(hb.readings.timestamps())
+                });
             }
             // An emptied buffer stays until a take finds it idle for a flush interval.
         }
@@ -814,16 +816,14 @@ impl Buffers {
 struct Publish<'a> {
     cycle: &'a Cycle,
     /// What the scan took: each becomes its batch on publishing.
-    taken: Vec<(Series, TimestampMs, Columns)>,
+    taken: Vec<(Series, TimestampMs, Rows)>,
 }
 
 impl Drop for Publish<'_> {
     fn drop(&mut self) {
         if !self.taken.is_empty() {
-            let batches = self.taken.drain(..).map(|(series, hour, rows)| {
-                let (readings, seqs) = rows.into_readings();
-                Batch { series, hour, readings, seqs }
-            });
+            let batches =
+                self.taken.drain(..).map(|(series, hour, rows)| Batch::of_rows(series, hour, rows));
             let _ = self.cycle.set(batches.collect());
         }
     }

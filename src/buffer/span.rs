@@ -18,6 +18,14 @@ pub(super) struct Span {
 impl Span {
     pub const EMPTY: Span = Span { first: TimestampMs::MAX, last: TimestampMs::MIN };
 
+    pub fn of(timestamps: impl IntoIterator<Item = TimestampMs>) -> Span {
+        let mut span = Span::EMPTY;
+        for ts in timestamps {
+            span.include(ts);
+        }
+        span
+    }
+
     pub fn include(&mut self, ts: TimestampMs) {
         self.first = self.first.min(ts);
         self.last = self.last.max(ts);

@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::columns::Columns;
 use super::span::{self, Span};
 use super::{Buffers, HourBuffer, SensorBuffers, SensorKey};
-use crate::model::{Item, Seq, Series, hour_start};
+use crate::model::{Item, Rows, Seq, Series, hour_start};
 
 /// A push that leaves this many readings staged merges the stage (see `Buffers::merge`).
 pub(crate) const STAGE_READINGS: usize = 32_768;
@@ -203,7 +202,7 @@ impl Buffers {
                             h,
                             HourBuffer {
                                 hour,
-                                readings: Columns::default(),
+                                readings: Rows::default(),
                                 span: Span::EMPTY,
                                 since: push.arrived,
                                 in_flight: None,

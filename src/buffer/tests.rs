@@ -30,6 +30,11 @@ pub(crate) fn seqs(readings: &[Reading]) -> Vec<i64> {
     readings.iter().map(seq).collect()
 }
 
+/// The markers (`seq`) of a batch's readings.
+pub(crate) fn batch_seqs(batch: &Batch) -> Vec<i64> {
+    batch.readings().map(|r| seq(&r)).collect()
+}
+
 /// Reads a debugging recorder. Its snapshots drain what they report (counters and gauges are
 /// swapped to 0, histograms cleared), so the deltas are accumulated here. Gauges are only ever
 /// incremented and decremented, so the sum of deltas is their value.
@@ -173,7 +178,7 @@ fn take_groups_by_sensor_and_hour_and_interns_series() {
     let mut got: Vec<(String, TimestampMs, Vec<i64>)> = taken
         .batches()
         .iter()
-        .map(|batch| (batch.series.key.clone(), batch.hour, seqs(&batch.readings)))
+        .map(|batch| (batch.series.key.clone(), batch.hour, batch_seqs(batch)))
         .collect();
     got.sort();
     let expect = |key: usize, parity: usize| -> Vec<i64> {
@@ -192,7 +197,7 @@ fn take_groups_by_sensor_and_hour_and_interns_series() {
         ]
     );
     for batch in taken.batches() {
-        assert!(batch.readings.iter().all(|r| hour_start(r.ts) == batch.hour));
+        assert!(batch.readings().all(|r| hour_start(r.ts) == batch.hour));
         let same_series: Vec<_> =
             taken.batches().iter().filter(|o| o.series.key == batch.series.key).collect();
         assert!(
@@ -233,10 +238,10 @@ fn merges_keep_each_sensor_and_hour_in_sequence_order_across_pushes() {
     let mut seen = std::collections::HashSet::new();
     for batch in taken.batches() {
         assert!(seen.insert((batch.series.key.clone(), batch.hour)), "one batch per hour");
-        let s = seqs(&batch.readings);
+        let s = batch_seqs(batch);
         assert!(s.windows(2).all(|w| w[0] < w[1]), "{} {}: {s:?}", batch.series.key, batch.hour);
-        assert!(batch.seqs.windows(2).all(|w| w[0] < w[1]));
-        assert!(batch.readings.iter().all(|r| hour_start(r.ts) == batch.hour));
+        assert!(batch.seqs().windows(2).all(|w| w[0] < w[1]));
+        assert!(batch.readings().all(|r| hour_start(r.ts) == batch.hour));
     }
     assert_eq!(seen.len(), 2000);
 }
@@ -282,7 +287,7 @@ async fn a_buffer_is_due_by_size_at_once_and_by_age_within_a_tick_of_the_interva
 
     b.push(vec![item("a", 9, 9)]).unwrap();
     let taken = b.take(TakeMode::Due, usize::MAX).expect("due by size");
-    assert_eq!(seqs(&taken.batches()[0].readings), (0..10).collect::<Vec<_>>());
+    assert_eq!(batch_seqs(&taken.batches()[0]), (0..10).collect::<Vec<_>>());
     b.complete(taken, &[Outcome::Written]);
 
     // Pushes keep coming (every 50 ms, under the 200 ms quiet period), so only age decides.
@@ -426,7 +431,7 @@ fn a_retried_batch_goes_back_ahead_of_newer_readings() {
 
     let taken = b.take(TakeMode::All, usize::MAX).unwrap();
     assert_eq!(taken.batches().len(), 1);
-    assert_eq!(seqs(&taken.batches()[0].readings), vec![0, 1, 3], "arrival order, not ts order");
+    assert_eq!(batch_seqs(&taken.batches()[0]), vec![0, 1, 3], "arrival order, not ts order");
     assert_eq!(b.complete(taken, &[Outcome::Drop]).dropped, 3);
     assert_eq!(b.buffered(), 0);
     assert!(b.unflushed_sensors().is_empty());
@@ -441,7 +446,7 @@ async fn a_retried_batch_keeps_its_age() {
     b.push(vec![item("a", 2, 1)]).unwrap();
     b.complete(taken, &[Outcome::Retry { landed: 0 }]);
     let again = b.take(TakeMode::Due, usize::MAX).expect("still due: its oldest reading is old");
-    assert_eq!(seqs(&again.batches()[0].readings), vec![0, 1]);
+    assert_eq!(batch_seqs(&again.batches()[0]), vec![0, 1]);
 }
 
 #[test]
@@ -449,15 +454,15 @@ fn take_caps_the_readings_per_cycle_splitting_a_buffer_in_order() {
     let b = Buffers::new(config(1000, 1000));
     b.push((0..10).map(|i| item("a", i, i)).collect()).unwrap();
     let first = b.take(TakeMode::All, 4).unwrap();
-    assert_eq!(seqs(&first.batches()[0].readings), vec![0, 1, 2, 3]);
+    assert_eq!(batch_seqs(&first.batches()[0]), vec![0, 1, 2, 3]);
     assert_eq!(seqs(&b.unflushed("a", 0, 100)), (0..10).collect::<Vec<_>>());
     b.complete(first, &[Outcome::Written]);
     let second = b.take(TakeMode::All, 4).unwrap();
-    assert_eq!(seqs(&second.batches()[0].readings), vec![4, 5, 6, 7]);
+    assert_eq!(batch_seqs(&second.batches()[0]), vec![4, 5, 6, 7]);
     assert_eq!(b.unflushed_sensors()[0].first, 4);
     b.complete(second, &[Outcome::Written]);
     let third = b.take(TakeMode::All, 4).unwrap();
-    assert_eq!(seqs(&third.batches()[0].readings), vec![8, 9]);
+    assert_eq!(batch_seqs(&third.batches()[0]), vec![8, 9]);
     b.complete(third, &[Outcome::Written]);
     assert_eq!(b.buffered(), 0);
 }

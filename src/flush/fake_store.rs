@@ -80,7 +80,7 @@ impl FakeStore {
     }
 
     pub fn written_readings(&self) -> usize {
-        self.state.lock().unwrap().written.iter().map(|b| b.readings.len()).sum()
+        self.state.lock().unwrap().written.iter().map(Batch::len).sum()
     }
 
     pub fn calls(&self) -> Vec<Instant> {

@@ -255,7 +255,7 @@ impl Worker {
                 }
                 Err(e) => {
                     rejected += 1;
-                    dropped_readings += batch.readings.len() as u64;
+                    dropped_readings += batch.len() as u64;
                     ::metrics::counter!(STORE_ERRORS, "kind" => e.kind()).increment(1);
                     self.errors.fetch_add(1, Ordering::Relaxed);
                     first_rejected.get_or_insert_with(|| (batch.series.key.clone(), e.to_string()));
@@ -277,16 +277,19 @@ impl Worker {
             self.buffers.set_store_failing(false);
         }
         if let Some(settle) = &self.settle {
-            let runs: Vec<&[Seq]> = batches
+            let settled: Vec<Vec<Seq>> = batches
                 .iter()
                 .zip(&outcomes)
-                .map(|(batch, outcome)| match *outcome {
-                    Outcome::Written | Outcome::Drop => &batch.seqs[..],
-                    Outcome::Retry { landed } => &batch.seqs[..landed],
+                .map(|(batch, outcome)| {
+                    let mut seqs = batch.seqs();
+                    if let Outcome::Retry { landed } = *outcome {
+                        seqs.truncate(landed);
+                    }
+                    seqs
                 })
                 .filter(|run| !run.is_empty())
                 .collect();
-            settle.settle(&runs);
+            settle.settle(&settled.iter().map(Vec::as_slice).collect::<Vec<_>>());
         }
         let released = self.buffers.complete(taken, &outcomes);
         self.written.fetch_add(released.written, Ordering::AcqRel);
@@ -332,9 +335,7 @@ impl Worker {
     /// the store answers: putting back a batch that did land would store it twice.
     async fn count_landed(&mut self, batches: &[crate::model::Batch], outcomes: &mut [Outcome]) {
         let unclear: Vec<usize> = (0..batches.len())
-            .filter(|&i| {
-                matches!(outcomes[i], Outcome::Retry { .. }) && !batches[i].seqs.is_empty()
-            })
+            .filter(|&i| matches!(outcomes[i], Outcome::Retry { .. }) && batches[i].is_numbered())
             .collect();
         if unclear.is_empty() {
             return;
@@ -361,7 +362,7 @@ impl Worker {
         .await;
         let mut landed_total = 0u64;
         for (&i, mark) in unclear.iter().zip(marks) {
-            let landed = batches[i].seqs.partition_point(|&s| s <= mark);
+            let landed = batches[i].seqs().partition_point(|&s| s <= mark);
             landed_total += landed as u64;
             outcomes[i] = Outcome::Retry { landed };
         }

@@ -8,7 +8,7 @@ use tokio::time::{Instant, sleep};
 
 use super::fake_store::FakeStore;
 use super::*;
-use crate::buffer::tests::{MetricReader, item, seqs};
+use crate::buffer::tests::{MetricReader, batch_seqs, item, seqs};
 use crate::buffer::{BufferConfig, Buffers};
 use crate::model::{HOUR_MS, TimestampMs};
 
@@ -52,9 +52,7 @@ async fn wait_until(max: Duration, mut cond: impl FnMut() -> bool) -> bool {
 fn written_by_buffer(store: &FakeStore) -> BTreeMap<(String, TimestampMs), Vec<i64>> {
     let mut out: BTreeMap<(String, TimestampMs), Vec<i64>> = BTreeMap::new();
     for batch in store.written() {
-        out.entry((batch.series.key.clone(), batch.hour))
-            .or_default()
-            .extend(seqs(&batch.readings));
+        out.entry((batch.series.key.clone(), batch.hour)).or_default().extend(batch_seqs(&batch));
     }
     out
 }
@@ -110,7 +108,7 @@ async fn an_old_buffer_is_flushed_within_the_interval_and_not_long_before() {
     }
     let a: Vec<_> = store.written().into_iter().filter(|b| b.series.key == "a").collect();
     assert_eq!(a.len(), 1, "one batch");
-    assert_eq!(seqs(&a[0].readings), vec![0, 1, 2, 3, 4]);
+    assert_eq!(batch_seqs(&a[0]), vec![0, 1, 2, 3, 4]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -197,7 +195,7 @@ async fn a_permanent_rejection_drops_only_that_batch_and_counts_it() {
     let written = store.written();
     assert_eq!(written.len(), 1);
     assert_eq!(written[0].series.key, "good");
-    assert_eq!(seqs(&written[0].readings), (0..10).collect::<Vec<_>>());
+    assert_eq!(batch_seqs(&written[0]), (0..10).collect::<Vec<_>>());
     assert_eq!(m.get(READINGS_DROPPED, &[("reason", "rejected")]), 5.0);
     assert_eq!(m.get(STORE_ERRORS, &[("kind", "rejected")]), 1.0);
     assert_eq!(m.get(FLUSHES, &[("result", "rejected")]), 1.0);
@@ -237,9 +235,9 @@ async fn shutdown_drains_more_than_one_write_call() {
     assert_eq!(store.calls().len(), 2);
     let batches = store.written();
     assert_eq!(batches.len(), 2);
-    assert_eq!(batches[0].readings.len(), MAX_READINGS_PER_WRITE);
+    assert_eq!(batches[0].len(), MAX_READINGS_PER_WRITE);
     assert_eq!(
-        seqs(&batches[1].readings),
+        batch_seqs(&batches[1]),
         (MAX_READINGS_PER_WRITE as i64..n as i64).collect::<Vec<_>>()
     );
 }
@@ -312,7 +310,7 @@ async fn a_down_store_fills_the_bound_then_pushes_fail_until_it_recovers() {
     store.fail_forever(false);
     assert!(wait_until(Duration::from_secs(5), || buffers.buffered() == 0).await);
     assert_eq!(
-        seqs(&store.written().iter().flat_map(|b| b.readings.clone()).collect::<Vec<_>>()),
+        store.written().iter().flat_map(batch_seqs).collect::<Vec<_>>(),
         (0..100).collect::<Vec<_>>()
     );
     assert!(buffers.push(vec![item("a", 0, 100)]).is_ok());
@@ -463,7 +461,7 @@ async fn a_partly_landed_batch_is_retried_from_its_high_water_mark() {
     });
     buffers.push((0..10).map(|i| item("a", i, i)).collect()).unwrap();
     let taken = buffers.take(TakeMode::All, 100).unwrap();
-    let seqs_taken = taken.batches()[0].seqs.clone();
+    let seqs_taken = taken.batches()[0].seqs();
     assert_eq!(seqs_taken.len(), 10);
     assert!(seqs_taken.windows(2).all(|w| w[0] < w[1]), "increasing: {seqs_taken:?}");
     let released = buffers.complete(taken, &[Outcome::Retry { landed: 4 }]);
@@ -471,8 +469,8 @@ async fn a_partly_landed_batch_is_retried_from_its_high_water_mark() {
     assert_eq!(released.retried, 6);
     assert_eq!(buffers.buffered(), 6);
     let again = buffers.take(TakeMode::All, 100).unwrap();
-    assert_eq!(seqs(&again.batches()[0].readings), (4..10).collect::<Vec<_>>());
-    assert_eq!(again.batches()[0].seqs, seqs_taken[4..]);
+    assert_eq!(batch_seqs(&again.batches()[0]), (4..10).collect::<Vec<_>>());
+    assert_eq!(again.batches()[0].seqs(), seqs_taken[4..]);
     buffers.complete(again, &[Outcome::Written]);
     assert_eq!(buffers.buffered(), 0);
 }

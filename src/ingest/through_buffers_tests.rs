@@ -108,10 +108,10 @@ fn row(r: &Reading) -> Row {
 }
 
 /// Per (series, hour), the readings in the order given.
-fn by_buffer<'a>(items: impl Iterator<Item = (&'a str, &'a Reading)>) -> BTreeMap<Key, Vec<Row>> {
+fn by_buffer<'a>(items: impl Iterator<Item = (&'a str, Reading)>) -> BTreeMap<Key, Vec<Row>> {
     let mut out: BTreeMap<Key, Vec<Row>> = BTreeMap::new();
     for (key, r) in items {
-        out.entry((key.to_owned(), crate::model::hour_start(r.ts))).or_default().push(row(r));
+        out.entry((key.to_owned(), crate::model::hour_start(r.ts))).or_default().push(row(&r));
     }
     out
 }
@@ -130,10 +130,10 @@ fn through_buffers(requests: Vec<Vec<Item>>) -> BTreeMap<Key, Vec<Row>> {
         taken
             .batches()
             .iter()
-            .flat_map(|batch| batch.readings.iter().map(|r| (batch.series.key.as_str(), r))),
+            .flat_map(|batch| batch.readings().map(|r| (batch.series.key.as_str(), r))),
     );
     for batch in taken.batches() {
-        assert!(batch.seqs.windows(2).all(|w| w[0] < w[1]), "sequence numbers increase");
+        assert!(batch.seqs().windows(2).all(|w| w[0] < w[1]), "sequence numbers increase");
     }
     out
 }
@@ -168,7 +168,7 @@ proptest! {
                 })
                 .collect();
             let expected =
-                by_buffer(parsed.iter().flatten().map(|(s, r)| (s.key.as_str(), r)));
+                by_buffer(parsed.iter().flatten().map(|(s, r)| (s.key.as_str(), r.clone())));
             prop_assert_eq!(through_buffers(parsed), expected, "json: {}", json_format);
         }
     }

@@ -140,15 +140,10 @@ impl MemoryStore {
         writer: WriterId,
         batch: &Batch,
     ) -> Result<WriteReport, StoreError> {
-        if !batch.seqs.is_empty() {
+        if batch.is_numbered() {
             let landed = self.fail_after.swap(usize::MAX, Ordering::SeqCst);
-            if landed < batch.readings.len() {
-                let prefix = Batch {
-                    series: batch.series.clone(),
-                    hour: batch.hour,
-                    readings: batch.readings[..landed].to_vec(),
-                    seqs: batch.seqs[..landed].to_vec(),
-                };
+            if landed < batch.len() {
+                let prefix = batch.prefix(landed);
                 self.write_batch(series, writer, &prefix)?;
                 return Err(StoreError::Unavailable(format!(
                     "memory store: the test broke this batch off after {landed} readings"
@@ -172,9 +167,9 @@ impl MemoryStore {
             expired: BTreeMap::new(),
             span: None,
         });
-        for r in &batch.readings {
-            let (f, l) = entry.span.get_or_insert((r.ts, r.ts));
-            (*f, *l) = ((*f).min(r.ts), (*l).max(r.ts));
+        for ts in batch.rows().timestamps() {
+            let (f, l) = entry.span.get_or_insert((ts, ts));
+            (*f, *l) = ((*f).min(ts), (*l).max(ts));
         }
         if let Some(last) = batch.last_seq() {
             let mark = entry.marks.entry((batch.hour, writer)).or_default();
@@ -186,8 +181,8 @@ impl MemoryStore {
             .range((batch.hour, 0)..=(batch.hour, u32::MAX))
             .next_back()
             .map(|((_, seq), _)| *seq);
-        for reading in &batch.readings {
-            let size = approx_reading_bytes(reading);
+        for reading in batch.readings() {
+            let size = approx_reading_bytes(&reading);
             let fits = seq.is_some_and(|s| {
                 let b = &entry.buckets[&(batch.hour, s)];
                 // An empty bucket takes any one reading, so an oversized reading still lands.
@@ -442,23 +437,21 @@ mod tests {
     use crate::model::{FieldValue, SeriesMeta};
 
     fn batch(key: &str, hour: i64, ts: impl IntoIterator<Item = i64>) -> Batch {
-        Batch {
-            series: SeriesMeta {
+        Batch::numbered(
+            crate::model::Series::from(SeriesMeta {
                 key: key.into(),
                 measurement: key.into(),
                 tags: vec![("site".into(), "a".into())],
-            }
-            .into(),
+            }),
             hour,
-            readings: ts
-                .into_iter()
+            ts.into_iter()
                 .map(|t| Reading {
                     ts: t,
                     fields: smallvec::smallvec![("v".into(), FieldValue::Float(t as f64))],
                 })
                 .collect(),
-            seqs: vec![],
-        }
+            vec![],
+        )
     }
 
     #[tokio::test]

@@ -275,12 +275,8 @@ async fn the_refill_replays_what_the_store_lacks_before_newer_pushes() {
     // The store already holds sensor s0's first two readings (seqs 1000 and 1002).
     let store = Arc::new(MemoryStore::new(BucketLimits::default()));
     let s0 = items[0].0.clone();
-    let stored = Batch {
-        series: s0,
-        hour: 0,
-        readings: vec![items[0].1.clone(), items[2].1.clone()],
-        seqs: vec![1000, 1002],
-    };
+    let stored =
+        Batch::numbered(s0, 0, vec![items[0].1.clone(), items[2].1.clone()], vec![1000, 1002]);
     assert!(store.write(WriterId(1), &[stored]).await[0].is_ok());
 
     let (wal, recovered, buffers, stop, task) = replay(dir.path(), store);
@@ -307,12 +303,12 @@ async fn the_refill_replays_what_the_store_lacks_before_newer_pushes() {
 
     // Flushing them settles the recovered segment, which is then deleted.
     let taken = buffers.take(crate::buffer::TakeMode::All, 100).unwrap();
-    let mut seqs: Vec<Seq> = taken.batches().iter().flat_map(|b| b.seqs.clone()).collect();
+    let mut seqs: Vec<Seq> = taken.batches().iter().flat_map(|b| b.seqs()).collect();
     seqs.sort();
     assert_eq!(seqs[..8], [1001, 1003, 1004, 1005, 1006, 1007, 1008, 1009]);
     assert!(seqs[8] > 1009);
     for b in taken.batches() {
-        wal.settle(&b.seqs);
+        wal.settle(&b.seqs());
     }
     let outcomes = vec![crate::buffer::Outcome::Written; taken.batches().len()];
     buffers.complete(taken, &outcomes);
@@ -363,8 +359,8 @@ async fn full_buffers_spill_into_the_log_and_come_back_in_order() {
     while seen.len() < 40 && Instant::now() < deadline {
         if let Some(taken) = buffers.take(crate::buffer::TakeMode::All, 1000) {
             for b in taken.batches() {
-                seen.extend(b.readings.iter().map(|r| r.ts));
-                wal.settle(&b.seqs);
+                seen.extend(b.readings().map(|r| r.ts));
+                wal.settle(&b.seqs());
             }
             let outcomes = vec![crate::buffer::Outcome::Written; taken.batches().len()];
             buffers.complete(taken, &outcomes);
@@ -418,12 +414,7 @@ async fn the_replay_ignores_other_writers_marks() {
     }
     // Another instance, whose numbers are far above ours, wrote the same sensor-hour.
     let store = Arc::new(MemoryStore::new(BucketLimits::default()));
-    let theirs = Batch {
-        series: items[0].0.clone(),
-        hour: 0,
-        readings: vec![item(0, 500).1],
-        seqs: vec![u64::MAX / 2],
-    };
+    let theirs = Batch::numbered(items[0].0.clone(), 0, vec![item(0, 500).1], vec![u64::MAX / 2]);
     assert!(store.write(WriterId(2), &[theirs]).await[0].is_ok());
 
     let (_wal, _, buffers, stop, task) = replay(dir.path(), store);

@@ -8,7 +8,7 @@ use redb::ReadableDatabase;
 
 use super::codec::BucketHeader;
 use super::*;
-use crate::model::{FieldValue, HOUR_MS, SeriesMeta, TimestampMs, hour_start};
+use crate::model::{FieldValue, HOUR_MS, MIN_TIMESTAMP_MS, SeriesMeta, TimestampMs, hour_start};
 use crate::store::approx_reading_bytes;
 use crate::store::{FieldStats, Order};
 
@@ -267,10 +267,13 @@ async fn batches_of_one_write_see_each_other_and_a_bad_batch_fails_alone() {
     let (a, b) = (meta("a", "m", &[]), meta("b", "m", &[]));
     let a1: Vec<Reading> = (0..4).map(|i| reading(i, 1.0)).collect();
     let a2: Vec<Reading> = (4..7).map(|i| reading(i, 2.0)).collect();
-    let bad = Batch::new(b.clone(), 0, vec![reading(HOUR_MS, 0.0)]);
-    let misaligned = Batch::new(b.clone(), 5, vec![reading(6, 0.0)]);
+    // A batch's readings lie in its hour (`Batch` checks that when it is made), but the hour
+    // may lie outside the supported years or, for an empty batch, not start an hour.
+    let early = MIN_TIMESTAMP_MS - 1;
+    let bad = Batch::new(b.clone(), hour_start(early), vec![reading(early, 0.0)]);
+    let misaligned = Batch::new(b.clone(), 5, vec![]);
     let empty = Batch::new(b.clone(), 0, vec![]);
-    let extreme = Batch::new(b.clone(), 0, vec![reading(i64::MAX, 0.0)]);
+    let extreme = Batch::new(b.clone(), hour_start(i64::MAX), vec![reading(i64::MAX, 0.0)]);
     let out = store
         .write(
             WriterId(1),
@@ -815,8 +818,11 @@ proptest! {
             let s = meta("s", "m", &[]);
             let mut written = Vec::new();
             for w in &writes {
-                write_ok(&store, &batches(&s, w)).await;
-                written.extend(w.iter().cloned());
+                let w = batches(&s, w);
+                write_ok(&store, &w).await;
+                // As the batch holds them: each reading's fields in the order the batch first
+                // met their names.
+                written.extend(w.iter().flat_map(Batch::readings));
             }
             for (from, to) in [(from, from + len), (i64::MIN, i64::MAX)] {
                 let order = if desc { Order::Desc } else { Order::Asc };

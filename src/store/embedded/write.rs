@@ -56,9 +56,8 @@ pub(super) fn write_batches(
 ) -> Vec<Result<WriteReport, StoreError>> {
     let mut outcomes: Vec<Result<WriteReport, StoreError>> =
         batches.iter().map(|b| check_batch(b).map(|()| WriteReport::default())).collect();
-    let todo: Vec<usize> = (0..batches.len())
-        .filter(|&i| outcomes[i].is_ok() && !batches[i].readings.is_empty())
-        .collect();
+    let todo: Vec<usize> =
+        (0..batches.len()).filter(|&i| outcomes[i].is_ok() && !batches[i].is_empty()).collect();
     if todo.is_empty() {
         return outcomes;
     }
@@ -87,14 +86,7 @@ fn check_batch(batch: &Batch) -> Result<(), StoreError> {
             batch.hour
         )));
     }
-    if let Some(r) = batch.readings.iter().find(|r| {
-        !(MIN_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&r.ts) || hour_start(r.ts) != batch.hour
-    }) {
-        return Err(StoreError::Rejected(format!(
-            "reading at {} is outside the batch's hour {}",
-            r.ts, batch.hour
-        )));
-    }
+    // A batch's readings lie in its hour (`Batch` checks that when it is made).
     Ok(())
 }
 
@@ -113,17 +105,10 @@ fn commit(
         let mut t = Tables::open(&txn)?;
         for &i in todo {
             let batch = &batches[i];
-            if let Some(landed) =
-                fail_after.filter(|&n| !batch.seqs.is_empty() && n < batch.readings.len())
-            {
+            if let Some(landed) = fail_after.filter(|&n| batch.is_numbered() && n < batch.len()) {
                 fail_after = None;
-                let prefix = Batch {
-                    series: batch.series.clone(),
-                    hour: batch.hour,
-                    readings: batch.readings[..landed].to_vec(),
-                    seqs: batch.seqs[..landed].to_vec(),
-                };
-                if !prefix.readings.is_empty() && append_batch(&mut t, w.limits, &prefix)?.is_ok() {
+                let prefix = batch.prefix(landed);
+                if !prefix.is_empty() && append_batch(&mut t, w.limits, &prefix)?.is_ok() {
                     record_mark(&mut t, w.writer, &prefix)?;
                 }
                 results.push(Err(StoreError::Unavailable(format!(
@@ -164,8 +149,9 @@ fn append_batch(
     limits: BucketLimits,
     batch: &Batch,
 ) -> Result<Result<WriteReport, StoreError>, EmbeddedError> {
-    let first = batch.readings.iter().map(|r| r.ts).min().expect("batch is not empty");
-    let last = batch.readings.iter().map(|r| r.ts).max().expect("batch is not empty");
+    let readings: Vec<Reading> = batch.readings().collect();
+    let first = readings.iter().map(|r| r.ts).min().expect("batch is not empty");
+    let last = readings.iter().map(|r| r.ts).max().expect("batch is not empty");
     let key = batch.series.key.as_str();
     let hour = batch.hour;
 
@@ -233,7 +219,7 @@ fn append_batch(
     // spill at the same points whatever the store.
     let mut start = 0;
     let mut pending_bytes = 0u64;
-    for (i, r) in batch.readings.iter().enumerate() {
+    for (i, r) in readings.iter().enumerate() {
         let size = approx_reading_bytes(r);
         let count = u64::from(header.count) + (i - start) as u64;
         let fits = count == 0
@@ -241,7 +227,7 @@ fn append_batch(
                 && header.bytes + pending_bytes + size <= u64::from(limits.max_bytes));
         if !fits {
             if i > start {
-                append_chunk(t, series_id, hour, seq, &mut header, &batch.readings[start..i])?;
+                append_chunk(t, series_id, hour, seq, &mut header, &readings[start..i])?;
             }
             seq += 1;
             header = BucketHeader::empty();
@@ -251,7 +237,7 @@ fn append_batch(
         }
         pending_bytes += size;
     }
-    append_chunk(t, series_id, hour, seq, &mut header, &batch.readings[start..])?;
+    append_chunk(t, series_id, hour, seq, &mut header, &readings[start..])?;
     Ok(Ok(report))
 }
 

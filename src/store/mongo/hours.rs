@@ -28,7 +28,7 @@ use futures::StreamExt;
 
 use super::document as d;
 use super::{Inner, error_from_code, error_from_driver};
-use crate::model::{Batch, HOUR_MS, Seq, TimestampMs, WriterId, hour_start};
+use crate::model::{Batch, FieldName, HOUR_MS, Seq, TimestampMs, WriterId, hour_start};
 use crate::store::{ExpireReport, FieldStats, Retention, StoreError};
 
 /// The collection's name.
@@ -66,7 +66,7 @@ pub(super) struct Run<'a> {
 
 impl Run<'_> {
     fn seq(&self, i: usize) -> Option<Seq> {
-        self.batch.seqs.get(i).copied()
+        self.batch.seq(i)
     }
 }
 
@@ -80,18 +80,18 @@ fn seq_i64(seq: Seq) -> i64 {
 fn statement(run: &Run<'_>, writer: WriterId, after: Option<Seq>) -> Option<Document> {
     let batch = run.batch;
     let hh = hour_key(batch.hour);
-    let mut stats: BTreeMap<&str, FieldStats> = BTreeMap::new();
+    let mut stats: BTreeMap<FieldName, FieldStats> = BTreeMap::new();
     let mut count = 0i64;
     for i in run.readings.clone() {
         if after.is_some_and(|m| run.seq(i).is_some_and(|s| s <= m)) {
             continue;
         }
-        let reading = &batch.readings[i];
+        let reading = batch.reading(i);
         count += 1;
-        for (name, value) in &reading.fields {
+        for (name, value) in reading.fields {
             if let Some(v) = value.as_f64() {
                 let one = FieldStats::of(reading.ts, v);
-                stats.entry(name.as_str()).and_modify(|s| s.merge(&one)).or_insert(one);
+                stats.entry(name).and_modify(|s| s.merge(&one)).or_insert(one);
             }
         }
     }

@@ -30,7 +30,7 @@ use bson::{Bson, Document, RawArrayBuf, RawDocumentBuf};
 
 use super::document::{self as d, EncodedReading};
 use super::{Inner, error_from_code, error_from_driver, hours, is_too_large};
-use crate::model::{Batch, HOUR_MS, WriterId};
+use crate::model::{Batch, HOUR_MS, Reading, WriterId};
 use crate::store::{BucketLimits, SCHEMA_VERSION, StoreError, WriteReport};
 
 /// Bytes of the `update` command around its statements: the command name and collection,
@@ -63,9 +63,20 @@ struct BatchState<'a> {
     batch: &'a Batch,
     /// Whose high-water mark the statements raise.
     writer: WriterId,
+    /// The batch's readings, made once from its rows for the statements' statistics.
+    plain: Vec<Reading>,
+    /// The same readings as BSON.
     readings: Vec<EncodedReading>,
     report: WriteReport,
     error: Option<StoreError>,
+}
+
+impl<'a> BatchState<'a> {
+    fn new(batch: &'a Batch, writer: WriterId) -> Self {
+        let plain: Vec<Reading> = batch.readings().collect();
+        let readings = plain.iter().map(d::encode_reading).collect();
+        BatchState { batch, writer, plain, readings, report: WriteReport::default(), error: None }
+    }
 }
 
 struct Statement {
@@ -78,16 +89,8 @@ pub(super) async fn write(
     writer: WriterId,
     batches: &[Batch],
 ) -> Vec<Result<WriteReport, StoreError>> {
-    let mut states: Vec<BatchState> = batches
-        .iter()
-        .map(|batch| BatchState {
-            batch,
-            writer,
-            readings: batch.readings.iter().map(d::encode_reading).collect(),
-            report: WriteReport::default(),
-            error: None,
-        })
-        .collect();
+    let mut states: Vec<BatchState> =
+        batches.iter().map(|batch| BatchState::new(batch, writer)).collect();
 
     // Only packing shrinks this; a statement is judged against the server's real limit.
     let mut command_budget = inner.server.max_command_bytes;
@@ -209,13 +212,7 @@ pub fn encode_batch(
     limits: BucketLimits,
     statement_budget: u64,
 ) -> Vec<RawDocumentBuf> {
-    let state = BatchState {
-        batch,
-        writer,
-        readings: batch.readings.iter().map(d::encode_reading).collect(),
-        report: WriteReport::default(),
-        error: None,
-    };
+    let state = BatchState::new(batch, writer);
     chunks(&state, limits, statement_budget)
         .into_iter()
         .map(|readings| {
@@ -235,7 +232,7 @@ fn chunks(state: &BatchState, limits: BucketLimits, statement_budget: u64) -> Ve
     let mut bytes = 0u64;
     let mut statement = 0u64;
     let mut fields: HashSet<&str> = HashSet::new();
-    for (i, (encoded, reading)) in state.readings.iter().zip(&state.batch.readings).enumerate() {
+    for (i, (encoded, reading)) in state.readings.iter().zip(&state.plain).enumerate() {
         let mut stats_cost = 0u64;
         for (name, value) in &reading.fields {
             if value.as_f64().is_some() && !fields.contains(name.as_str()) {
@@ -335,7 +332,7 @@ fn statement(
 ) -> RawDocumentBuf {
     let batch = state.batch;
     let encoded = &state.readings[work.readings.clone()];
-    let readings = &batch.readings[work.readings.clone()];
+    let readings = &state.plain[work.readings.clone()];
     let k = readings.len() as i64;
     let size: i64 = encoded.iter().map(|e| e.size as i64).sum();
     let first = readings.iter().map(|r| r.ts).min().unwrap_or(batch.hour);
@@ -406,7 +403,7 @@ fn statement(
     min.append(d::FIRST, d::date(first));
     let mut max = RawDocumentBuf::new();
     max.append(d::LAST, d::date(last));
-    if let Some(&seq) = batch.seqs.get(work.readings.end.wrapping_sub(1)) {
+    if let Some(seq) = work.readings.end.checked_sub(1).and_then(|i| batch.seq(i)) {
         // BSON has no unsigned 64-bit integer; sequence numbers (nanoseconds since 1970 and
         // counting) stay below i64::MAX until the year 2262.
         max.append(d::writer_mark(state.writer), i64::try_from(seq).unwrap_or(i64::MAX));
@@ -588,10 +585,14 @@ mod tests {
     use crate::model::{FieldValue, Reading, SeriesMeta};
 
     fn batch(sizes: &[usize]) -> Batch {
-        Batch {
-            series: SeriesMeta { key: "s".into(), measurement: "m".into(), tags: vec![] }.into(),
-            hour: 0,
-            readings: sizes
+        Batch::numbered(
+            crate::model::Series::from(SeriesMeta {
+                key: "s".into(),
+                measurement: "m".into(),
+                tags: vec![],
+            }),
+            0,
+            sizes
                 .iter()
                 .enumerate()
                 .map(|(i, &n)| Reading {
@@ -599,18 +600,12 @@ mod tests {
                     fields: smallvec::smallvec![("x".into(), FieldValue::Str("x".repeat(n)))],
                 })
                 .collect(),
-            seqs: vec![],
-        }
+            vec![],
+        )
     }
 
     fn state(batch: &Batch) -> BatchState<'_> {
-        BatchState {
-            batch,
-            writer: WriterId(1),
-            readings: batch.readings.iter().map(d::encode_reading).collect(),
-            report: WriteReport::default(),
-            error: None,
-        }
+        BatchState::new(batch, WriterId(1))
     }
 
     #[test]

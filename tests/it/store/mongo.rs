@@ -386,8 +386,7 @@ async fn schema1_buckets_are_read_and_their_mark_kept_apart() {
 
     let new: Vec<Reading> =
         (3..6).map(|i| reading(T0 + i, &[("v", FieldValue::Float(i as f64))])).collect();
-    let batch =
-        Batch { series: s.clone(), hour: T0, readings: new.clone(), seqs: vec![10, 11, 12] };
+    let batch = Batch::numbered(s.clone(), T0, new.clone(), vec![10, 11, 12]);
     write_ok(&store, &[batch]).await;
     assert_eq!(store.high_water(W, &keys).await.unwrap(), vec![12]);
     assert_eq!(
@@ -460,13 +459,8 @@ async fn schema2_buckets_are_read_and_their_statistics_lack_first_and_last() {
     write_ok(
         &store,
         &[
-            Batch { series: s.clone(), hour: T0, readings: new.clone(), seqs: vec![800, 801, 802] },
-            Batch {
-                series: s.clone(),
-                hour: T0 + HOUR_MS,
-                readings: vec![next.clone()],
-                seqs: vec![803],
-            },
+            Batch::numbered(s.clone(), T0, new.clone(), vec![800, 801, 802]),
+            Batch::numbered(s.clone(), T0 + HOUR_MS, vec![next.clone()], vec![803]),
         ],
     )
     .await;
@@ -520,11 +514,13 @@ async fn hour_statistics_count_each_reading_once_across_retries() {
     let store = MongoStore::connect_with(config).await.expect("connect");
     let s = series("once", "m", &[("site", "a")]);
     let v = |i: i64| reading(T0 + HOUR_MS + i * 1000, &[("v", FieldValue::Float(i as f64))]);
-    let batch = |range: std::ops::Range<i64>| Batch {
-        series: s.clone(),
-        hour: T0 + HOUR_MS,
-        readings: range.clone().map(v).collect(),
-        seqs: range.map(|i| 100 + i as u64).collect(),
+    let batch = |range: std::ops::Range<i64>| {
+        Batch::numbered(
+            s.clone(),
+            T0 + HOUR_MS,
+            range.clone().map(v).collect(),
+            range.map(|i| 100 + i as u64).collect(),
+        )
     };
     write_ok(&store, &[batch(0..10)]).await;
     // The buckets' write is lost after the statistics landed: the retry (or the replay) sends

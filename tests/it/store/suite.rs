@@ -164,15 +164,15 @@ pub fn reading(ts: TimestampMs, fields: &[(&str, FieldValue)]) -> Reading {
 /// Groups readings into one batch per hour, keeping their order within each hour; hours in
 /// the order they first appear.
 pub fn batches(series: &Series, readings: &[Reading]) -> Vec<Batch> {
-    let mut out: Vec<Batch> = Vec::new();
+    let mut hours: Vec<(TimestampMs, Vec<Reading>)> = Vec::new();
     for r in readings {
         let hour = hour_start(r.ts);
-        match out.iter_mut().find(|b| b.hour == hour) {
-            Some(b) => b.readings.push(r.clone()),
-            None => out.push(Batch::new(series.clone(), hour, vec![r.clone()])),
+        match hours.iter_mut().find(|(h, _)| *h == hour) {
+            Some((_, rs)) => rs.push(r.clone()),
+            None => hours.push((hour, vec![r.clone()])),
         }
     }
-    out
+    hours.into_iter().map(|(hour, rs)| Batch::new(series.clone(), hour, rs)).collect()
 }
 
 /// Writes and insists that every batch succeeded.
@@ -320,11 +320,11 @@ fn batches_keep_the_hour_invariant_and_the_order() {
         vec![T0, T0 - HOUR_MS, T0 + HOUR_MS, -HOUR_MS, 0]
     );
     for b in &out {
-        assert!(b.readings.iter().all(|r| hour_start(r.ts) == b.hour), "{b:?}");
+        assert!(b.readings().all(|r| hour_start(r.ts) == b.hour), "{b:?}");
     }
-    assert_eq!(out[0].readings.iter().map(|r| r.ts).collect::<Vec<_>>(), vec![T0 + 5, T0 + 1]);
-    assert_eq!(out[3].readings.iter().map(|r| r.ts).collect::<Vec<_>>(), vec![-1, -HOUR_MS]);
-    assert_eq!(out.iter().map(|b| b.readings.len()).sum::<usize>(), readings.len());
+    assert_eq!(out[0].readings().map(|r| r.ts).collect::<Vec<_>>(), vec![T0 + 5, T0 + 1]);
+    assert_eq!(out[3].readings().map(|r| r.ts).collect::<Vec<_>>(), vec![-1, -HOUR_MS]);
+    assert_eq!(out.iter().map(|b| b.len()).sum::<usize>(), readings.len());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -880,7 +880,7 @@ pub async fn empty_and_invalid_requests(make: Make<'_>) {
 fn numbered(series: &Series, readings: Vec<Reading>, first: u64) -> Batch {
     let hour = hour_start(readings[0].ts);
     let seqs = (first..first + readings.len() as u64).collect();
-    Batch { series: series.clone(), hour, readings, seqs }
+    Batch::numbered(series.clone(), hour, readings, seqs)
 }
 
 async fn marks(store: &dyn Store, keys: &[(&str, TimestampMs)]) -> Vec<u64> {
@@ -939,7 +939,7 @@ pub async fn a_failed_batch_leaves_the_prefix_its_mark_names(make: Make<'_>) {
     let batch = numbered(&s, readings.clone(), 100);
     let result = f.store.write(W, std::slice::from_ref(&batch)).await.remove(0);
     let mark = marks(&*f.store, &[(s.key.as_str(), T0)]).await[0];
-    let landed = batch.seqs.partition_point(|&q| q <= mark);
+    let landed = batch.seqs().partition_point(|&q| q <= mark);
     let stored = read(&*f.store, range(&s.key, T0, T0 + HOUR_MS)).await;
     assert_eq!(stored, readings[..landed].to_vec(), "a prefix, as long as the mark says");
     match result {
@@ -958,13 +958,13 @@ pub async fn a_failed_batch_leaves_the_prefix_its_mark_names(make: Make<'_>) {
     let (rest, rest_seqs): (Vec<Reading>, Vec<u64>) = readings[landed..]
         .iter()
         .cloned()
-        .zip(batch.seqs[landed..].iter().copied())
+        .zip(batch.seqs()[landed..].iter().copied())
         .filter(|(r, _)| f.break_off.is_some() || r.ts != T0 + 6)
         .unzip();
-    let rest = Batch { series: s.clone(), hour: T0, readings: rest, seqs: rest_seqs };
+    let rest = Batch::numbered(s.clone(), T0, rest, rest_seqs);
     write_ok(&*f.store, std::slice::from_ref(&rest)).await;
     let mut expected = readings[..landed].to_vec();
-    expected.extend(rest.readings.iter().cloned());
+    expected.extend(rest.readings());
     assert_eq!(read(&*f.store, range(&s.key, T0, T0 + HOUR_MS)).await, expected);
     assert_eq!(marks(&*f.store, &[(s.key.as_str(), T0)]).await, vec![111]);
 }

@@ -113,14 +113,16 @@ pub fn reading(ts: TimestampMs, fields: Vec<(&str, FieldValue)>) -> Reading {
 /// Writes readings through the Store trait, one batch per hour, in the order given.
 pub async fn write(store: &MemoryStore, series: &SeriesMeta, readings: &[Reading]) {
     let meta = Arc::new(series.clone());
-    let mut batches: Vec<Batch> = Vec::new();
+    let mut hours: Vec<(TimestampMs, Vec<Reading>)> = Vec::new();
     for r in readings {
         let hour = hour_start(r.ts);
-        match batches.iter_mut().find(|b| b.hour == hour) {
-            Some(b) => b.readings.push(r.clone()),
-            None => batches.push(Batch::new(meta.clone(), hour, vec![r.clone()])),
+        match hours.iter_mut().find(|(h, _)| *h == hour) {
+            Some((_, rs)) => rs.push(r.clone()),
+            None => hours.push((hour, vec![r.clone()])),
         }
     }
+    let batches: Vec<Batch> =
+        hours.into_iter().map(|(hour, rs)| Batch::new(meta.clone(), hour, rs)).collect();
     for result in store.write(W, &batches).await {
         result.expect("memory store write");
     }

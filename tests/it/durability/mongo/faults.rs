@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bucketd::model::{Batch, FieldValue, HOUR_MS, Reading, SeriesMeta, WriterId};
+use bucketd::model::{Batch, FieldValue, HOUR_MS, Reading, Series, SeriesMeta, WriterId};
 use bucketd::store::mongo::{MongoConfig, MongoStore};
 use bucketd::store::{Order, RangeQuery, RollupQuery, Store};
 use futures::TryStreamExt;
@@ -260,7 +260,7 @@ impl OtherWriter {
                     measurement: prefix.into(),
                     tags: vec![("sensor".into(), format!("s{s}"))],
                 };
-                Batch { series: series.into(), hour: T0_MS, readings, seqs }
+                Batch::numbered(Series::from(series), T0_MS, readings, seqs)
             })
             .collect();
         for outcome in within("other writer", 60, self.store.write(Self::ID, &batches)).await {

@@ -1,7 +1,9 @@
-//! One (sensor, hour) buffer's readings as typed slots: a timestamp, a sequence number, and per
-//! field a kind and 64 value bits for each reading. A buffered reading of up to ten fields so
-//! costs 16 bytes plus 8 per field (a `Reading` in a vector costs about 120), which is what
-//! lets buffers wait for a longer flush interval within the same memory.
+//! One series' readings of one hour as typed slots: a timestamp, a sequence number, and per
+//! field a kind and 64 value bits for each reading. A reading of up to ten fields so costs 16
+//! bytes plus 8 per field (a `Reading` in a vector costs about 120), which is what lets the
+//! buffers wait for a longer flush interval within the same memory. The buffers append to
+//! them, and a flushed buffer's rows are moved, as they are, into the [`Batch`](super::Batch)
+//! the store encodes from: no reading becomes an object of its own on the way to the store.
 //!
 //! A field's column holds one slot per reading; readings that lack the field have an absent
 //! slot, and a field may change its type from one reading to the next (the kind is per slot).
@@ -9,8 +11,7 @@
 //! met each name: a reading that sent its fields in another order returns them reordered, the
 //! same names and values.
 
-use super::span::Span;
-use crate::model::{FieldName, FieldValue, Fields, Reading, Seq, TimestampMs};
+use super::{FieldName, FieldValue, Fields, Reading, Seq, TimestampMs};
 
 /// The readings, row after row, in blocks of `BLOCK_ROWS` rows, so that appending a reading
 /// writes one place in memory (a buffer per sensor is thousands of buffers, each append a
@@ -18,8 +19,8 @@ use crate::model::{FieldName, FieldValue, Fields, Reading, Seq, TimestampMs};
 /// bits..]`: the head holds the timestamp as a 32-bit offset from `base` (a buffer holds one
 /// hour) and the kinds of the first `HEAD_KINDS` fields, 3 bits each; the kinds of further
 /// fields fill `MORE_KINDS` to a word; then one word of value bits per field.
-#[derive(Default)]
-pub(super) struct Columns {
+#[derive(Clone, Default)]
+pub struct Rows {
     /// The start of the hour of the first reading pushed; timestamps are stored from it.
     base: TimestampMs,
     /// Inline while few: every push compares its names with these, and a vector of its own
@@ -34,7 +35,7 @@ pub(super) struct Columns {
     more: Option<Box<More>>,
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct More {
     /// Blocks of exactly `BLOCK_ROWS` rows, oldest first.
     full: Vec<Box<[u64]>>,
@@ -96,7 +97,7 @@ fn kind_of(row: &[u64], c: usize) -> u8 {
     ((row[word] >> shift) & KIND_MASK) as u8
 }
 
-impl Columns {
+impl Rows {
     fn stride(&self) -> usize {
         stride(self.names.len())
     }
@@ -163,13 +164,19 @@ impl Columns {
         self.base + TimestampMs::from(head as u32 as i32)
     }
 
-    /// First and last timestamp held.
-    pub fn span(&self) -> Span {
-        let mut span = Span::EMPTY;
-        for row in self.rows() {
-            span.include(self.ts_of(row[0]));
-        }
-        span
+    /// Every timestamp held, in row order.
+    pub fn timestamps(&self) -> impl Iterator<Item = TimestampMs> + '_ {
+        self.rows().map(|row| self.ts_of(row[0]))
+    }
+
+    /// The sequence number of the reading in `row`.
+    pub fn seq(&self, row: usize) -> Seq {
+        self.row(row)[1]
+    }
+
+    /// Every sequence number held, in row order.
+    pub fn seqs(&self) -> impl Iterator<Item = Seq> + '_ {
+        self.rows().map(|row| row[1])
     }
 
     /// The column of `name`, added (every held row gets it absent) when new.
@@ -267,23 +274,23 @@ impl Columns {
         Reading { ts: self.ts_of(words[0]), fields }
     }
 
+    /// Every reading, in order, each made when the iterator reaches it.
+    pub fn readings(&self) -> impl ExactSizeIterator<Item = Reading> + '_ {
+        let n = self.len();
+        ExactLen { inner: self.rows().map(|row| self.reading_of(row)), left: n }
+    }
+
     /// Every reading and its sequence number, in order.
     pub fn into_readings(self) -> (Vec<Reading>, Vec<Seq>) {
-        let n = self.len();
-        let (mut readings, mut seqs) = (Vec::with_capacity(n), Vec::with_capacity(n));
-        for row in self.rows() {
-            readings.push(self.reading_of(row));
-            seqs.push(row[1]);
-        }
-        (readings, seqs)
+        (self.readings().collect(), self.seqs().collect())
     }
 
     /// Moves the first `k` readings out, in order. Copies the rows: a buffer is split only
     /// when a flush cycle's room ends inside it, once per cycle.
-    pub fn split_front(&mut self, k: usize) -> Columns {
+    pub fn split_front(&mut self, k: usize) -> Rows {
         let old = std::mem::take(self);
         // Strings stay where they are indexed; both halves keep the list.
-        let empty = || Columns {
+        let empty = || Rows {
             base: old.base,
             names: old.names.clone(),
             tail: Vec::new(),
@@ -302,17 +309,52 @@ impl Columns {
         front
     }
 
-    /// Puts `readings` (with their sequence numbers) before the ones held.
-    pub fn prepend(&mut self, readings: &[Reading], seqs: &[Seq]) {
-        debug_assert_eq!(readings.len(), seqs.len());
-        let mut front = Columns::default();
-        for (reading, &seq) in readings.iter().zip(seqs) {
-            front.push(reading.clone(), seq);
+    /// Puts the readings of `other` from row `from` on (with their sequence numbers) before the
+    /// ones held.
+    pub fn prepend(&mut self, other: &Rows, from: usize) {
+        let mut front = Rows::default();
+        for row in other.rows().skip(from) {
+            front.push(other.reading_of(row), row[1]);
         }
         for row in self.rows() {
             front.push(self.reading_of(row), row[1]);
         }
         *self = front;
+    }
+}
+
+/// An iterator that knows its length: the rows' iterator chains blocks, which loses it.
+struct ExactLen<I> {
+    inner: I,
+    left: usize,
+}
+
+impl<I: Iterator> Iterator for ExactLen<I> {
+    type Item = I::Item;
+    fn next(&mut self) -> Option<I::Item> {
+        let next = self.inner.next()?;
+        self.left -= 1;
+        Some(next)
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl<I: Iterator> ExactSizeIterator for ExactLen<I> {}
+
+/// Equal when they hold the same readings with the same sequence numbers, however laid out.
+impl PartialEq for Rows {
+    fn eq(&self, other: &Rows) -> bool {
+        self.len() == other.len()
+            && self.seqs().eq(other.seqs())
+            && self.readings().eq(other.readings())
+    }
+}
+
+impl std::fmt::Debug for Rows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.readings().zip(self.seqs())).finish()
     }
 }
 
@@ -360,10 +402,15 @@ mod tests {
         (r.ts, fields)
     }
 
-    fn filled(readings: &[Reading]) -> Columns {
-        let mut c = Columns::default();
+    fn filled(readings: &[Reading]) -> Rows {
+        filled_from(readings, 0)
+    }
+
+    /// Reading `i` gets sequence number `(first + i) * 3`.
+    fn filled_from(readings: &[Reading], first: usize) -> Rows {
+        let mut c = Rows::default();
         for (i, r) in readings.iter().enumerate() {
-            c.push(r.clone(), i as Seq * 3);
+            c.push(r.clone(), (first + i) as Seq * 3);
         }
         c
     }
@@ -392,12 +439,19 @@ mod tests {
             );
             prop_assert_eq!(fs.len(), k);
 
-            let mut tail = filled(&readings[k..]);
-            let seqs: Vec<Seq> = (0..k).map(|i| i as Seq * 3).collect();
-            tail.prepend(&readings[..k], &seqs);
+            // What a failed write puts back: the batch's rows from `j` on, before the rows
+            // the buffer took in meanwhile.
+            let j = k / 2;
+            let batch = filled_from(&readings[..k], 0);
+            let mut buffer = filled_from(&readings[k..], k);
+            buffer.prepend(&batch, j);
             prop_assert_eq!(
-                tail.into_readings().0.iter().map(sorted).collect::<Vec<_>>(),
-                readings.iter().map(sorted).collect::<Vec<_>>()
+                buffer.readings().map(|r| sorted(&r)).collect::<Vec<_>>(),
+                readings[j..].iter().map(sorted).collect::<Vec<_>>()
+            );
+            prop_assert_eq!(
+                buffer.seqs().collect::<Vec<_>>(),
+                (j..readings.len()).map(|i| i as Seq * 3).collect::<Vec<_>>()
             );
         }
     }
@@ -411,7 +465,7 @@ mod tests {
                 ("humidity".into(), FieldValue::Int(ts)),
             ],
         };
-        let mut c = Columns::default();
+        let mut c = Rows::default();
         c.push(r(1, 1.5), 10);
         c.push(r(2, 2.5), 11);
         assert_eq!(c.reading(0), r(1, 1.5));
@@ -421,7 +475,7 @@ mod tests {
     #[test]
     fn a_buffer_costs_its_sensor_little_in_the_map() {
         // Every sensor's first hour buffer lives in the map's table (see `more`).
-        assert!(std::mem::size_of::<Columns>() <= 80, "{}", std::mem::size_of::<Columns>());
+        assert!(std::mem::size_of::<Rows>() <= 80, "{}", std::mem::size_of::<Rows>());
     }
 
     #[test]
@@ -433,7 +487,7 @@ mod tests {
         let mut readings: Vec<Reading> = (0..150).map(|ts| r(ts, &["a"])).collect();
         readings.push(r(150, &["b", "a"]));
         readings.extend((151..200).map(|ts| r(ts, &["a"])));
-        let mut c = Columns::default();
+        let mut c = Rows::default();
         for (i, reading) in readings.iter().enumerate() {
             c.push(reading.clone(), i as Seq);
         }
@@ -442,7 +496,7 @@ mod tests {
         assert_eq!(c.reading(150), r(150, &["a", "b"]));
         assert_eq!(c.ts(199), 199);
         for k in [0, BLOCK_ROWS, 2 * BLOCK_ROWS + 1, 200] {
-            let mut rest = Columns::default();
+            let mut rest = Rows::default();
             for (i, reading) in readings.iter().enumerate() {
                 rest.push(reading.clone(), i as Seq);
             }
