@@ -3,7 +3,7 @@
 //! bytes plus 8 per field (a `Reading` in a vector costs about 120), which is what lets the
 //! buffers wait for a longer flush interval within the same memory. The buffers append to
 //! them, and a flushed buffer's rows are moved, as they are, into the [`Batch`](super::Batch)
-//! the store encodes from: no reading becomes an object of its own on the way to the store.
+//! the store writes, which makes the batch's readings only when it writes that batch.
 //!
 //! A field's column holds one slot per reading; readings that lack the field have an absent
 //! slot, and a field may change its type from one reading to the next (the kind is per slot).
