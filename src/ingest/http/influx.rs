@@ -9,7 +9,7 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 
 use super::body::read_body;
-use super::{IngestState, now_ms, partition, push};
+use super::{IngestState, now_ms, push};
 use crate::http::error::{InfluxV2ErrorBody, MAX_LISTED_ERRORS};
 use crate::http::{ApiError, ErrorBody, InfluxApi, InfluxError};
 use crate::ingest::line_protocol::{self, LineError, Precision};
@@ -135,8 +135,7 @@ async fn write_line_protocol(
         count_rejected(Protocol::LpHttp, "buffers_full", lines);
         return Err(ApiError::BuffersFull { accepted: 0 });
     }
-    let (good, bad) =
-        partition(line_protocol::parse_body(&bytes, precision, now_ms(), &state.limits));
+    let (good, bad) = line_protocol::parse_body_split(&bytes, precision, now_ms(), &state.limits);
     drop(bytes);
     for e in &bad {
         count_rejected(Protocol::LpHttp, e.reason, 1);

@@ -110,19 +110,6 @@ fn now_ms() -> TimestampMs {
     chrono::Utc::now().timestamp_millis()
 }
 
-/// Splits per-item results into the valid readings and the errors, keeping order.
-fn partition<E>(results: Vec<Result<Item, E>>) -> (Vec<Item>, Vec<E>) {
-    let mut good = Vec::with_capacity(results.len());
-    let mut bad = Vec::new();
-    for r in results {
-        match r {
-            Ok(item) => good.push(item),
-            Err(e) => bad.push(e),
-        }
-    }
-    (good, bad)
-}
-
 /// A refused push: the API's error, and the reason its readings were counted rejected under.
 struct Refused {
     error: ApiError,

@@ -518,3 +518,32 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// What a write pushes and reports is exactly what the per-line parse says, in line order.
+    #[test]
+    fn the_split_parse_is_the_per_line_parse_apart(
+        lines in proptest::collection::vec(
+            prop_oneof![
+                "m,s=[a-c] v=[0-9]{1,3}(i|\\.5)? [0-9]{1,4}",
+                "m [a-z=,\" ]{0,8}",
+                Just(String::new()),
+                Just("# a comment".to_string()),
+            ],
+            0..20,
+        )
+    ) {
+        let body = lines.join("\n");
+        let limits = InputLimits::default();
+        let (items, errors) = parse_body_split(body.as_bytes(), Precision::Seconds, NOW, &limits);
+        let (mut want_items, mut want_errors) = (Vec::new(), Vec::new());
+        for r in parse_body(body.as_bytes(), Precision::Seconds, NOW, &limits) {
+            match r {
+                Ok(item) => want_items.push(item),
+                Err(e) => want_errors.push(e),
+            }
+        }
+        prop_assert_eq!(items, want_items);
+        prop_assert_eq!(errors, want_errors);
+    }
+}
