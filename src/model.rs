@@ -368,10 +368,10 @@ impl std::str::FromStr for WriterId {
 }
 
 /// Readings of one series within one hour, handed to a [`crate::store::Store`] as one unit:
-/// the rows a buffer held, moved as they are (the stores encode from them). Every reading lies
-/// in `hour` (the constructors check it). A batch is **numbered** when each reading carries its
-/// sequence number, strictly increasing (the flusher's batches), or not (tests and tools: the
-/// store records no high-water mark for it).
+/// the rows a buffer held, moved as they are (a store makes the readings from them as it writes
+/// the batch). Every reading lies in `hour` (the constructors check it). A batch is
+/// **numbered** when each reading carries its sequence number, strictly increasing (the
+/// flusher's batches), or not (tests and tools: the store records no high-water mark for it).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Batch {
     pub series: Series,
