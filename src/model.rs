@@ -386,9 +386,7 @@ impl Batch {
     /// # Panics
     /// If a reading lies outside `hour`.
     pub fn new(series: impl Into<Series>, hour: TimestampMs, readings: Vec<Reading>) -> Batch {
-        let mut batch = Batch::numbered(series, hour, readings, Vec::new());
-        batch.numbered = false;
-        batch
+        Batch::numbered(series, hour, readings, Vec::new())
     }
 
     /// A batch whose reading `i` has sequence number `seqs[i]`; `seqs` empty: without.

@@ -276,13 +276,7 @@ impl Rows {
 
     /// Every reading, in order, each made when the iterator reaches it.
     pub fn readings(&self) -> impl ExactSizeIterator<Item = Reading> + '_ {
-        let n = self.len();
-        ExactLen { inner: self.rows().map(|row| self.reading_of(row)), left: n }
-    }
-
-    /// Every reading and its sequence number, in order.
-    pub fn into_readings(self) -> (Vec<Reading>, Vec<Seq>) {
-        (self.readings().collect(), self.seqs().collect())
+        (0..self.len()).map(|row| self.reading(row))
     }
 
     /// Moves the first `k` readings out, in order. Copies the rows: a buffer is split only
@@ -322,26 +316,6 @@ impl Rows {
         *self = front;
     }
 }
-
-/// An iterator that knows its length: the rows' iterator chains blocks, which loses it.
-struct ExactLen<I> {
-    inner: I,
-    left: usize,
-}
-
-impl<I: Iterator> Iterator for ExactLen<I> {
-    type Item = I::Item;
-    fn next(&mut self) -> Option<I::Item> {
-        let next = self.inner.next()?;
-        self.left -= 1;
-        Some(next)
-    }
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        (self.left, Some(self.left))
-    }
-}
-
-impl<I: Iterator> ExactSizeIterator for ExactLen<I> {}
 
 /// Equal when they hold the same readings with the same sequence numbers, however laid out.
 impl PartialEq for Rows {
@@ -402,6 +376,11 @@ mod tests {
         (r.ts, fields)
     }
 
+    /// Every reading and its sequence number, in order.
+    fn into_readings(rows: Rows) -> (Vec<Reading>, Vec<Seq>) {
+        (rows.readings().collect(), rows.seqs().collect())
+    }
+
     fn filled(readings: &[Reading]) -> Rows {
         filled_from(readings, 0)
     }
@@ -420,7 +399,7 @@ mod tests {
         fn columns_give_back_what_was_pushed(readings in readings(), k in 0..3 * BLOCK_ROWS) {
             let c = filled(&readings);
             prop_assert_eq!(c.len(), readings.len());
-            let (back, seqs) = filled(&readings).into_readings();
+            let (back, seqs) = into_readings(filled(&readings));
             prop_assert_eq!(
                 back.iter().map(sorted).collect::<Vec<_>>(),
                 readings.iter().map(sorted).collect::<Vec<_>>()
@@ -430,9 +409,9 @@ mod tests {
             let k = k.min(readings.len());
             let mut rest = filled(&readings);
             let front = rest.split_front(k);
-            let (f, fs) = front.into_readings();
+            let (f, fs) = into_readings(front);
             let mut joined = f.clone();
-            joined.extend(rest.into_readings().0);
+            joined.extend(into_readings(rest).0);
             prop_assert_eq!(
                 joined.iter().map(sorted).collect::<Vec<_>>(),
                 readings.iter().map(sorted).collect::<Vec<_>>()
@@ -502,8 +481,8 @@ mod tests {
             }
             let front = rest.split_front(k);
             assert_eq!((front.len(), rest.len()), (k, 200 - k));
-            let (mut back, mut seqs) = front.into_readings();
-            let (more, more_seqs) = rest.into_readings();
+            let (mut back, mut seqs) = into_readings(front);
+            let (more, more_seqs) = into_readings(rest);
             back.extend(more);
             seqs.extend(more_seqs);
             assert_eq!(seqs, (0..200).collect::<Vec<Seq>>());
