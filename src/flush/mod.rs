@@ -10,6 +10,10 @@
 //! for a while), at most [`MAX_READINGS_PER_WRITE`] readings, and writes them with ONE
 //! `Store::write` call; another cycle follows at once while more is due.
 //!
+//! # Where it runs
+//! A task on the server's runtime, or, for a store whose writes block their thread (the
+//! embedded store: `Store::writes_block`), a thread of its own with a runtime for its timers.
+//!
 //! # Failures
 //! A retriable error may hide a write that landed (a timeout, a lost reply) or half landed (a
 //! batch spanning buckets). Before such a batch goes back, the flusher asks the store for its
@@ -88,7 +92,10 @@ pub struct ShutdownReport {
 /// [`Flusher::shutdown`] to drain.
 pub struct Flusher {
     stop: CancellationToken,
-    task: JoinHandle<()>,
+    /// Cancelled when the drain's deadline has passed: a flusher on its own thread cannot be
+    /// aborted, so it stops after the write in flight.
+    abandon: CancellationToken,
+    task: Running,
     buffers: Arc<Buffers>,
     written: Arc<AtomicUsize>,
     errors: Arc<AtomicU64>,
@@ -107,6 +114,7 @@ impl Flusher {
         settle: Option<Arc<dyn Settle>>,
     ) -> Flusher {
         let stop = CancellationToken::new();
+        let abandon = CancellationToken::new();
         let written = Arc::new(AtomicUsize::new(0));
         let errors = Arc::new(AtomicU64::new(0));
         let worker = Worker {
@@ -122,8 +130,11 @@ impl Flusher {
             retry_log: LogLimiter::default(),
             check_log: LogLimiter::default(),
         };
-        let task = tokio::spawn(worker.run(stop.clone()));
-        Flusher { stop, task, buffers, written, errors }
+        let blocks = worker.store.writes_block();
+        let run = worker.run(stop.clone(), abandon.clone());
+        let task =
+            if blocks { Running::on_own_thread(run) } else { Running::Task(tokio::spawn(run)) };
+        Flusher { stop, abandon, task, buffers, written, errors }
     }
 
     /// Store write failures since start (what `bucketd_store_errors_total` counts for
@@ -136,17 +147,33 @@ impl Flusher {
     /// Ingest should be stopped first: readings pushed during the drain are flushed too, but
     /// only while the deadline allows.
     pub async fn shutdown(self, deadline: Duration) -> ShutdownReport {
-        let Flusher { stop, mut task, buffers, written, errors: _ } = self;
+        let Flusher { stop, abandon, task, buffers, written, errors: _ } = self;
         let before = written.load(Ordering::Acquire);
         stop.cancel();
-        match tokio::time::timeout(deadline, &mut task).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(error = %e, "flusher task failed"),
-            Err(_) => {
-                // Dropping an in-flight write is safe: its readings are still counted as held
-                // (and so reported below), nothing was released.
-                task.abort();
-                let _ = task.await;
+        match task {
+            Running::Task(mut task) => match tokio::time::timeout(deadline, &mut task).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::error!(error = %e, "flusher task failed"),
+                Err(_) => {
+                    // Dropping an in-flight write is safe: its readings are still counted as
+                    // held (and so reported below), nothing was released.
+                    task.abort();
+                    let _ = task.await;
+                }
+            },
+            Running::Thread(mut done) => {
+                let finished = match tokio::time::timeout(deadline, &mut done).await {
+                    Ok(finished) => finished,
+                    Err(_) => {
+                        // As an aborted task's: the write in flight finishes, nothing after it
+                        // starts, and what it has not released is reported unflushed.
+                        abandon.cancel();
+                        done.await
+                    }
+                };
+                if finished.is_err() {
+                    tracing::error!("flusher thread failed");
+                }
             }
         }
         ShutdownReport {
@@ -154,6 +181,35 @@ impl Flusher {
             unflushed: buffers.buffered(),
             kept_in_wal: false,
         }
+    }
+}
+
+/// Where the worker runs.
+enum Running {
+    Task(JoinHandle<()>),
+    /// A store whose writes block (`Store::writes_block`) gets a thread of its own, with a
+    /// runtime for the worker's timers; the receiver resolves when the worker has returned
+    /// (an error if it panicked). Not a runtime worker blocked in place: that handed the
+    /// runtime to another thread at every write, and the allocator kept partly used memory
+    /// for each thread (ARCHITECTURE.md, "The embedded store (redb)").
+    Thread(tokio::sync::oneshot::Receiver<()>),
+}
+
+impl Running {
+    fn on_own_thread(run: impl Future<Output = ()> + Send + 'static) -> Running {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime with only a timer builds");
+        let (done, finished) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("flusher".into())
+            .spawn(move || {
+                runtime.block_on(run);
+                let _ = done.send(());
+            })
+            .expect("cannot start the flusher thread");
+        Running::Thread(finished)
     }
 }
 
@@ -172,7 +228,7 @@ struct Worker {
 }
 
 impl Worker {
-    async fn run(mut self, stop: CancellationToken) {
+    async fn run(mut self, stop: CancellationToken, abandon: CancellationToken) {
         // Periodic phase. A write in progress is never cancelled by `stop`: it finishes and
         // its outcome is settled before the drain starts.
         while !stop.is_cancelled() {
@@ -195,9 +251,14 @@ impl Worker {
             }
         }
         // Drain: everything, due or not, until empty; `shutdown` enforces the deadline.
-        while let Some(taken) = self.buffers.take(TakeMode::All, MAX_READINGS_PER_WRITE) {
+        while !abandon.is_cancelled()
+            && let Some(taken) = self.buffers.take(TakeMode::All, MAX_READINGS_PER_WRITE)
+        {
             if let Some(delay) = self.write(taken).await {
-                tokio::time::sleep(delay).await;
+                tokio::select! {
+                    _ = abandon.cancelled() => {}
+                    _ = tokio::time::sleep(delay) => {}
+                }
             }
         }
     }

@@ -345,6 +345,13 @@ pub trait Store: Send + Sync + 'static {
     /// Cheap liveness check of the backing store, used by `/ready`.
     async fn ping(&self) -> Result<(), StoreError>;
 
+    /// Whether `write` does its work on the calling thread, blocking it until done (redb is
+    /// synchronous). The flusher gives such a store a thread of its own rather than block a
+    /// runtime worker: see `flush::Flusher::spawn_settling`.
+    fn writes_block(&self) -> bool {
+        false
+    }
+
     /// Writes every batch, spilling into new buckets as the caps require. Returns one outcome
     /// per batch, in the same order; a failed batch never affects the other batches.
     ///

@@ -55,7 +55,8 @@
 //! protocol the key contains measurement and tags, so they cannot differ).
 //!
 //! # Threads
-//! redb is synchronous: every call runs on Tokio's blocking pool (`spawn_blocking`). A range
+//! redb is synchronous. Writes run on the calling thread, which is the flusher's own thread
+//! (`Store::writes_block`); every other call runs on Tokio's blocking pool (`spawn_blocking`). A range
 //! query's reader thread holds one read transaction (a consistent snapshot) for the life of the
 //! stream; redb cannot reuse pages freed after that snapshot until the stream ends, so the
 //! HTTP layer's request timeout also bounds how much the file can grow behind a slow client.
@@ -71,7 +72,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
-use tokio::runtime::RuntimeFlavor;
 
 use crate::model::{Batch, Reading, Seq, TimestampMs, WriterId};
 use crate::store::{
@@ -339,30 +339,23 @@ impl Store for EmbeddedStore {
         if batches.is_empty() {
             return Vec::new();
         }
-        let (db, limits) = (self.db.clone(), self.limits);
         let fail_after = self.fail_after.swap(usize::MAX, std::sync::atomic::Ordering::SeqCst);
-        let w = write::Writing { writer, limits, fail_after };
-        let failed = |why: String| {
-            let e = StoreError::Internal(format!("embedded write task failed: {why}"));
+        let w = write::Writing { writer, limits: self.limits, fail_after };
+        // On the flusher's own thread (`writes_block`), with the borrowed batches: copying
+        // them for `spawn_blocking` cost ~15% of the server's CPU under a 10,000-sensor load
+        // and held each flushed reading twice in memory. Blocking a runtime worker in place
+        // instead (`block_in_place`) hands the runtime to another thread at every write, and
+        // the allocator then holds partly used memory for each thread that served it
+        // (ARCHITECTURE.md, "The embedded store (redb)").
+        let run = std::panic::AssertUnwindSafe(|| write::write_batches(&self.db, w, batches));
+        std::panic::catch_unwind(run).unwrap_or_else(|_| {
+            let e = StoreError::Internal("embedded write panicked".into());
             vec![Err(e); batches.len()]
-        };
-        // On a multi-threaded runtime the write blocks this worker in place (its other tasks
-        // move to another thread), so it can use the borrowed batches: copying every reading
-        // for `spawn_blocking` and freeing the copy cost ~15% of the server's CPU under a
-        // 10,000-sensor line-protocol load, and held each flushed reading twice in memory.
-        if tokio::runtime::Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
-            let run = std::panic::AssertUnwindSafe(|| write::write_batches(&db, w, batches));
-            return match tokio::task::block_in_place(|| std::panic::catch_unwind(run)) {
-                Ok(outcomes) => outcomes,
-                Err(_) => failed("panic".into()),
-            };
-        }
-        // A current-thread runtime cannot block in place: spawn_blocking needs owned data.
-        let owned = batches.to_vec();
-        match tokio::task::spawn_blocking(move || write::write_batches(&db, w, &owned)).await {
-            Ok(outcomes) => outcomes,
-            Err(e) => failed(e.to_string()),
-        }
+        })
+    }
+
+    fn writes_block(&self) -> bool {
+        true
     }
 
     async fn high_water(
