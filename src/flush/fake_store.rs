@@ -1,7 +1,7 @@
 //! A scriptable `Store` for flusher tests: records what it was given, fails on request.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -17,6 +17,16 @@ use crate::store::{
 pub(crate) struct FakeStore {
     state: Mutex<State>,
     latency: Duration,
+    /// Set: the store's writes block their thread (`Store::writes_block`), each until the
+    /// gate is opened.
+    gate: Option<Gate>,
+}
+
+#[derive(Default)]
+struct Gate {
+    /// (writes entered, open)
+    state: Mutex<(usize, bool)>,
+    changed: Condvar,
 }
 
 #[derive(Default)]
@@ -49,6 +59,24 @@ impl FakeStore {
 
     pub fn with_latency(latency: Duration) -> FakeStore {
         FakeStore { latency, ..FakeStore::default() }
+    }
+
+    /// A store whose writes block their thread, each until `open_gate`.
+    pub fn blocking_at_a_gate() -> FakeStore {
+        FakeStore { gate: Some(Gate::default()), ..FakeStore::default() }
+    }
+
+    /// Blocks until a write has entered the gate.
+    pub fn wait_for_a_write_at_the_gate(&self) {
+        let gate = self.gate.as_ref().expect("a store with a gate");
+        let entered = gate.state.lock().unwrap();
+        drop(gate.changed.wait_while(entered, |(entered, _)| *entered == 0).unwrap());
+    }
+
+    pub fn open_gate(&self) {
+        let gate = self.gate.as_ref().expect("a store with a gate");
+        gate.state.lock().unwrap().1 = true;
+        gate.changed.notify_all();
     }
 
     pub fn fail_next_calls(&self, n: usize) {
@@ -106,6 +134,10 @@ impl Store for FakeStore {
         Ok(())
     }
 
+    fn writes_block(&self) -> bool {
+        self.gate.is_some()
+    }
+
     async fn write(
         &self,
         writer: WriterId,
@@ -118,6 +150,12 @@ impl Store for FakeStore {
         }
         if !self.latency.is_zero() {
             tokio::time::sleep(self.latency).await;
+        }
+        if let Some(gate) = &self.gate {
+            let mut state = gate.state.lock().unwrap();
+            state.0 += 1;
+            gate.changed.notify_all();
+            drop(gate.changed.wait_while(state, |(_, open)| !*open).unwrap());
         }
         let mut s = self.state.lock().unwrap();
         s.in_write -= 1;

@@ -276,6 +276,39 @@ async fn shutdown_during_a_hung_write_reports_the_in_flight_readings() {
     assert_eq!(report, ShutdownReport { flushed: 0, unflushed: 13, kept_in_wal: false });
 }
 
+/// A store whose writes block gets a thread of its own, which cannot be aborted: at the
+/// deadline its write in flight finishes (and is counted), and nothing after it starts.
+#[tokio::test(start_paused = true)]
+async fn a_flusher_on_its_own_thread_stops_after_the_write_in_flight_at_the_deadline() {
+    let (buffers, store, flusher) =
+        setup(1000, 10, Duration::from_secs(3600), FakeStore::blocking_at_a_gate());
+    // A full buffer is due at once.
+    buffers.push((0..10).map(|i| item("a", i, i)).collect()).unwrap();
+    store.wait_for_a_write_at_the_gate();
+    buffers.push((0..3).map(|i| item("b", i, i)).collect()).unwrap();
+    let opener = async {
+        // Later on the paused clock than the deadline, which has passed by then.
+        sleep(Duration::from_millis(1)).await;
+        store.open_gate();
+    };
+    let (report, ()) = tokio::join!(flusher.shutdown(Duration::ZERO), opener);
+    assert_eq!(report, ShutdownReport { flushed: 10, unflushed: 3, kept_in_wal: false });
+    assert_eq!(store.calls().len(), 1, "no write after the deadline");
+    assert_eq!(buffers.unflushed("b", 0, 100).len(), 3);
+}
+
+#[tokio::test]
+async fn a_flusher_on_its_own_thread_drains_everything_within_the_deadline() {
+    let (buffers, store, flusher) =
+        setup(1000, 10, Duration::from_secs(3600), FakeStore::blocking_at_a_gate());
+    store.open_gate();
+    buffers.push((0..10).map(|i| item("a", i, i)).collect()).unwrap();
+    buffers.push((0..3).map(|i| item("b", i, i)).collect()).unwrap();
+    let report = flusher.shutdown(Duration::from_secs(60)).await;
+    assert_eq!(report, ShutdownReport { flushed: 13, unflushed: 0, kept_in_wal: false });
+    assert_eq!(store.written_readings(), 13);
+}
+
 #[tokio::test(start_paused = true)]
 async fn unflushed_includes_readings_whose_write_is_in_flight() {
     let (buffers, store, _flusher) =
