@@ -56,10 +56,11 @@
 //!
 //! # Threads
 //! redb is synchronous. Writes run on the calling thread, which is the flusher's own thread
-//! (`Store::writes_block`); every other call runs on Tokio's blocking pool (`spawn_blocking`). A range
-//! query's reader thread holds one read transaction (a consistent snapshot) for the life of the
-//! stream; redb cannot reuse pages freed after that snapshot until the stream ends, so the
-//! HTTP layer's request timeout also bounds how much the file can grow behind a slow client.
+//! (`Store::writes_block`); every other call runs on Tokio's blocking pool (`spawn_blocking`).
+//! A range query's reader thread holds one read transaction (a consistent snapshot) for the
+//! life of the stream; redb cannot reuse pages freed after that snapshot until the stream
+//! ends, so the HTTP layer's request timeout also bounds how much the file can grow behind a
+//! slow client.
 
 mod codec;
 mod expire;

@@ -122,35 +122,6 @@ fn assert_rollups_match(
     }
 }
 
-/// A multi-threaded runtime writes in place (`block_in_place`) instead of copying the batches
-/// for `spawn_blocking`: the same writes must store the same readings and reports.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_in_place_on_a_multi_threaded_runtime_like_on_a_current_thread_one() {
-    let s = meta("s1", "m", &[]);
-    let written: Vec<Reading> = (0..2_500).map(|i| reading(i * 1000, i as f64)).collect();
-    let limits = BIG;
-
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path(), limits);
-    let in_place = write_ok(&store, &batches(&s, &written)).await;
-    let got = collect(&store, range("s1", 0, i64::MAX)).await;
-
-    let (copied, expected) = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let store = open(dir.path(), limits);
-        rt.block_on(async {
-            let reports = write_ok(&store, &batches(&s, &written)).await;
-            (reports, collect(&store, range("s1", 0, i64::MAX)).await)
-        })
-    })
-    .join()
-    .unwrap();
-    assert_eq!(in_place, copied);
-    assert_eq!(got.len(), 2_500);
-    assert_eq!(got, expected);
-}
-
 #[tokio::test]
 async fn range_respects_bounds_order_and_limit() {
     let dir = tempfile::tempdir().unwrap();
