@@ -88,8 +88,8 @@ pub struct ShutdownReport {
     pub kept_in_wal: bool,
 }
 
-/// Handle to the flusher task. Dropping it leaves the task running; call
-/// [`Flusher::shutdown`] to drain.
+/// Handle to the flusher. Dropping it leaves the flusher running until the runtime that
+/// started it shuts down; call [`Flusher::shutdown`] to drain.
 pub struct Flusher {
     stop: CancellationToken,
     /// Cancelled when the drain's deadline has passed: a flusher on its own thread cannot be
@@ -132,8 +132,18 @@ impl Flusher {
         };
         let blocks = worker.store.writes_block();
         let run = worker.run(stop.clone(), abandon.clone());
-        let task =
-            if blocks { Running::on_own_thread(run) } else { Running::Task(tokio::spawn(run)) };
+        let task = if blocks {
+            // A task's life ends with its runtime; the thread's too: this task, dropped when
+            // the runtime shuts down, stops it after its write in flight.
+            let guards = (stop.clone().drop_guard(), abandon.clone().drop_guard());
+            tokio::spawn(async move {
+                let _guards = guards;
+                std::future::pending::<()>().await
+            });
+            Running::on_own_thread(run)
+        } else {
+            Running::Task(tokio::spawn(run))
+        };
         Flusher { stop, abandon, task, buffers, written, errors }
     }
 

@@ -309,6 +309,33 @@ async fn a_flusher_on_its_own_thread_drains_everything_within_the_deadline() {
     assert_eq!(store.written_readings(), 13);
 }
 
+#[test]
+fn a_flusher_on_its_own_thread_ends_with_the_runtime_that_started_it() {
+    let store = Arc::new(FakeStore::blocking_at_a_gate());
+    store.open_gate();
+    let buffers = Buffers::new(BufferConfig {
+        max_buffered_readings: 1000,
+        max_batch_readings: 10,
+        flush_interval: Duration::from_secs(3600),
+    });
+    let config = FlushConfig {
+        writer: WriterId(1),
+        min_backoff: Duration::from_millis(100),
+        max_backoff: Duration::from_secs(1),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let flusher = runtime.block_on(async { Flusher::spawn(buffers, store.clone(), config) });
+    drop(flusher);
+    assert!(Arc::strong_count(&store) > 1, "a dropped handle leaves the flusher running");
+    drop(runtime);
+    // The thread returns, dropping its store. (The bound only keeps a failure from hanging.)
+    let bound = std::time::Instant::now() + Duration::from_secs(60);
+    while Arc::strong_count(&store) > 1 {
+        assert!(std::time::Instant::now() < bound, "the flusher thread outlived its runtime");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn unflushed_includes_readings_whose_write_is_in_flight() {
     let (buffers, store, _flusher) =
