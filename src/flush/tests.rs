@@ -311,20 +311,11 @@ async fn a_flusher_on_its_own_thread_drains_everything_within_the_deadline() {
 
 #[test]
 fn a_flusher_on_its_own_thread_ends_with_the_runtime_that_started_it() {
-    let store = Arc::new(FakeStore::blocking_at_a_gate());
-    store.open_gate();
-    let buffers = Buffers::new(BufferConfig {
-        max_buffered_readings: 1000,
-        max_batch_readings: 10,
-        flush_interval: Duration::from_secs(3600),
-    });
-    let config = FlushConfig {
-        writer: WriterId(1),
-        min_backoff: Duration::from_millis(100),
-        max_backoff: Duration::from_secs(1),
-    };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let flusher = runtime.block_on(async { Flusher::spawn(buffers, store.clone(), config) });
+    let (_buffers, store, flusher) = runtime.block_on(async {
+        setup(1000, 10, Duration::from_secs(3600), FakeStore::blocking_at_a_gate())
+    });
+    store.open_gate();
     drop(flusher);
     assert!(Arc::strong_count(&store) > 1, "a dropped handle leaves the flusher running");
     drop(runtime);

@@ -342,12 +342,9 @@ impl Store for EmbeddedStore {
         }
         let fail_after = self.fail_after.swap(usize::MAX, std::sync::atomic::Ordering::SeqCst);
         let w = write::Writing { writer, limits: self.limits, fail_after };
-        // On the flusher's own thread (`writes_block`), with the borrowed batches: copying
-        // them for `spawn_blocking` cost ~15% of the server's CPU under a 10,000-sensor load
-        // and held each flushed reading twice in memory. Blocking a runtime worker in place
-        // instead (`block_in_place`) hands the runtime to another thread at every write, and
-        // the allocator then holds partly used memory for each thread that served it
-        // (ARCHITECTURE.md, "The embedded store (redb)").
+        // On the calling thread, the flusher's own (`writes_block`), with the borrowed
+        // batches: copying them for `spawn_blocking` cost ~15% of the server's CPU under a
+        // 10,000-sensor load and held each flushed reading twice in memory.
         let run = std::panic::AssertUnwindSafe(|| write::write_batches(&self.db, w, batches));
         std::panic::catch_unwind(run).unwrap_or_else(|_| {
             let e = StoreError::Internal("embedded write panicked".into());
