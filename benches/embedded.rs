@@ -1,5 +1,6 @@
-//! Embedded store speed: one flush of 1,000 batches × 10 readings (one durable commit), and a
-//! one-day range at 1 Hz (86,400 readings of 2 floats) read through `Store::readings`.
+//! Embedded store speed: one flush of 1,000 batches × 10 or × 200 readings (one durable
+//! commit), and a one-day range at 1 Hz (86,400 readings of 2 floats) read through
+//! `Store::readings`.
 //! Also prints the bytes on disk per reading of that day.
 //!
 //! Run: `cargo bench --bench embedded`
@@ -89,44 +90,47 @@ fn file_size(store: &EmbeddedStore) -> u64 {
 
 fn bench_flush(c: &mut Criterion) {
     let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let store = EmbeddedStore::open(dir.path(), BucketLimits::default()).unwrap();
-    let sensors: Vec<Arc<SeriesMeta>> =
-        (0..1000).map(|i| series(&format!("sensor-{i:04}"))).collect();
-    let mut round = 0i64;
     let mut group = c.benchmark_group("embedded");
     group.sample_size(20).measurement_time(Duration::from_secs(10));
-    group.throughput(Throughput::Elements(1000 * 10));
-    group.bench_function("flush_1000_batches_x10", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                // 10 s of 1 Hz readings from each of 1,000 sensors.
-                let start = DAY_START + round * 10_000;
-                round += 1;
-                let hour = start - start.rem_euclid(HOUR_MS);
-                let batches: Vec<Batch> = sensors
-                    .iter()
-                    .map(|s| {
-                        Batch::numbered(
-                            Series::from(s.clone()),
-                            hour,
-                            (0..10)
-                                .map(|j| env_reading(start + j * 1000))
-                                .filter(|r| r.ts - hour < HOUR_MS)
-                                .collect(),
-                            vec![],
-                        )
-                    })
-                    .collect();
-                let t = Instant::now();
-                let outcomes = rt.block_on(store.write(W, &batches));
-                total += t.elapsed();
-                assert!(outcomes.iter().all(Result::is_ok));
-            }
-            total
-        })
-    });
+    // Slow sensors (10 s of 1 Hz, each flush joins the bucket's small last chunk) and fast
+    // ones (2 s of 100 Hz: a chunk of its own, as flat out).
+    for (per_batch, step_ms) in [(10i64, 1000i64), (200, 10)] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path(), BucketLimits::default()).unwrap();
+        let sensors: Vec<Arc<SeriesMeta>> =
+            (0..1000).map(|i| series(&format!("sensor-{i:04}"))).collect();
+        let mut round = 0i64;
+        group.throughput(Throughput::Elements(1000 * per_batch as u64));
+        group.bench_function(format!("flush_1000_batches_x{per_batch}"), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let start = DAY_START + round * per_batch * step_ms;
+                    round += 1;
+                    let hour = start - start.rem_euclid(HOUR_MS);
+                    let batches: Vec<Batch> = sensors
+                        .iter()
+                        .map(|s| {
+                            Batch::numbered(
+                                Series::from(s.clone()),
+                                hour,
+                                (0..per_batch)
+                                    .map(|j| env_reading(start + j * step_ms))
+                                    .filter(|r| r.ts - hour < HOUR_MS)
+                                    .collect(),
+                                vec![],
+                            )
+                        })
+                        .collect();
+                    let t = Instant::now();
+                    let outcomes = rt.block_on(store.write(W, &batches));
+                    total += t.elapsed();
+                    assert!(outcomes.iter().all(Result::is_ok));
+                }
+                total
+            })
+        });
+    }
     group.finish();
 }
 

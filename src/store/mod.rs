@@ -15,7 +15,8 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 use crate::model::{
-    Batch, FieldValue, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, Seq, TimestampMs, WriterId,
+    Batch, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, ReadingView, Seq, TimestampMs, ValueRef,
+    WriterId,
 };
 
 /// Version of the on-disk / in-database bucket layout, written into every bucket so that a
@@ -57,16 +58,15 @@ impl Default for BucketLimits {
 /// Approximate encoded size of a reading: what [`BucketLimits::max_bytes`] counts in the stores
 /// that do not write BSON (embedded, memory). Close to BSON's size for the same reading, so
 /// their buckets spill about where MongoDB's would.
-pub fn approx_reading_bytes(reading: &Reading) -> u64 {
+pub fn approx_reading_bytes(reading: &impl ReadingView) -> u64 {
     let fields: usize = reading
-        .fields
-        .iter()
+        .fields()
         .map(|(name, value)| {
             2 + name.len()
                 + match value {
-                    FieldValue::Float(_) | FieldValue::Int(_) | FieldValue::UInt(_) => 8,
-                    FieldValue::Bool(_) => 1,
-                    FieldValue::Str(s) => 5 + s.len(),
+                    ValueRef::Float(_) | ValueRef::Int(_) | ValueRef::UInt(_) => 8,
+                    ValueRef::Bool(_) => 1,
+                    ValueRef::Str(s) => 5 + s.len(),
                 }
         })
         .sum();

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use super::corrupt;
-use crate::model::{FieldName, FieldValue, Fields, Reading, TimestampMs};
+use crate::model::{FieldName, FieldValue, Fields, Reading, ReadingView, TimestampMs, ValueRef};
 use crate::store::embedded::EmbeddedError;
 use crate::wire::{Cursor, put_str, put_varint, unzigzag, zigzag};
 
@@ -24,22 +24,23 @@ pub struct ChunkSummary {
     pub last: TimestampMs,
 }
 
-fn type_of(v: &FieldValue) -> u8 {
+fn type_of(v: ValueRef<'_>) -> u8 {
     match v {
-        FieldValue::Float(_) => T_FLOAT,
-        FieldValue::Int(_) => T_INT,
-        FieldValue::UInt(_) => T_UINT,
-        FieldValue::Bool(_) => T_BOOL,
-        FieldValue::Str(_) => T_STR,
+        ValueRef::Float(_) => T_FLOAT,
+        ValueRef::Int(_) => T_INT,
+        ValueRef::UInt(_) => T_UINT,
+        ValueRef::Bool(_) => T_BOOL,
+        ValueRef::Str(_) => T_STR,
     }
 }
 
-/// Encodes readings that all lie in `hour` and are sorted by timestamp.
-pub fn encode_chunk(hour: TimestampMs, readings: &[&Reading]) -> Vec<u8> {
-    debug_assert!(readings.windows(2).all(|w| w[0].ts <= w[1].ts));
-    debug_assert!(readings.iter().all(|r| r.ts >= hour && r.ts - hour < crate::model::HOUR_MS));
+/// Encodes readings that all lie in `hour` and are sorted by timestamp: [`Reading`]s, or a
+/// buffer's rows read in place (the same bytes for the same readings).
+pub fn encode_chunk<R: ReadingView>(hour: TimestampMs, readings: &[R]) -> Vec<u8> {
+    debug_assert!(readings.windows(2).all(|w| w[0].ts() <= w[1].ts()));
+    debug_assert!(readings.iter().all(|r| r.ts() >= hour && r.ts() - hour < crate::model::HOUR_MS));
     let (first, last) = match (readings.first(), readings.last()) {
-        (Some(f), Some(l)) => (f.ts, l.ts),
+        (Some(f), Some(l)) => (f.ts(), l.ts()),
         _ => (hour, hour),
     };
 
@@ -54,22 +55,30 @@ pub fn encode_chunk(hour: TimestampMs, readings: &[&Reading]) -> Vec<u8> {
     let mut memos: Vec<ScaledMemo> = Vec::new();
     let mut have_shape = false;
 
+    let mut prev: Option<&R> = None;
     for r in readings {
-        put_varint(&mut body, (r.ts - prev_ts) as u64);
-        prev_ts = r.ts;
+        let ts = r.ts();
+        put_varint(&mut body, (ts - prev_ts) as u64);
+        prev_ts = ts;
 
-        let same = have_shape
-            && r.fields.len() == prev_shape.len()
-            && r.fields.iter().zip(&prev_shape).all(|((name, value), &(i, t))| {
-                names[i as usize] == name.as_str() && type_of(value) == t
+        let known = prev.and_then(|p| r.same_shape(p));
+        prev = Some(r);
+        let same = known.unwrap_or_else(|| {
+            let mut n = 0;
+            let alike = r.fields().all(|(name, value)| {
+                let at = prev_shape.get(n);
+                n += 1;
+                at.is_some_and(|&(i, t)| names[i as usize] == name && type_of(value) == t)
             });
+            have_shape && alike && n == prev_shape.len()
+        });
         if same {
             body.push(0);
         } else {
             shape.clear();
-            for (name, value) in &r.fields {
-                let i = *index.entry(name.as_str()).or_insert_with(|| {
-                    names.push(name.as_str());
+            for (name, value) in r.fields() {
+                let i = *index.entry(name).or_insert_with(|| {
+                    names.push(name);
                     prev_bits.push(0);
                     memos.push(None);
                     (names.len() - 1) as u32
@@ -85,26 +94,25 @@ pub fn encode_chunk(hour: TimestampMs, readings: &[&Reading]) -> Vec<u8> {
             have_shape = true;
         }
 
-        for ((_, value), &(i, _)) in r.fields.iter().zip(&prev_shape) {
+        for ((_, value), &(i, _)) in r.fields().zip(&prev_shape) {
             let prev = &mut prev_bits[i as usize];
             match value {
-                FieldValue::Float(f) => {
-                    let bits = f.to_bits();
-                    put_float(&mut body, *f, *prev, &mut memos[i as usize]);
-                    *prev = bits;
+                ValueRef::Float(f) => {
+                    put_float(&mut body, f, *prev, &mut memos[i as usize]);
+                    *prev = f.to_bits();
                 }
-                FieldValue::Int(v) => {
-                    put_varint(&mut body, zigzag((*v as u64).wrapping_sub(*prev) as i64));
-                    *prev = *v as u64;
+                ValueRef::Int(v) => {
+                    put_varint(&mut body, zigzag((v as u64).wrapping_sub(*prev) as i64));
+                    *prev = v as u64;
                     memos[i as usize] = None;
                 }
-                FieldValue::UInt(v) => {
+                ValueRef::UInt(v) => {
                     put_varint(&mut body, zigzag(v.wrapping_sub(*prev) as i64));
-                    *prev = *v;
+                    *prev = v;
                     memos[i as usize] = None;
                 }
-                FieldValue::Bool(b) => body.push(u8::from(*b)),
-                FieldValue::Str(s) => put_str(&mut body, s),
+                ValueRef::Bool(b) => body.push(u8::from(b)),
+                ValueRef::Str(s) => put_str(&mut body, s),
             }
         }
     }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::corrupt;
-use crate::model::{Reading, TimestampMs};
+use crate::model::{ReadingView, TimestampMs};
 use crate::store::embedded::EmbeddedError;
 use crate::store::{FieldStats, approx_reading_bytes};
 use crate::wire::{Cursor, put_str, put_varint, unzigzag, zigzag};
@@ -47,18 +47,19 @@ impl BucketHeader {
 
     /// Recomputes the per-field statistics from all of the bucket's `readings` (a header
     /// written before schema 3 gains `first`/`last`); counts and the time range stay.
-    pub fn recount_stats<'r>(&mut self, readings: impl IntoIterator<Item = &'r Reading>) {
+    pub fn recount_stats<R: ReadingView>(&mut self, readings: impl IntoIterator<Item = R>) {
         self.stats.clear();
         for r in readings {
-            self.add_stats(r);
+            self.add_stats(&r);
         }
     }
 
-    fn add_stats(&mut self, r: &Reading) {
-        for (name, value) in &r.fields {
+    fn add_stats(&mut self, r: &impl ReadingView) {
+        let ts = r.ts();
+        for (name, value) in r.fields() {
             if let Some(v) = value.as_f64() {
-                let one = FieldStats::of(r.ts, v);
-                match self.stats.get_mut(name.as_str()) {
+                let one = FieldStats::of(ts, v);
+                match self.stats.get_mut(name) {
                     Some(s) => s.merge(&one),
                     None => {
                         self.stats.insert(name.to_string(), one);
@@ -80,10 +81,11 @@ impl BucketHeader {
         }
     }
 
-    /// Accounts for a chunk of sorted readings appended to this bucket.
-    pub fn append(&mut self, readings: &[&Reading]) {
+    /// Accounts for a chunk of sorted readings appended to this bucket. `bytes` is their
+    /// [`approx_reading_bytes`], summed: the writer has counted them for the size cap.
+    pub fn append<R: ReadingView>(&mut self, readings: &[R], bytes: u64) {
         if !readings.is_empty() {
-            self.join_last(readings);
+            self.join_last(readings, bytes);
             self.chunks += 1;
         }
     }
@@ -91,16 +93,17 @@ impl BucketHeader {
     /// Accounts for sorted readings joined into the bucket's last chunk. `sorted` still
     /// compares them with all of the bucket's earlier readings: the chunk is sorted again
     /// when joined, but the chunks before it may end after its new first reading.
-    pub fn join_last(&mut self, readings: &[&Reading]) {
+    pub fn join_last<R: ReadingView>(&mut self, readings: &[R], bytes: u64) {
+        debug_assert_eq!(bytes, readings.iter().map(approx_reading_bytes).sum::<u64>());
         let (Some(first), Some(last)) = (readings.first(), readings.last()) else {
             return;
         };
-        self.sorted &= self.count == 0 || first.ts >= self.max_ts;
-        self.min_ts = self.min_ts.min(first.ts);
-        self.max_ts = self.max_ts.max(last.ts);
+        self.sorted &= self.count == 0 || first.ts() >= self.max_ts;
+        self.min_ts = self.min_ts.min(first.ts());
+        self.max_ts = self.max_ts.max(last.ts());
         self.count += readings.len() as u32;
+        self.bytes += bytes;
         for r in readings {
-            self.bytes += approx_reading_bytes(r);
             self.add_stats(r);
         }
     }
@@ -191,7 +194,11 @@ impl BucketHeader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::FieldValue;
+    use crate::model::{FieldValue, Reading};
+
+    fn bytes(readings: &[&Reading]) -> u64 {
+        readings.iter().map(approx_reading_bytes).sum()
+    }
 
     fn r(ts: i64, fields: Vec<(&str, FieldValue)>) -> Reading {
         Reading { ts, fields: fields.into_iter().map(|(n, v)| (n.into(), v)).collect() }
@@ -202,9 +209,9 @@ mod tests {
         let b = r(20, vec![("v", FieldValue::Int(-4)), ("w", FieldValue::UInt(7))]);
         let c = r(15, vec![("v", FieldValue::Bool(true))]);
         let mut h = BucketHeader::empty();
-        h.append(&[&a, &b]);
+        h.append(&[&a, &b], bytes(&[&a, &b]));
         assert!(h.sorted);
-        h.append(&[&c]);
+        h.append(&[&c], bytes(&[&c]));
         assert!(!h.sorted, "a chunk starting before the bucket's last reading unsorts it");
         assert_eq!((h.count, h.chunks, h.min_ts, h.max_ts), (3, 2, 10, 20));
         assert_eq!(
@@ -233,7 +240,7 @@ mod tests {
         let a = r(-7_000, vec![("v", FieldValue::Float(2.5)), ("n", FieldValue::Int(3))]);
         let b = r(-9_000, vec![("v", FieldValue::Float(-1.0))]);
         let mut h = BucketHeader::empty();
-        h.append(&[&b, &a]);
+        h.append(&[&b, &a], bytes(&[&b, &a]));
         assert!(!h.lacks_first_last());
         let old = BucketHeader::decode(&h.encode_version_1()).unwrap();
         assert!(old.lacks_first_last());
@@ -256,7 +263,8 @@ mod tests {
     #[test]
     fn unknown_versions_and_flags_are_corrupt() {
         let mut h = BucketHeader::empty();
-        h.append(&[&r(5, vec![("v", FieldValue::Float(1.0))])]);
+        let one = r(5, vec![("v", FieldValue::Float(1.0))]);
+        h.append(&[&one], bytes(&[&one]));
         let mut bytes = h.encode();
         bytes[0] = 3;
         assert!(BucketHeader::decode(&bytes).is_err());

@@ -53,8 +53,66 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::model::{FieldValue, HOUR_MS, Reading, ReadingView, Row, Rows};
+    use crate::store::approx_reading_bytes;
+
+    fn value() -> impl Strategy<Value = FieldValue> {
+        prop_oneof![
+            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(FieldValue::Float),
+            (0..4000i32).prop_map(|c| FieldValue::Float(f64::from(c) / 100.0)),
+            any::<i64>().prop_map(FieldValue::Int),
+            any::<u64>().prop_map(FieldValue::UInt),
+            any::<bool>().prop_map(FieldValue::Bool),
+            "[a-z]{0,3}".prop_map(FieldValue::Str),
+        ]
+    }
+
+    /// Readings of one hour in the order written: fields that come and go, change type and
+    /// order; equal timestamps; out of order.
+    fn written() -> impl Strategy<Value = Vec<Reading>> {
+        let fields = proptest::collection::btree_map("[a-e]", value(), 0..5)
+            .prop_map(|m| m.into_iter().collect::<Vec<_>>())
+            .prop_shuffle();
+        proptest::collection::vec((0..40i64, fields), 1..150).prop_map(|rows| {
+            rows.into_iter()
+                .map(|(ts, fields)| Reading {
+                    ts: 7 * HOUR_MS + ts,
+                    fields: fields.into_iter().map(|(n, v)| (n.into(), v)).collect(),
+                })
+                .collect()
+        })
+    }
 
     proptest! {
+        /// The embedded store writes a batch's rows as they are held; it used to make a
+        /// `Reading` of each first. The chunk, the header and the bucket sizes must not differ.
+        #[test]
+        fn rows_store_what_the_readings_made_of_them_stored(readings in written()) {
+            let hour = 7 * HOUR_MS;
+            let mut rows = Rows::default();
+            for (i, r) in readings.into_iter().enumerate() {
+                rows.push(r, i as u64);
+            }
+            let mut views: Vec<Row<'_>> = rows.views().collect();
+            let mut made: Vec<Reading> = rows.readings().collect();
+            prop_assert_eq!(views.iter().map(Row::to_reading).collect::<Vec<_>>(), made.clone());
+            for (v, m) in views.iter().zip(&made) {
+                prop_assert_eq!(approx_reading_bytes(v), approx_reading_bytes(m));
+            }
+            views.sort_by_key(Row::ts);
+            made.sort_by_key(|r| r.ts);
+            prop_assert_eq!(encode_chunk(hour, &views), encode_chunk(hour, &made));
+            let (mut from_rows, mut from_made) = (BucketHeader::empty(), BucketHeader::empty());
+            let half = views.len() / 2;
+            let bytes = |r: &[Reading]| r.iter().map(approx_reading_bytes).sum::<u64>();
+            from_rows.append(&views[..half], bytes(&made[..half]));
+            from_rows.join_last(&views[half..], bytes(&made[half..]));
+            from_made.append(&made[..half], bytes(&made[..half]));
+            from_made.join_last(&made[half..], bytes(&made[half..]));
+            prop_assert_eq!(from_rows.encode(), from_made.encode());
+        }
+
+
         #[test]
         fn decoding_garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = decode_chunk(&bytes, 0, &mut Vec::new());
