@@ -82,6 +82,18 @@ impl FieldValue {
     }
 }
 
+impl From<ValueRef<'_>> for FieldValue {
+    fn from(value: ValueRef<'_>) -> Self {
+        match value {
+            ValueRef::Float(v) => FieldValue::Float(v),
+            ValueRef::Int(v) => FieldValue::Int(v),
+            ValueRef::UInt(v) => FieldValue::UInt(v),
+            ValueRef::Bool(v) => FieldValue::Bool(v),
+            ValueRef::Str(s) => FieldValue::Str(s.to_owned()),
+        }
+    }
+}
+
 /// One reading as the stores' encoders see it: a timestamp and its fields in order, borrowed
 /// from wherever the reading is held. The embedded store writes a flushed buffer's rows through
 /// it, without making a [`Reading`] of each row (that cost a sixth of its write).

@@ -124,6 +124,28 @@ impl Layout {
     fn stride(self) -> usize {
         self.values() + self.fields
     }
+
+    /// Writes a zeroed row's timestamp offset, its sequence number (counted from `seq_base`
+    /// in the head unless wide) and, when the rows carry their own, its kinds.
+    fn put_head(self, row: &mut [u64], offset: u64, seq: Seq, seq_base: Seq, kinds: &[u8]) {
+        row[0] = offset;
+        if self.wide_seq {
+            row[self.seq_word()] = seq;
+        } else {
+            row[0] |= (seq - seq_base) << TS_BITS;
+        }
+        if self.own_kinds {
+            for (c, &kind) in kinds.iter().enumerate() {
+                let (word, shift) = own_kind_slot(c);
+                row[word] |= u64::from(kind) << shift;
+            }
+        }
+    }
+}
+
+/// Where the kind of column `c` lives in a row that carries its own kinds: (word, shift).
+fn own_kind_slot(c: usize) -> (usize, usize) {
+    (1 + c / WORD_KINDS, c % WORD_KINDS * KIND_BITS)
 }
 
 /// A reading's kinds by column.
@@ -237,7 +259,8 @@ impl Rows {
 
     fn kind_of(&self, layout: Layout, words: &[u64], c: usize) -> u8 {
         let kinds = if layout.own_kinds {
-            words[1 + c / WORD_KINDS] >> (c % WORD_KINDS * KIND_BITS)
+            let (word, shift) = own_kind_slot(c);
+            words[word] >> shift
         } else {
             u64::from(self.shared) >> (c * KIND_BITS)
         };
@@ -246,7 +269,7 @@ impl Rows {
 
     /// Lays every held row out anew as `to` says, from `from` (the columns beyond the old
     /// ones absent). The names are already `to`'s; the kinds in `shared` are still the old
-    /// rows'.
+    /// rows' (only its flags change here).
     fn relayout(&mut self, from: Layout, to: Layout) {
         debug_assert!(to.fields >= from.fields && to.fields == self.names.len());
         debug_assert!(to.own_kinds || to.fields <= SHARED_KINDS);
@@ -254,24 +277,13 @@ impl Rows {
         let old_tail = std::mem::take(&mut self.tail);
         let flags =
             if to.own_kinds { OWN_KINDS } else { 0 } | if to.wide_seq { WIDE_SEQ } else { 0 };
-        let shared = self.shared;
-        self.shared = (shared & !(OWN_KINDS | WIDE_SEQ)) | flags;
-        let old = Rows { shared, names: Default::default(), tail: Vec::new(), more: None, ..*self };
+        self.shared = (self.shared & !(OWN_KINDS | WIDE_SEQ)) | flags;
         for row in rows_of(&old_full, &old_tail, from.stride()) {
-            let seq = old.seq_of(from, row);
+            let seq = self.seq_of(from, row);
+            let kinds: Kinds = (0..from.fields).map(|c| self.kind_of(from, row, c)).collect();
+            let seq_base = self.seq_base;
             let new = self.append_row();
-            new[0] = row[0] & TS_MASK;
-            if to.wide_seq {
-                new[to.seq_word()] = seq;
-            } else {
-                new[0] |= (seq - old.seq_base) << TS_BITS;
-            }
-            if to.own_kinds {
-                for c in 0..from.fields {
-                    let kind = u64::from(old.kind_of(from, row, c));
-                    new[1 + c / WORD_KINDS] |= kind << (c % WORD_KINDS * KIND_BITS);
-                }
-            }
+            to.put_head(new, row[0] & TS_MASK, seq, seq_base, &kinds);
             new[to.values()..to.values() + from.fields].copy_from_slice(&row[from.values()..]);
         }
     }
@@ -338,17 +350,7 @@ impl Rows {
         let mut strs: smallvec::SmallVec<[String; 1]> = smallvec::SmallVec::new();
         let seq_base = self.seq_base;
         let row = self.append_row();
-        row[0] = offset as u64;
-        if layout.wide_seq {
-            row[layout.seq_word()] = seq;
-        } else {
-            row[0] |= (seq - seq_base) << TS_BITS;
-        }
-        if layout.own_kinds {
-            for (c, &kind) in kinds.iter().enumerate() {
-                row[1 + c / WORD_KINDS] |= u64::from(kind) << (c % WORD_KINDS * KIND_BITS);
-            }
-        }
+        layout.put_head(row, offset as u64, seq, seq_base, &kinds);
         for (c, (_, value)) in cols.into_iter().zip(reading.fields) {
             row[layout.values() + c] = match value {
                 FieldValue::Float(v) => v.to_bits(),
@@ -430,11 +432,11 @@ impl Rows {
     /// ones held.
     pub fn prepend(&mut self, other: &Rows, from: usize) {
         let mut front = Rows::default();
-        for (reading, seq) in other.readings().zip(other.seqs()).skip(from) {
-            front.push(reading, seq);
+        for i in from..other.len() {
+            front.push(other.reading(i), other.seq(i));
         }
-        for (reading, seq) in self.readings().zip(self.seqs()) {
-            front.push(reading, seq);
+        for i in 0..self.len() {
+            front.push(self.reading(i), self.seq(i));
         }
         *self = front;
     }
@@ -452,19 +454,8 @@ pub struct Row<'a> {
 
 impl Row<'_> {
     pub fn to_reading(&self) -> Reading {
-        let fields: Fields = self
-            .named()
-            .map(|(name, value)| {
-                let value = match value {
-                    ValueRef::Float(v) => FieldValue::Float(v),
-                    ValueRef::Int(v) => FieldValue::Int(v),
-                    ValueRef::UInt(v) => FieldValue::UInt(v),
-                    ValueRef::Bool(v) => FieldValue::Bool(v),
-                    ValueRef::Str(s) => FieldValue::Str(s.to_owned()),
-                };
-                (name.clone(), value)
-            })
-            .collect();
+        let fields: Fields =
+            self.named().map(|(name, value)| (name.clone(), FieldValue::from(value))).collect();
         Reading { ts: self.ts(), fields }
     }
 

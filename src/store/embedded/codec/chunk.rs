@@ -53,25 +53,25 @@ pub fn encode_chunk<R: ReadingView>(hour: TimestampMs, readings: &[R]) -> Vec<u8
     let mut shape: Vec<(u32, u8)> = Vec::new();
     let mut prev_bits: Vec<u64> = Vec::new();
     let mut memos: Vec<ScaledMemo> = Vec::new();
-    let mut have_shape = false;
-
+    // The previous reading, whose shape is `prev_shape`.
     let mut prev: Option<&R> = None;
     for r in readings {
         let ts = r.ts();
         put_varint(&mut body, (ts - prev_ts) as u64);
         prev_ts = ts;
 
-        let known = prev.and_then(|p| r.same_shape(p));
-        prev = Some(r);
-        let same = known.unwrap_or_else(|| {
-            let mut n = 0;
-            let alike = r.fields().all(|(name, value)| {
-                let at = prev_shape.get(n);
-                n += 1;
-                at.is_some_and(|&(i, t)| names[i as usize] == name && type_of(value) == t)
-            });
-            have_shape && alike && n == prev_shape.len()
+        let same = prev.is_some_and(|p| {
+            r.same_shape(p).unwrap_or_else(|| {
+                let mut n = 0;
+                let alike = r.fields().all(|(name, value)| {
+                    let at = prev_shape.get(n);
+                    n += 1;
+                    at.is_some_and(|&(i, t)| names[i as usize] == name && type_of(value) == t)
+                });
+                alike && n == prev_shape.len()
+            })
         });
+        prev = Some(r);
         if same {
             body.push(0);
         } else {
@@ -91,7 +91,6 @@ pub fn encode_chunk<R: ReadingView>(hour: TimestampMs, readings: &[R]) -> Vec<u8
                 body.push(t);
             }
             std::mem::swap(&mut shape, &mut prev_shape);
-            have_shape = true;
         }
 
         for ((_, value), &(i, _)) in r.fields().zip(&prev_shape) {
