@@ -129,7 +129,15 @@ impl Bucketd {
     pub async fn wait_settled(&self, client: &reqwest::Client, secs: u64) {
         let deadline = Instant::now() + Duration::from_secs(secs);
         while !self.settled(client).await {
-            assert!(Instant::now() < deadline, "{} not settled within {secs} s", self.base);
+            if Instant::now() >= deadline {
+                let buffered = self.metric(client, "bucketd_readings_buffered").await;
+                let unsettled = self.metric(client, "bucketd_wal_unsettled_readings").await;
+                panic!(
+                    "{} not settled within {secs} s: {buffered:?} readings buffered, \
+                     {unsettled:?} unsettled in the log",
+                    self.base
+                );
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
