@@ -278,10 +278,15 @@ impl Rows {
         let flags =
             if to.own_kinds { OWN_KINDS } else { 0 } | if to.wide_seq { WIDE_SEQ } else { 0 };
         self.shared = (self.shared & !(OWN_KINDS | WIDE_SEQ)) | flags;
+        let seq_base = self.seq_base;
         for row in rows_of(&old_full, &old_tail, from.stride()) {
             let seq = self.seq_of(from, row);
-            let kinds: Kinds = (0..from.fields).map(|c| self.kind_of(from, row, c)).collect();
-            let seq_base = self.seq_base;
+            // Only rows that carry their own kinds are given them (`put_head`).
+            let kinds: Kinds = if to.own_kinds {
+                (0..from.fields).map(|c| self.kind_of(from, row, c)).collect()
+            } else {
+                Kinds::new()
+            };
             let new = self.append_row();
             to.put_head(new, row[0] & TS_MASK, seq, seq_base, &kinds);
             new[to.values()..to.values() + from.fields].copy_from_slice(&row[from.values()..]);

@@ -118,26 +118,28 @@ impl Bucketd {
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
     }
 
-    /// Whether everything this process took is in the store: nothing buffered, nothing in its
-    /// log unsettled (its replay included).
-    pub async fn settled(&self, client: &reqwest::Client) -> bool {
-        self.metric(client, "bucketd_readings_buffered").await == Some(0.0)
-            && self.metric(client, "bucketd_wal_unsettled_readings").await == Some(0.0)
+    /// What this process still holds: readings buffered, and readings unsettled in its log
+    /// (its replay included); `None` where a metric cannot be read.
+    pub async fn held(&self, client: &reqwest::Client) -> (Option<f64>, Option<f64>) {
+        let buffered = self.metric(client, "bucketd_readings_buffered").await;
+        (buffered, self.metric(client, "bucketd_wal_unsettled_readings").await)
     }
 
-    /// Waits until [`Bucketd::settled`]; `secs` guards against a hang.
+    /// Waits until everything this process took is in the store: it holds nothing. `secs`
+    /// guards against a hang, and its failure says what was still held.
     pub async fn wait_settled(&self, client: &reqwest::Client, secs: u64) {
         let deadline = Instant::now() + Duration::from_secs(secs);
-        while !self.settled(client).await {
-            if Instant::now() >= deadline {
-                let buffered = self.metric(client, "bucketd_readings_buffered").await;
-                let unsettled = self.metric(client, "bucketd_wal_unsettled_readings").await;
-                panic!(
-                    "{} not settled within {secs} s: {buffered:?} readings buffered, \
-                     {unsettled:?} unsettled in the log",
-                    self.base
-                );
+        loop {
+            let (buffered, unsettled) = self.held(client).await;
+            if (buffered, unsettled) == (Some(0.0), Some(0.0)) {
+                return;
             }
+            assert!(
+                Instant::now() < deadline,
+                "{} not settled within {secs} s: {buffered:?} readings buffered, \
+                 {unsettled:?} unsettled in the log",
+                self.base
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
