@@ -13,9 +13,10 @@ use std::collections::BTreeMap;
 
 use redb::{Database, ReadableTable, Table};
 
+use super::chunks::{self, WriteChunks};
 use super::codec::{BucketHeader, SeriesRecord};
 use super::{
-    BUCKETS, CHUNKS, EmbeddedError, HOUR_STATS, META, META_RAW_RETENTION_MS, SERIES, WRITER_MARKS,
+    BUCKETS, EmbeddedError, HOUR_STATS, META, META_RAW_RETENTION_MS, SERIES, WRITER_MARKS,
 };
 use crate::model::{MIN_TIMESTAMP_MS, TimestampMs};
 use crate::store::{ExpireReport, Retention};
@@ -50,7 +51,7 @@ pub(super) fn step(
         }
         let series = txn.open_table(SERIES)?;
         let mut buckets = txn.open_table(BUCKETS)?;
-        let mut chunks = txn.open_table(CHUNKS)?;
+        let mut chunks = chunks::open_write(&txn)?;
         let mut stats = txn.open_table(HOUR_STATS)?;
         let mut marks = txn.open_table(WRITER_MARKS)?;
 
@@ -111,7 +112,7 @@ pub(super) fn step(
 /// Deletes one bucket's chunks and header, merging its statistics into its hour's.
 fn move_bucket(
     buckets: &mut Table<'_, (u64, i64, u32), &'static [u8]>,
-    chunks: &mut Table<'_, (u64, i64, u32, u32), &'static [u8]>,
+    chunks: &mut WriteChunks<'_>,
     stats: &mut Table<'_, (u64, i64), &'static [u8]>,
     id: u64,
     hour: i64,
@@ -122,7 +123,9 @@ fn move_bucket(
         Some(g) => BucketHeader::decode(g.value())?,
         None => return Ok(()),
     };
-    chunks.retain_in((id, hour, seq, 0)..=(id, hour, seq, u32::MAX), |_, _| false)?;
+    for at in chunks::of_bucket(id, hour, seq, &header) {
+        chunks.remove(at)?;
+    }
     report.readings_deleted += u64::from(header.count);
     let kept = match stats.get((id, hour))? {
         Some(g) => Some(BucketHeader::decode(g.value())?),
@@ -135,7 +138,7 @@ fn move_bucket(
         }
         None => {
             report.hours_deleted += 1;
-            BucketHeader { chunks: 0, sorted: true, ..header }
+            BucketHeader { writes: Vec::new(), sorted: true, ..header }
         }
     };
     stats.insert((id, hour), merged.encode().as_slice())?;

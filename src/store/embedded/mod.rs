@@ -12,8 +12,9 @@
 //! | `series`            | `&str` sensor key                     | series record: id, measurement, tags, first, last |
 //! | `tag_index`         | `(tag key, tag value, sensor key)`    | `()`                        |
 //! | `measurement_index` | `(measurement, sensor key)`           | `()`                        |
-//! | `buckets`           | `(series id u64, hour i64, seq u32)`  | bucket header: count, approximate bytes, min/max ts, sorted flag, chunk count, per-field `{count,min,max,sum,first,last}` (first/last: a value with its time; schema 3) |
-//! | `chunks`            | `(series id, hour, seq, chunk u32)`   | readings of that bucket: one flush's, or several small flushes' joined (`write::SMALL_CHUNK`) |
+//! | `buckets`           | `(series id u64, hour i64, seq u32)`  | bucket header: count, approximate bytes, min/max ts, sorted flag, each chunk's write number (schema 5), per-field `{count,min,max,sum,first,last}` (first/last: a value with its time; schema 3) |
+//! | `chunks_by_write`   | `(write u64, series id, hour, seq, chunk u32)` | schema 5: readings of that bucket: one flush's, or several small flushes' joined (`write::SMALL_CHUNK`) |
+//! | `chunks`            | `(series id, hour, seq, chunk u32)`   | the chunks schemas 1 to 4 wrote (write number 0 in their header); no longer added to |
 //! | `writer_marks`      | `(sensor key, hour i64, writer u64)`  | `u64`: highest write sequence number that writer stored for that hour (`Store::high_water`) |
 //! | `high_water`        | `(sensor key, hour i64)`              | `u64`: schema 1's one mark per hour, whoever wrote (`Store::schema1_high_water`); no longer written |
 //! | `hour_stats`        | `(series id u64, hour i64)`           | schema 4: merged statistics (a bucket header, no chunks) of an hour whose readings the retention pass deleted ([`expire`]) |
@@ -21,7 +22,9 @@
 //! `meta` holds `schema_version` (written when the file is created; a file from a newer
 //! bucketd is refused at open; an older file is upgraded in place at open: schema 1 → 2
 //! creates `writer_marks`, schema 2 → 3 changes nothing stored, see below, 3 → 4 creates
-//! `hour_stats`), `next_series_id` and, once a retention pass ran, `raw_retention_ms`.
+//! `hour_stats`, 4 → 5 creates `chunks_by_write` and `next_write`), `next_series_id`,
+//! `next_write` (the number of the next write transaction, from 1) and, once a retention pass
+//! ran, `raw_retention_ms`.
 //!
 //! Schema 3 added each numeric field's first and last value (with its time) to the bucket
 //! header (header encoding version 2). Headers of schemas 1 and 2 (version 1) are still
@@ -34,9 +37,15 @@
 //! A flush never rewrites a bucket's readings beyond its last small chunk: it appends one
 //! chunk per bucket it touches (or joins the last one while that holds fewer than
 //! `write::SMALL_CHUNK` readings) and rewrites only the bucket's header (whose size depends on
-//! the number of numeric fields, not of readings) and the series record. Series ids keep one
-//! series' buckets and chunks contiguous in key order, so a range query is one forward (or
-//! backward) B-tree scan.
+//! the number of numeric fields and chunks, not of readings) and the series record. Chunks are
+//! keyed by the write that made them first ([`chunks`] says why), so a flush's new chunks
+//! land together at the end of their table; series ids keep one series' buckets contiguous,
+//! so a range query is one B-tree scan of the headers and a lookup per chunk they list.
+//!
+//! Schema 5 changed the chunk key. Its header (encoding version 3) lists the write of each
+//! chunk; a header of an earlier encoding has all its chunks in the old `chunks` table, and a
+//! write into such a bucket appends its new chunks to `chunks_by_write`, so one bucket may
+//! have chunks in both (write 0 for the old ones). Nothing is moved at the upgrade.
 //!
 //! # Durability
 //! All batches of one [`Store::write`] call are committed in ONE redb write transaction with
@@ -62,6 +71,7 @@
 //! ends, so the HTTP layer's request timeout also bounds how much the file can grow behind a
 //! slow client.
 
+mod chunks;
 mod codec;
 mod expire;
 mod read;
@@ -83,8 +93,9 @@ use crate::store::{
 /// Version of the file's layout, in `meta`'s `schema_version`: the buckets' schema
 /// (`store::SCHEMA_VERSION`, 3) plus what only this store has. 4: `hour_stats` holds the
 /// statistics of hours whose readings `--retention` deleted; a schema-3 bucketd would answer
-/// rollups over those hours as empty, so it must refuse the file.
-pub(crate) const FILE_SCHEMA_VERSION: u64 = 4;
+/// rollups over those hours as empty, so it must refuse the file. 5: chunks are keyed by write
+/// (`chunks`); a schema-4 bucketd cannot find them.
+pub(crate) const FILE_SCHEMA_VERSION: u64 = 5;
 
 /// Name of the database file inside the data directory.
 pub const DB_FILE_NAME: &str = "bucketd.redb";
@@ -102,7 +113,6 @@ const TAG_INDEX: TableDefinition<(&str, &str, &str), ()> = TableDefinition::new(
 const MEASUREMENT_INDEX: TableDefinition<(&str, &str), ()> =
     TableDefinition::new("measurement_index");
 const BUCKETS: TableDefinition<(u64, i64, u32), &[u8]> = TableDefinition::new("buckets");
-const CHUNKS: TableDefinition<(u64, i64, u32, u32), &[u8]> = TableDefinition::new("chunks");
 /// Schema 1's marks: one per (series, hour) for every writer. Read, never written, by schema 2.
 const SCHEMA1_MARKS: TableDefinition<(&str, i64), u64> = TableDefinition::new("high_water");
 /// Schema 2's marks: one per (series, hour, writer).
@@ -113,6 +123,8 @@ const HOUR_STATS: TableDefinition<(u64, i64), &[u8]> = TableDefinition::new("hou
 
 const META_SCHEMA_VERSION: &str = "schema_version";
 const META_NEXT_SERIES_ID: &str = "next_series_id";
+/// The number the next write transaction gives its chunks (`chunks::ChunkAt::write`).
+const META_NEXT_WRITE: &str = "next_write";
 /// The raw retention (ms) of the last retention pass, named by `StoreError::Expired`.
 const META_RAW_RETENTION_MS: &str = "raw_retention_ms";
 
@@ -281,8 +293,12 @@ fn init_schema(db: &Database, path: &Path) -> Result<(), EmbeddedError> {
             Some(found) if found < FILE_SCHEMA_VERSION => {
                 // Schema 1 → 2 adds `writer_marks` (opened below) and nothing else; 2 → 3
                 // only writes headers of a newer encoding, which old ones still decode as;
-                // 3 → 4 adds `hour_stats` (opened below), empty until a retention pass.
+                // 3 → 4 adds `hour_stats` (opened below), empty until a retention pass;
+                // 4 → 5 adds `chunks_by_write` (opened below) and its write numbers.
                 meta.insert(META_SCHEMA_VERSION, FILE_SCHEMA_VERSION)?;
+                if meta.get(META_NEXT_WRITE)?.is_none() {
+                    meta.insert(META_NEXT_WRITE, chunks::LEGACY_WRITE + 1)?;
+                }
                 tracing::info!(path = %path.display(), from = found, to = FILE_SCHEMA_VERSION, "upgraded the embedded store's schema");
             }
             Some(_) => {}
@@ -295,13 +311,15 @@ fn init_schema(db: &Database, path: &Path) -> Result<(), EmbeddedError> {
             None => {
                 meta.insert(META_SCHEMA_VERSION, FILE_SCHEMA_VERSION)?;
                 meta.insert(META_NEXT_SERIES_ID, 1)?;
+                meta.insert(META_NEXT_WRITE, chunks::LEGACY_WRITE + 1)?;
             }
         }
         txn.open_table(SERIES)?;
         txn.open_table(TAG_INDEX)?;
         txn.open_table(MEASUREMENT_INDEX)?;
         txn.open_table(BUCKETS)?;
-        txn.open_table(CHUNKS)?;
+        txn.open_table(chunks::CHUNKS)?;
+        txn.open_table(chunks::LEGACY_CHUNKS)?;
         txn.open_table(SCHEMA1_MARKS)?;
         txn.open_table(WRITER_MARKS)?;
         txn.open_table(HOUR_STATS)?;

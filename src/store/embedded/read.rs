@@ -12,10 +12,11 @@ use redb::{Database, ReadOnlyTable, ReadTransaction, ReadableDatabase};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::chunks::{self, ReadChunks};
 use super::codec::{self, BucketHeader, ChunkSummary, SeriesRecord};
 use super::{
-    BUCKETS, CHUNKS, EmbeddedError, HOUR_STATS, MEASUREMENT_INDEX, META, META_RAW_RETENTION_MS,
-    SERIES, TAG_INDEX,
+    BUCKETS, EmbeddedError, HOUR_STATS, MEASUREMENT_INDEX, META, META_RAW_RETENTION_MS, SERIES,
+    TAG_INDEX,
 };
 use crate::model::{HOUR_MS, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, TimestampMs, hour_start};
 use crate::store::{
@@ -45,7 +46,6 @@ enum Piece {
 type Msg = Result<Vec<Piece>, StoreError>;
 
 type Buckets = ReadOnlyTable<(u64, i64, u32), &'static [u8]>;
-type Chunks = ReadOnlyTable<(u64, i64, u32, u32), &'static [u8]>;
 
 fn series_record(txn: &ReadTransaction, key: &str) -> Result<Option<SeriesRecord>, EmbeddedError> {
     let series = txn.open_table(SERIES)?;
@@ -259,7 +259,7 @@ fn produce(db: &Database, query: &RangeQuery, tx: &mpsc::Sender<Msg>) {
             return Ok(());
         };
         check_live(&txn, series.id, query.from, query.to)?;
-        let (buckets, chunks) = (txn.open_table(BUCKETS)?, txn.open_table(CHUNKS)?);
+        let (buckets, chunks) = (txn.open_table(BUCKETS)?, chunks::open_read(&txn)?);
         // Whether the scan stopped early makes no difference here.
         let _: ControlFlow<()> = visit_range(
             &buckets,
@@ -333,7 +333,7 @@ impl Visit for Decoding<'_> {
 /// breaks. Equal timestamps come in the order written (reversed for `Desc`).
 fn visit_range(
     buckets: &Buckets,
-    chunks: &Chunks,
+    chunks: &ReadChunks,
     series_id: u64,
     from: TimestampMs,
     to: TimestampMs,
@@ -380,7 +380,7 @@ fn visit_range(
 /// range are collected and stably sorted, which bounds memory by one hour of one series.
 #[allow(clippy::too_many_arguments)]
 fn visit_hour(
-    chunks: &Chunks,
+    chunks: &ReadChunks,
     series_id: u64,
     hour: TimestampMs,
     group: &mut Vec<(u32, BucketHeader)>,
@@ -394,28 +394,21 @@ fn visit_hour(
     let in_order = group.iter().all(|(_, h)| h.sorted)
         && group.windows(2).all(|w| w[1].1.min_ts >= w[0].1.max_ts);
     if in_order {
-        let seqs: Vec<u32> = match order {
-            Order::Asc => group.iter().map(|(s, _)| *s).collect(),
-            Order::Desc => group.iter().rev().map(|(s, _)| *s).collect(),
+        let places = group.iter().flat_map(|(seq, h)| chunks::of_bucket(series_id, hour, *seq, h));
+        let places: Vec<_> = match order {
+            Order::Asc => places.collect(),
+            Order::Desc => places.rev().collect(),
         };
-        for seq in seqs {
-            let mut range =
-                chunks.range((series_id, hour, seq, 0)..=(series_id, hour, seq, u32::MAX))?;
-            loop {
-                let next = match order {
-                    Order::Asc => range.next(),
-                    Order::Desc => range.next_back(),
-                };
-                let Some((_, value)) = next.transpose()? else { break };
-                let bytes = value.value();
-                let summary = codec::chunk_summary(bytes, hour)?;
-                if summary.last < from || summary.first >= to {
-                    continue;
-                }
-                let flow = v.chunk(hour, bytes, summary)?;
-                if flow.is_break() {
-                    return Ok(flow);
-                }
+        for at in places {
+            let Some(value) = chunks.get(at)? else { continue };
+            let bytes = value.value();
+            let summary = codec::chunk_summary(bytes, hour)?;
+            if summary.last < from || summary.first >= to {
+                continue;
+            }
+            let flow = v.chunk(hour, bytes, summary)?;
+            if flow.is_break() {
+                return Ok(flow);
             }
         }
         return Ok(ControlFlow::Continue(()));
@@ -424,9 +417,9 @@ fn visit_hour(
     let in_range = |r: &Reading| r.ts >= from && r.ts < to;
     let mut decoded = Vec::new();
     let mut all = Vec::new();
-    for (seq, _) in group.iter() {
-        for entry in chunks.range((series_id, hour, *seq, 0)..=(series_id, hour, *seq, u32::MAX))? {
-            let (_, value) = entry?;
+    for (seq, header) in group.iter() {
+        for at in chunks::of_bucket(series_id, hour, *seq, header) {
+            let Some(value) = chunks.get(at)? else { continue };
             decoded.clear();
             codec::decode_chunk(value.value(), hour, &mut decoded)?;
             all.extend(decoded.drain(..).filter(in_range));
@@ -498,7 +491,7 @@ pub(super) fn rollups(db: &Database, q: &RollupQuery) -> Result<Vec<RollupRow>, 
         }
     } else {
         check_live(&txn, series.id, q.from, q.to)?;
-        let (buckets, chunks) = (txn.open_table(BUCKETS)?, txn.open_table(CHUNKS)?);
+        let (buckets, chunks) = (txn.open_table(BUCKETS)?, chunks::open_read(&txn)?);
         let mut f = |r: Reading| {
             let start = step_of(r.ts);
             for (name, value) in &r.fields {

@@ -4,8 +4,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use proptest::prelude::*;
-use redb::ReadableDatabase;
+use redb::{ReadableDatabase, ReadableTableMetadata};
 
+use super::chunks::{self, ChunkAt, LEGACY_WRITE};
 use super::codec::BucketHeader;
 use super::*;
 use crate::model::{FieldValue, HOUR_MS, MIN_TIMESTAMP_MS, SeriesMeta, TimestampMs, hour_start};
@@ -201,7 +202,7 @@ async fn spills_at_count_cap_into_new_buckets_of_the_same_hour() {
 
     let hs = headers(&store, "s");
     let counts: Vec<(TimestampMs, u32, u32, u32)> =
-        hs.iter().map(|(h, seq, b)| (*h, *seq, b.count, b.chunks)).collect();
+        hs.iter().map(|(h, seq, b)| (*h, *seq, b.count, b.chunks())).collect();
     // The second write joined the second bucket's small chunk.
     assert_eq!(counts, vec![(0, 0, 4, 1), (0, 1, 4, 1), (0, 2, 1, 1)]);
     assert!(hs.iter().all(|(_, _, b)| b.sorted));
@@ -343,8 +344,8 @@ async fn hourly_rollups_come_from_bucket_stats_alone() {
 
     // Remove every reading: whole-hour rollups must not change, finer ones now find nothing.
     let txn = store.db.begin_write().unwrap();
-    txn.delete_table(CHUNKS).unwrap();
-    txn.open_table(CHUNKS).unwrap();
+    txn.delete_table(chunks::CHUNKS).unwrap();
+    txn.open_table(chunks::CHUNKS).unwrap();
     txn.commit().unwrap();
     for q in &queries {
         assert_rollups_match(&store.rollups(q.clone()).await.unwrap(), &model_rollup(&written, q));
@@ -482,6 +483,91 @@ async fn data_survives_reopen_and_series_ids_continue() {
     assert_eq!(tagged.len(), 2);
 }
 
+/// Makes the file in `dir` one that schema `schema` (below 5) wrote: every chunk in the table
+/// keyed by series, every header in `encode`'s version, no write numbers.
+fn as_legacy_file(dir: &std::path::Path, schema: u64, encode: fn(&BucketHeader) -> Vec<u8>) {
+    let db = redb::Database::create(dir.join(DB_FILE_NAME)).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut buckets = txn.open_table(BUCKETS).unwrap();
+        let mut stored = chunks::open_write(&txn).unwrap();
+        let all: Vec<_> = buckets
+            .iter()
+            .unwrap()
+            .map(|e| {
+                let (k, v) = e.unwrap();
+                (k.value(), BucketHeader::decode(v.value()).unwrap())
+            })
+            .collect();
+        for ((id, hour, seq), mut header) in all {
+            let places: Vec<ChunkAt> = chunks::of_bucket(id, hour, seq, &header).collect();
+            for at in places {
+                let bytes = stored.get(at).unwrap().unwrap().value().to_vec();
+                stored.remove(at).unwrap();
+                stored.insert(ChunkAt { write: LEGACY_WRITE, ..at }, &bytes).unwrap();
+            }
+            header.writes.fill(LEGACY_WRITE);
+            buckets.insert((id, hour, seq), encode(&header).as_slice()).unwrap();
+        }
+        let mut meta = txn.open_table(META).unwrap();
+        meta.insert(META_SCHEMA_VERSION, schema).unwrap();
+        meta.remove(META_NEXT_WRITE).unwrap();
+    }
+    txn.delete_table(chunks::CHUNKS).unwrap();
+    txn.commit().unwrap();
+}
+
+/// A file schema 4 wrote (chunks keyed by series, headers of version 2) opens, is upgraded,
+/// and reads. A write into one of its buckets appends its chunk keyed by write beside the old
+/// ones, and joins a small old chunk where it is; the retention pass deletes both kinds.
+#[tokio::test]
+async fn a_schema4_files_buckets_read_take_new_chunks_and_expire() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = meta("old", "m", &[]);
+    let all: Vec<Reading> = (0..900).map(|i| reading(i * 1000, i as f64)).collect();
+    {
+        let store = open(dir.path(), BIG);
+        // Two chunks in hour 0; a small one in hour 1.
+        write_ok(&store, &batches(&s, &all[..300])).await;
+        write_ok(&store, &batches(&s, &all[300..600])).await;
+        write_ok(&store, &batches(&s, &[reading(HOUR_MS, -1.0)])).await;
+    }
+    as_legacy_file(dir.path(), 4, BucketHeader::encode_version_2);
+
+    let store = open(dir.path(), BIG);
+    let mut written = all[..600].to_vec();
+    assert_eq!(collect(&store, range("old", 0, HOUR_MS)).await, written);
+    write_ok(&store, &batches(&s, &all[600..])).await;
+    write_ok(&store, &batches(&s, &[reading(HOUR_MS + 1, -2.0)])).await;
+    written.extend_from_slice(&all[600..]);
+
+    let hour_0: Vec<ChunkAt> =
+        bucket_chunks(&store, "old", 0, 0).into_iter().map(|c| c.0).collect();
+    let writes: Vec<bool> = hour_0.iter().map(|at| at.write == LEGACY_WRITE).collect();
+    assert_eq!(writes, [true, true, false], "{hour_0:?}");
+    let hour_1 = bucket_chunks(&store, "old", HOUR_MS, 0);
+    assert_eq!(hour_1.len(), 1, "the small old chunk took the new reading");
+    assert_eq!(hour_1[0].0.write, LEGACY_WRITE);
+    assert_eq!(collect(&store, range("old", 0, HOUR_MS)).await, written);
+    let mut desc = written.clone();
+    desc.reverse();
+    let got = collect(&store, RangeQuery { order: Order::Desc, ..range("old", 0, HOUR_MS) }).await;
+    assert_eq!(got, desc);
+    assert_eq!(
+        collect(&store, range("old", HOUR_MS, 2 * HOUR_MS)).await,
+        [reading(HOUR_MS, -1.0), reading(HOUR_MS + 1, -2.0)]
+    );
+
+    let policy = Retention { raw: Some(Duration::from_secs(3600)), rollups: None };
+    let report = store.expire(3 * HOUR_MS, policy, 1000).await.unwrap();
+    assert!(report.done, "{report:?}");
+    assert_eq!(report.readings_deleted, 902);
+    let txn = store.db.begin_read().unwrap();
+    let left = chunks::open_read(&txn).unwrap();
+    assert_eq!(left.legacy.len().unwrap(), 0, "old chunks deleted");
+    assert_eq!(left.by_write.len().unwrap(), 0, "new chunks deleted");
+}
+
 /// A file schema 2 wrote (bucket headers of version 1, without first/last) opens, is marked
 /// schema 3, and reads: hour rollups from its buckets have no first/last (`None`), rollups from
 /// the readings do. The next write into such a bucket counts its statistics again from its
@@ -503,26 +589,7 @@ async fn a_schema2_file_reads_and_its_written_buckets_gain_first_and_last() {
         assert_eq!(headers(&store, "old").len(), 3, "hour 0 has two buckets");
     }
     // Make it the file schema 2 would have written: version-1 headers, schema_version 2.
-    {
-        let db = redb::Database::create(dir.path().join(DB_FILE_NAME)).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let mut buckets = txn.open_table(BUCKETS).unwrap();
-            let old: Vec<_> = buckets
-                .iter()
-                .unwrap()
-                .map(|e| {
-                    let (k, v) = e.unwrap();
-                    (k.value(), BucketHeader::decode(v.value()).unwrap().encode_version_1())
-                })
-                .collect();
-            for (k, v) in old {
-                buckets.insert(k, v.as_slice()).unwrap();
-            }
-            txn.open_table(META).unwrap().insert(META_SCHEMA_VERSION, 2).unwrap();
-        }
-        txn.commit().unwrap();
-    }
+    as_legacy_file(dir.path(), 2, BucketHeader::encode_version_1);
 
     let store = open(dir.path(), limits);
     let version = {
@@ -660,20 +727,10 @@ async fn a_corrupt_chunk_ends_the_range_after_the_readings_before_it() {
     let s = meta("s", "m", &[]);
     let written: Vec<Reading> = (0..180).map(|i| reading(i * 60_000, i as f64)).collect();
     write_ok(&store, &batches(&s, &written)).await;
-    let id = read::series_id_for_tests(&store.db.begin_read().unwrap(), "s");
-    let txn = store.db.begin_write().unwrap();
-    {
-        let mut chunks = txn.open_table(CHUNKS).unwrap();
-        let (key, mut bytes) = {
-            let mut hour_1 = chunks.range((id, HOUR_MS, 0, 0)..(id, 2 * HOUR_MS, 0, 0)).unwrap();
-            let (k, v) = hour_1.next().expect("hour 1 has a chunk").unwrap();
-            (k.value(), v.value().to_vec())
-        };
-        // Its summary still reads; its last reading does not.
-        bytes.pop();
-        chunks.insert(key, bytes.as_slice()).unwrap();
-    }
-    txn.commit().unwrap();
+    let (at, mut bytes) = bucket_chunks(&store, "s", HOUR_MS, 0).remove(0);
+    // Its summary still reads; its last reading does not.
+    bytes.pop();
+    put_chunk(&store, at, &bytes);
 
     let mut desc_before = written[120..].to_vec();
     desc_before.reverse();
@@ -687,15 +744,34 @@ async fn a_corrupt_chunk_ends_the_range_after_the_readings_before_it() {
     }
 }
 
-/// Chunk keys of a series' bucket `(hour, seq)`, with each chunk's reading count.
-fn chunk_counts(store: &EmbeddedStore, key: &str, hour: TimestampMs, seq: u32) -> Vec<u32> {
+/// The chunks a series' bucket `(hour, seq)` lists, where each is and its bytes.
+fn bucket_chunks(
+    store: &EmbeddedStore,
+    key: &str,
+    hour: TimestampMs,
+    seq: u32,
+) -> Vec<(ChunkAt, Vec<u8>)> {
     let txn = store.db.begin_read().unwrap();
     let id = read::series_id_for_tests(&txn, key);
-    let chunks = txn.open_table(CHUNKS).unwrap();
-    chunks
-        .range((id, hour, seq, 0)..=(id, hour, seq, u32::MAX))
-        .unwrap()
-        .map(|e| codec::chunk_summary(e.unwrap().1.value(), hour).unwrap().count)
+    let header = txn.open_table(BUCKETS).unwrap().get((id, hour, seq)).unwrap().unwrap();
+    let header = BucketHeader::decode(header.value()).unwrap();
+    let stored = chunks::open_read(&txn).unwrap();
+    chunks::of_bucket(id, hour, seq, &header)
+        .map(|at| (at, stored.get(at).unwrap().expect("a listed chunk is stored").value().to_vec()))
+        .collect()
+}
+
+fn put_chunk(store: &EmbeddedStore, at: ChunkAt, bytes: &[u8]) {
+    let txn = store.db.begin_write().unwrap();
+    chunks::open_write(&txn).unwrap().insert(at, bytes).unwrap();
+    txn.commit().unwrap();
+}
+
+/// The reading count of each chunk of a series' bucket `(hour, seq)`.
+fn chunk_counts(store: &EmbeddedStore, key: &str, hour: TimestampMs, seq: u32) -> Vec<u32> {
+    bucket_chunks(store, key, hour, seq)
+        .iter()
+        .map(|(_, bytes)| codec::chunk_summary(bytes, hour).unwrap().count)
         .collect()
 }
 
@@ -721,7 +797,10 @@ async fn a_slow_sensors_writes_join_its_last_chunk_until_it_is_no_longer_small()
     assert!(expected.len() >= 4, "{expected:?}");
     assert_eq!(chunk_counts(&store, "s", 0, 0), expected);
     let hs = headers(&store, "s");
-    assert_eq!((hs[0].2.count, hs[0].2.chunks, hs[0].2.sorted), (601, expected.len() as u32, true));
+    assert_eq!(
+        (hs[0].2.count, hs[0].2.chunks(), hs[0].2.sorted),
+        (601, expected.len() as u32, true)
+    );
     assert_eq!(collect(&store, range("s", 0, HOUR_MS)).await, readings);
 }
 
@@ -731,18 +810,16 @@ async fn a_write_after_a_small_corrupt_chunk_makes_a_chunk_of_its_own() {
     let store = open(dir.path(), BIG);
     let s = meta("s", "m", &[]);
     write_ok(&store, &batches(&s, &[reading(1, 1.0), reading(2, 2.0)])).await;
-    let id = read::series_id_for_tests(&store.db.begin_read().unwrap(), "s");
-    let txn = store.db.begin_write().unwrap();
-    {
-        let mut chunks = txn.open_table(CHUNKS).unwrap();
-        let mut bytes = chunks.get((id, 0, 0, 0)).unwrap().unwrap().value().to_vec();
-        bytes.pop();
-        chunks.insert((id, 0, 0, 0), bytes.as_slice()).unwrap();
-    }
-    txn.commit().unwrap();
+    let (at, mut bytes) = bucket_chunks(&store, "s", 0, 0).remove(0);
+    bytes.pop();
+    put_chunk(&store, at, &bytes);
     write_ok(&store, &batches(&s, &[reading(3, 3.0)])).await;
+    let places: Vec<ChunkAt> = bucket_chunks(&store, "s", 0, 0).into_iter().map(|c| c.0).collect();
+    assert_eq!(places.len(), 2);
+    assert_eq!(places[0], at, "the corrupt chunk stays where it was");
+    assert!(places[1].write > at.write, "{places:?}");
     assert_eq!(chunk_counts(&store, "s", 0, 0), [2, 1]);
-    assert_eq!(headers(&store, "s")[0].2.chunks, 2);
+    assert_eq!(headers(&store, "s")[0].2.chunks(), 2);
 }
 
 fn field_value() -> impl Strategy<Value = FieldValue> {

@@ -2,9 +2,10 @@
 
 use redb::{Database, ReadableTable, Table, WriteTransaction};
 
+use super::chunks::{self, ChunkAt, WriteChunks};
 use super::codec::{self, BucketHeader, SeriesRecord};
 use super::{
-    BUCKETS, CHUNKS, EmbeddedError, MEASUREMENT_INDEX, META, META_NEXT_SERIES_ID, SERIES,
+    BUCKETS, EmbeddedError, MEASUREMENT_INDEX, META, META_NEXT_SERIES_ID, META_NEXT_WRITE, SERIES,
     TAG_INDEX, WRITER_MARKS,
 };
 use crate::model::{
@@ -20,20 +21,29 @@ struct Tables<'t> {
     tags: Table<'t, (&'static str, &'static str, &'static str), ()>,
     measurements: Table<'t, (&'static str, &'static str), ()>,
     buckets: Table<'t, (u64, i64, u32), &'static [u8]>,
-    chunks: Table<'t, (u64, i64, u32, u32), &'static [u8]>,
+    chunks: WriteChunks<'t>,
     marks: Table<'t, (&'static str, i64, u64), u64>,
+    /// This transaction's number, which its new chunks are keyed by.
+    write: u64,
 }
 
 impl<'t> Tables<'t> {
     fn open(txn: &'t WriteTransaction) -> Result<Self, EmbeddedError> {
+        let mut meta = txn.open_table(META)?;
+        let write = meta
+            .get(META_NEXT_WRITE)?
+            .map(|g| g.value())
+            .ok_or_else(|| EmbeddedError::Corrupt("meta table lacks next_write".into()))?;
+        meta.insert(META_NEXT_WRITE, write + 1)?;
         Ok(Tables {
-            meta: txn.open_table(META)?,
+            meta,
             series: txn.open_table(SERIES)?,
             tags: txn.open_table(TAG_INDEX)?,
             measurements: txn.open_table(MEASUREMENT_INDEX)?,
             buckets: txn.open_table(BUCKETS)?,
-            chunks: txn.open_table(CHUNKS)?,
+            chunks: chunks::open_write(txn)?,
             marks: txn.open_table(WRITER_MARKS)?,
+            write,
         })
     }
 }
@@ -185,8 +195,9 @@ fn append_batch(
     let open_bucket = match open_bucket {
         Some((id, seq, mut h)) if h.lacks_first_last() => {
             let mut readings = Vec::with_capacity(h.count as usize);
-            for chunk in t.chunks.range((id, hour, seq, 0)..=(id, hour, seq, u32::MAX))? {
-                if let Err(e) = codec::decode_chunk(chunk?.1.value(), hour, &mut readings) {
+            for at in chunks::of_bucket(id, hour, seq, &h) {
+                let Some(chunk) = t.chunks.get(at)? else { continue };
+                if let Err(e) = codec::decode_chunk(chunk.value(), hour, &mut readings) {
                     return Ok(Err(e.into()));
                 }
             }
@@ -294,8 +305,8 @@ fn append_chunk(
         keyed.sort_by_key(|&(ts, _)| ts);
         keyed.into_iter().map(|(_, r)| r).collect()
     };
-    let (index, chunk) = match small_last_chunk(t, series_id, hour, seq, header)? {
-        Some((index, mut joined)) => {
+    let (at, chunk) = match small_last_chunk(t, series_id, hour, seq, header)? {
+        Some((at, mut joined)) => {
             header.join_last(&sorted, bytes);
             // Few readings (the last chunk is small only for a slow sensor): made after all.
             joined.extend(sorted.iter().map(Row::to_reading));
@@ -303,36 +314,40 @@ fn append_chunk(
             if !joined.is_sorted_by_key(|r| r.ts) {
                 joined.sort_by_key(|r| r.ts);
             }
-            (index, codec::encode_chunk(hour, &joined))
+            (at, codec::encode_chunk(hour, &joined))
         }
         None => {
-            let index = header.chunks;
-            header.append(&sorted, bytes);
-            (index, codec::encode_chunk(hour, &sorted))
+            let at =
+                ChunkAt { series: series_id, hour, seq, index: header.chunks(), write: t.write };
+            header.append(&sorted, bytes, t.write);
+            (at, codec::encode_chunk(hour, &sorted))
         }
     };
-    t.chunks.insert((series_id, hour, seq, index), chunk.as_slice())?;
+    // A joined chunk keeps its place: its write is in the header already.
+    t.chunks.insert(at, chunk.as_slice())?;
     t.buckets.insert((series_id, hour, seq), header.encode().as_slice())?;
     Ok(())
 }
 
-/// The bucket's last chunk, decoded, when it holds fewer than [`SMALL_CHUNK`] readings. One
-/// that does not decode is left as it is (its own reads report it) and the write makes a new
-/// chunk, so that no write depends on it.
+/// The bucket's last chunk, where it is and decoded, when it holds fewer than [`SMALL_CHUNK`]
+/// readings. One that does not decode is left as it is (its own reads report it) and the
+/// write makes a new chunk, so that no write depends on it.
 fn small_last_chunk(
     t: &Tables<'_>,
     series_id: u64,
     hour: TimestampMs,
     seq: u32,
     header: &BucketHeader,
-) -> Result<Option<(u32, Vec<Reading>)>, EmbeddedError> {
-    let Some(index) = header.chunks.checked_sub(1) else { return Ok(None) };
-    let Some(stored) = t.chunks.get((series_id, hour, seq, index))? else { return Ok(None) };
+) -> Result<Option<(ChunkAt, Vec<Reading>)>, EmbeddedError> {
+    let Some(at) = chunks::of_bucket(series_id, hour, seq, header).next_back() else {
+        return Ok(None);
+    };
+    let Some(stored) = t.chunks.get(at)? else { return Ok(None) };
     let bytes = stored.value();
     match codec::chunk_summary(bytes, hour) {
         Ok(summary) if summary.count < SMALL_CHUNK => {}
         _ => return Ok(None),
     }
     let mut readings = Vec::with_capacity(SMALL_CHUNK as usize * 2);
-    Ok(codec::decode_chunk(bytes, hour, &mut readings).ok().map(|_| (index, readings)))
+    Ok(codec::decode_chunk(bytes, hour, &mut readings).ok().map(|_| (at, readings)))
 }

@@ -13,10 +13,17 @@ use crate::wire::{Cursor, put_str, put_varint, unzigzag, zigzag};
 ///
 /// 1 (schemas 1 and 2): per field `count, min, max, sum`. Still decoded, with `first` and
 /// `last` `None`.
-/// 2 (schema 3): each field's stats are followed by its first and last value with their times.
-const HEADER_VERSION: u64 = 2;
+/// 2 (schema 3 and 4): each field's stats are followed by its first and last value with their
+/// times. Still decoded, its chunks in the legacy table.
+/// 3 (schema 5): the chunk count is followed by each chunk's write number (`chunks` module).
+const HEADER_VERSION: u64 = 3;
 /// The version schemas 1 and 2 wrote.
 const HEADER_VERSION_1: u64 = 1;
+/// The version schemas 3 and 4 wrote.
+const HEADER_VERSION_2: u64 = 2;
+
+/// More than a bucket can have (see `decode`).
+const MAX_CHUNKS: u32 = 1 << 20;
 
 /// Bits of a field's flags byte (header version 2): which of `first` / `last` follow.
 const HAS_FIRST: u8 = 1;
@@ -34,7 +41,9 @@ pub struct BucketHeader {
     /// Every chunk starts at or after the previous chunk's last timestamp, so reading the chunks
     /// in key order yields the bucket's readings in timestamp order.
     pub sorted: bool,
-    pub chunks: u32,
+    /// Per chunk, in chunk order: the write that made it, which is where it is stored
+    /// (`chunks::ChunkAt`). A chunk joined by a later write keeps its place.
+    pub writes: Vec<u64>,
     pub stats: BTreeMap<String, FieldStats>,
 }
 
@@ -76,17 +85,23 @@ impl BucketHeader {
             min_ts: TimestampMs::MAX,
             max_ts: TimestampMs::MIN,
             sorted: true,
-            chunks: 0,
+            writes: Vec::new(),
             stats: BTreeMap::new(),
         }
     }
 
-    /// Accounts for a chunk of sorted readings appended to this bucket. `bytes` is their
-    /// [`approx_reading_bytes`], summed: the writer has counted them for the size cap.
-    pub fn append<R: ReadingView>(&mut self, readings: &[R], bytes: u64) {
+    /// How many chunks the bucket has.
+    pub fn chunks(&self) -> u32 {
+        self.writes.len() as u32
+    }
+
+    /// Accounts for a chunk of sorted readings appended to this bucket by write `write`.
+    /// `bytes` is their [`approx_reading_bytes`], summed: the writer has counted them for the
+    /// size cap.
+    pub fn append<R: ReadingView>(&mut self, readings: &[R], bytes: u64, write: u64) {
         if !readings.is_empty() {
             self.join_last(readings, bytes);
-            self.chunks += 1;
+            self.writes.push(write);
         }
     }
 
@@ -119,6 +134,13 @@ impl BucketHeader {
         self.encode_as(HEADER_VERSION_1)
     }
 
+    /// The encoding of header version 2 (schemas 3 and 4): no chunk writes. For tests of
+    /// reading old files.
+    #[cfg(test)]
+    pub fn encode_version_2(&self) -> Vec<u8> {
+        self.encode_as(HEADER_VERSION_2)
+    }
+
     fn encode_as(&self, version: u64) -> Vec<u8> {
         let mut out = Vec::with_capacity(32 + self.stats.len() * 64);
         put_varint(&mut out, version);
@@ -127,7 +149,15 @@ impl BucketHeader {
         put_varint(&mut out, zigzag(self.min_ts));
         put_varint(&mut out, zigzag(self.max_ts));
         out.push(u8::from(self.sorted));
-        put_varint(&mut out, u64::from(self.chunks));
+        put_varint(&mut out, u64::from(self.chunks()));
+        if version >= HEADER_VERSION {
+            // Increasing, but for a joined chunk: deltas of a byte or two.
+            let mut prev = 0u64;
+            for &w in &self.writes {
+                put_varint(&mut out, zigzag(w.wrapping_sub(prev) as i64));
+                prev = w;
+            }
+        }
         put_varint(&mut out, self.stats.len() as u64);
         for (name, s) in &self.stats {
             put_str(&mut out, name);
@@ -153,7 +183,7 @@ impl BucketHeader {
     pub fn decode(bytes: &[u8]) -> Result<Self, EmbeddedError> {
         let mut c = Cursor::new(bytes);
         let version = c.varint()?;
-        if version != HEADER_VERSION && version != HEADER_VERSION_1 {
+        if !(HEADER_VERSION_1..=HEADER_VERSION).contains(&version) {
             return Err(EmbeddedError::Corrupt(format!("unknown bucket header version {version}")));
         }
         let count = u32::try_from(c.varint()?).map_err(|_| corrupt("bucket count too large"))?;
@@ -162,6 +192,23 @@ impl BucketHeader {
         let max_ts = unzigzag(c.varint()?);
         let sorted = c.u8()? != 0;
         let chunks = u32::try_from(c.varint()?).map_err(|_| corrupt("chunk count too large"))?;
+        // Each chunk holds a reading at least, and a bucket fewer than `MAX_CHUNKS` (its
+        // readings fit in MongoDB's 16 MiB and count more than 16 bytes each): a larger count
+        // is damage, not an allocation to make.
+        if chunks > count || chunks > MAX_CHUNKS {
+            return Err(corrupt("chunk count beyond the bucket's readings"));
+        }
+        let writes = if version >= HEADER_VERSION {
+            let mut prev = 0u64;
+            let mut writes = Vec::with_capacity(chunks as usize);
+            for _ in 0..chunks {
+                prev = prev.wrapping_add(unzigzag(c.varint()?) as u64);
+                writes.push(prev);
+            }
+            writes
+        } else {
+            vec![crate::store::embedded::chunks::LEGACY_WRITE; chunks as usize]
+        };
         let n = c.len()?;
         let mut stats = BTreeMap::new();
         for _ in 0..n {
@@ -169,7 +216,7 @@ impl BucketHeader {
             let count = c.varint()?;
             let (min, max, sum) = (c.f64()?, c.f64()?, c.f64()?);
             let (mut first, mut last) = (None, None);
-            if version >= 2 {
+            if version >= HEADER_VERSION_2 {
                 let flags = c.u8()?;
                 if flags & !(HAS_FIRST | HAS_LAST) != 0 {
                     return Err(corrupt("unknown field statistics flags"));
@@ -187,7 +234,7 @@ impl BucketHeader {
             stats.insert(name, FieldStats { count, min, max, sum, first, last });
         }
         c.finish()?;
-        Ok(BucketHeader { count, bytes: bytes_, min_ts, max_ts, sorted, chunks, stats })
+        Ok(BucketHeader { count, bytes: bytes_, min_ts, max_ts, sorted, writes, stats })
     }
 }
 
@@ -195,6 +242,7 @@ impl BucketHeader {
 mod tests {
     use super::*;
     use crate::model::{FieldValue, Reading};
+    use crate::store::embedded::chunks::LEGACY_WRITE;
 
     fn bytes(readings: &[&Reading]) -> u64 {
         readings.iter().map(approx_reading_bytes).sum()
@@ -209,11 +257,12 @@ mod tests {
         let b = r(20, vec![("v", FieldValue::Int(-4)), ("w", FieldValue::UInt(7))]);
         let c = r(15, vec![("v", FieldValue::Bool(true))]);
         let mut h = BucketHeader::empty();
-        h.append(&[&a, &b], bytes(&[&a, &b]));
+        h.append(&[&a, &b], bytes(&[&a, &b]), 7);
         assert!(h.sorted);
-        h.append(&[&c], bytes(&[&c]));
+        h.append(&[&c], bytes(&[&c]), 300);
         assert!(!h.sorted, "a chunk starting before the bucket's last reading unsorts it");
-        assert_eq!((h.count, h.chunks, h.min_ts, h.max_ts), (3, 2, 10, 20));
+        assert_eq!((h.count, h.chunks(), h.min_ts, h.max_ts), (3, 2, 10, 20));
+        assert_eq!(h.writes, [7, 300]);
         assert_eq!(
             h.bytes,
             approx_reading_bytes(&a) + approx_reading_bytes(&b) + approx_reading_bytes(&c)
@@ -240,7 +289,7 @@ mod tests {
         let a = r(-7_000, vec![("v", FieldValue::Float(2.5)), ("n", FieldValue::Int(3))]);
         let b = r(-9_000, vec![("v", FieldValue::Float(-1.0))]);
         let mut h = BucketHeader::empty();
-        h.append(&[&b, &a], bytes(&[&b, &a]));
+        h.append(&[&b, &a], bytes(&[&b, &a]), LEGACY_WRITE);
         assert!(!h.lacks_first_last());
         let old = BucketHeader::decode(&h.encode_version_1()).unwrap();
         assert!(old.lacks_first_last());
@@ -261,12 +310,37 @@ mod tests {
     }
 
     #[test]
+    fn chunk_writes_roundtrip_and_older_headers_have_theirs_in_the_legacy_table() {
+        let one = r(5, vec![("v", FieldValue::Float(1.0))]);
+        let mut h = BucketHeader::empty();
+        for write in [LEGACY_WRITE, LEGACY_WRITE, 9, 1 << 40, u64::MAX] {
+            h.append(&[&one], bytes(&[&one]), write);
+        }
+        assert_eq!(BucketHeader::decode(&h.encode()).unwrap(), h);
+        let old = BucketHeader::decode(&h.encode_version_2()).unwrap();
+        assert_eq!(old.writes, [LEGACY_WRITE; 5]);
+        assert_eq!(old.stats, h.stats);
+    }
+
+    #[test]
+    fn a_chunk_count_beyond_the_readings_is_corrupt() {
+        let one = r(5, vec![("v", FieldValue::Float(1.0))]);
+        for version in [HEADER_VERSION_1, HEADER_VERSION_2, HEADER_VERSION] {
+            let mut h = BucketHeader::empty();
+            h.append(&[&one], bytes(&[&one]), 3);
+            h.writes.push(4);
+            let err = BucketHeader::decode(&h.encode_as(version)).unwrap_err();
+            assert!(err.to_string().contains("chunk count"), "version {version}: {err}");
+        }
+    }
+
+    #[test]
     fn unknown_versions_and_flags_are_corrupt() {
         let mut h = BucketHeader::empty();
         let one = r(5, vec![("v", FieldValue::Float(1.0))]);
-        h.append(&[&one], bytes(&[&one]));
+        h.append(&[&one], bytes(&[&one]), 1);
         let mut bytes = h.encode();
-        bytes[0] = 3;
+        bytes[0] = 4;
         assert!(BucketHeader::decode(&bytes).is_err());
         let mut bytes = h.encode();
         // The flags byte follows count, min, max and sum of the one field.

@@ -105,9 +105,9 @@ mod tests {
             let (mut from_rows, mut from_made) = (BucketHeader::empty(), BucketHeader::empty());
             let half = views.len() / 2;
             let bytes = |r: &[Reading]| r.iter().map(approx_reading_bytes).sum::<u64>();
-            from_rows.append(&views[..half], bytes(&made[..half]));
+            from_rows.append(&views[..half], bytes(&made[..half]), 1);
             from_rows.join_last(&views[half..], bytes(&made[half..]));
-            from_made.append(&made[..half], bytes(&made[..half]));
+            from_made.append(&made[..half], bytes(&made[..half]), 1);
             from_made.join_last(&made[half..], bytes(&made[half..]));
             prop_assert_eq!(from_rows.encode(), from_made.encode());
         }

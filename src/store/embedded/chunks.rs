@@ -1,0 +1,125 @@
+//! Where a bucket's chunks are stored: keyed by the write (commit) that made them, so that a
+//! flush appends at the end of the table.
+//!
+//! A flat-out flush writes one chunk for each of thousands of sensors. Keyed by series first
+//! (schemas 1 to 4), those chunks went into thousands of places across the table: each commit
+//! read and rewrote a leaf page per sensor, and the commit's checksums and page writes covered
+//! all of them. Keyed by write first, one commit's chunks fill new pages at the table's end.
+//! The bucket header lists the write of each of its chunks (header version 3), which is what
+//! finds them again.
+//!
+//! Chunks written before schema 5 stay where they are, in the table keyed by series; their
+//! write number is [`LEGACY_WRITE`], which no commit uses.
+
+use redb::{
+    AccessGuard, ReadOnlyTable, ReadTransaction, ReadableTable, StorageError, Table,
+    TableDefinition, TableError, WriteTransaction,
+};
+
+use super::codec::BucketHeader;
+use crate::model::TimestampMs;
+
+/// Key: `(write, series id, hour, bucket seq, chunk index)`.
+pub(super) const CHUNKS: TableDefinition<(u64, u64, i64, u32, u32), &[u8]> =
+    TableDefinition::new("chunks_by_write");
+/// Schemas 1 to 4: `(series id, hour, bucket seq, chunk index)`. Read, and rewritten in place
+/// when a write joins a small last chunk, never added to.
+pub(super) const LEGACY_CHUNKS: TableDefinition<(u64, i64, u32, u32), &[u8]> =
+    TableDefinition::new("chunks");
+
+/// The write number of a chunk in [`LEGACY_CHUNKS`]. Commits count from 1.
+pub(super) const LEGACY_WRITE: u64 = 0;
+
+type Key = (u64, u64, i64, u32, u32);
+type LegacyKey = (u64, i64, u32, u32);
+
+/// One chunk's place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct ChunkAt {
+    pub series: u64,
+    pub hour: TimestampMs,
+    pub seq: u32,
+    pub index: u32,
+    pub write: u64,
+}
+
+impl ChunkAt {
+    fn key(&self) -> Key {
+        (self.write, self.series, self.hour, self.seq, self.index)
+    }
+
+    fn legacy_key(&self) -> LegacyKey {
+        (self.series, self.hour, self.seq, self.index)
+    }
+
+    fn is_legacy(&self) -> bool {
+        self.write == LEGACY_WRITE
+    }
+}
+
+/// The places of the chunks of bucket `(series, hour, seq)`, in chunk order.
+pub(super) fn of_bucket(
+    series: u64,
+    hour: TimestampMs,
+    seq: u32,
+    header: &BucketHeader,
+) -> impl DoubleEndedIterator<Item = ChunkAt> + '_ {
+    header.writes.iter().enumerate().map(move |(index, &write)| ChunkAt {
+        series,
+        hour,
+        seq,
+        index: index as u32,
+        write,
+    })
+}
+
+/// Both chunk tables, of a read or a write transaction.
+pub(super) struct Chunks<L, N> {
+    pub legacy: L,
+    pub by_write: N,
+}
+
+pub(super) type ReadChunks =
+    Chunks<ReadOnlyTable<LegacyKey, &'static [u8]>, ReadOnlyTable<Key, &'static [u8]>>;
+pub(super) type WriteChunks<'t> =
+    Chunks<Table<'t, LegacyKey, &'static [u8]>, Table<'t, Key, &'static [u8]>>;
+
+pub(super) fn open_read(txn: &ReadTransaction) -> Result<ReadChunks, TableError> {
+    Ok(Chunks { legacy: txn.open_table(LEGACY_CHUNKS)?, by_write: txn.open_table(CHUNKS)? })
+}
+
+pub(super) fn open_write(txn: &WriteTransaction) -> Result<WriteChunks<'_>, TableError> {
+    Ok(Chunks { legacy: txn.open_table(LEGACY_CHUNKS)?, by_write: txn.open_table(CHUNKS)? })
+}
+
+impl<L, N> Chunks<L, N>
+where
+    L: ReadableTable<LegacyKey, &'static [u8]>,
+    N: ReadableTable<Key, &'static [u8]>,
+{
+    /// The chunk at `at`; `None` when it is not stored (the caller skips it, as a scan of the
+    /// series-keyed table skipped a chunk its header counted but the table lacked).
+    pub fn get(&self, at: ChunkAt) -> Result<Option<AccessGuard<'_, &'static [u8]>>, StorageError> {
+        if at.is_legacy() { self.legacy.get(at.legacy_key()) } else { self.by_write.get(at.key()) }
+    }
+}
+
+impl WriteChunks<'_> {
+    pub fn insert(&mut self, at: ChunkAt, bytes: &[u8]) -> Result<(), StorageError> {
+        if at.is_legacy() {
+            self.legacy.insert(at.legacy_key(), bytes)?;
+        } else {
+            self.by_write.insert(at.key(), bytes)?;
+        }
+        Ok(())
+    }
+
+    pub fn remove(&mut self, at: ChunkAt) -> Result<(), StorageError> {
+        if at.is_legacy() {
+            self.legacy.remove(at.legacy_key())?;
+        } else {
+            self.by_write.remove(at.key())?;
+        }
+        Ok(())
+    }
+}
