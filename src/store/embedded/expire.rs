@@ -138,7 +138,7 @@ fn move_bucket(
         }
         None => {
             report.hours_deleted += 1;
-            BucketHeader { writes: Vec::new(), sorted: true, ..header }
+            BucketHeader { writes: Vec::new(), last_chunk: None, sorted: true, ..header }
         }
     };
     stats.insert((id, hour), merged.encode().as_slice())?;

@@ -310,6 +310,8 @@ fn append_chunk(
             header.join_last(&sorted, bytes);
             // Few readings (the last chunk is small only for a slow sensor): made after all.
             joined.extend(sorted.iter().map(Row::to_reading));
+            // Known from here on, also where an older header did not say.
+            header.last_chunk = Some(joined.len() as u32);
             // Stable, as if both had come in one write; already in order in the usual case.
             if !joined.is_sorted_by_key(|r| r.ts) {
                 joined.sort_by_key(|r| r.ts);
@@ -339,6 +341,9 @@ fn small_last_chunk(
     seq: u32,
     header: &BucketHeader,
 ) -> Result<Option<(ChunkAt, Vec<Reading>)>, EmbeddedError> {
+    if header.last_chunk.is_some_and(|n| n >= SMALL_CHUNK) {
+        return Ok(None);
+    }
     let Some(at) = chunks::of_bucket(series_id, hour, seq, header).next_back() else {
         return Ok(None);
     };

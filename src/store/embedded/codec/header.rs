@@ -15,7 +15,8 @@ use crate::wire::{Cursor, put_str, put_varint, unzigzag, zigzag};
 /// `last` `None`.
 /// 2 (schema 3 and 4): each field's stats are followed by its first and last value with their
 /// times. Still decoded, its chunks in the legacy table.
-/// 3 (schema 5): the chunk count is followed by each chunk's write number (`chunks` module).
+/// 3 (schema 5): the chunk count is followed by each chunk's write number (`chunks` module)
+/// and the number of readings in the last chunk.
 const HEADER_VERSION: u64 = 3;
 /// The version schemas 1 and 2 wrote.
 const HEADER_VERSION_1: u64 = 1;
@@ -44,6 +45,10 @@ pub struct BucketHeader {
     /// Per chunk, in chunk order: the write that made it, which is where it is stored
     /// (`chunks::ChunkAt`). A chunk joined by a later write keeps its place.
     pub writes: Vec<u64>,
+    /// Readings in the last chunk, which tells a write whether to join it without reading it
+    /// (`write::SMALL_CHUNK`). `None` when not known: a header of an earlier version, until a
+    /// write appends a chunk.
+    pub last_chunk: Option<u32>,
     pub stats: BTreeMap<String, FieldStats>,
 }
 
@@ -86,6 +91,7 @@ impl BucketHeader {
             max_ts: TimestampMs::MIN,
             sorted: true,
             writes: Vec::new(),
+            last_chunk: None,
             stats: BTreeMap::new(),
         }
     }
@@ -102,6 +108,7 @@ impl BucketHeader {
         if !readings.is_empty() {
             self.join_last(readings, bytes);
             self.writes.push(write);
+            self.last_chunk = Some(readings.len() as u32);
         }
     }
 
@@ -118,6 +125,9 @@ impl BucketHeader {
         self.max_ts = self.max_ts.max(last.ts());
         self.count += readings.len() as u32;
         self.bytes += bytes;
+        if let Some(last) = &mut self.last_chunk {
+            *last += readings.len() as u32;
+        }
         for r in readings {
             self.add_stats(r);
         }
@@ -157,6 +167,8 @@ impl BucketHeader {
                 put_varint(&mut out, zigzag(w.wrapping_sub(prev) as i64));
                 prev = w;
             }
+            // 0: not known.
+            put_varint(&mut out, self.last_chunk.map_or(0, |n| u64::from(n) + 1));
         }
         put_varint(&mut out, self.stats.len() as u64);
         for (name, s) in &self.stats {
@@ -198,6 +210,7 @@ impl BucketHeader {
         if chunks > count || chunks > MAX_CHUNKS {
             return Err(corrupt("chunk count beyond the bucket's readings"));
         }
+        let mut last_chunk = None;
         let writes = if version >= HEADER_VERSION {
             let mut prev = 0u64;
             let mut writes = Vec::with_capacity(chunks as usize);
@@ -205,6 +218,10 @@ impl BucketHeader {
                 prev = prev.wrapping_add(unzigzag(c.varint()?) as u64);
                 writes.push(prev);
             }
+            last_chunk = match c.varint()? {
+                0 => None,
+                n => Some(u32::try_from(n - 1).map_err(|_| corrupt("last chunk too large"))?),
+            };
             writes
         } else {
             vec![crate::store::embedded::chunks::LEGACY_WRITE; chunks as usize]
@@ -234,7 +251,7 @@ impl BucketHeader {
             stats.insert(name, FieldStats { count, min, max, sum, first, last });
         }
         c.finish()?;
-        Ok(BucketHeader { count, bytes: bytes_, min_ts, max_ts, sorted, writes, stats })
+        Ok(BucketHeader { count, bytes: bytes_, min_ts, max_ts, sorted, writes, last_chunk, stats })
     }
 }
 
@@ -299,12 +316,13 @@ mod tests {
             assert_eq!((s.count, s.min, s.max, s.sum), (new.count, new.min, new.max, new.sum));
             assert_eq!((s.first, s.last), (None, None));
         }
-        // Re-encoded, it is a version-2 header that still says "unknown".
+        // Re-encoded, it is a header of this version that still says "unknown".
         assert_eq!(BucketHeader::decode(&old.encode()).unwrap(), old);
-        // Counted again from its readings, it knows them.
+        // Counted again from its readings, it knows them (not its last chunk's size, which
+        // only a write tells).
         let mut upgraded = old.clone();
         upgraded.recount_stats([&b, &a]);
-        assert_eq!(upgraded, h);
+        assert_eq!(upgraded, BucketHeader { last_chunk: None, ..h.clone() });
         assert_eq!(h.stats["v"].first, Some((-9_000, -1.0)));
         assert_eq!(h.stats["v"].last, Some((-7_000, 2.5)));
     }
@@ -316,9 +334,14 @@ mod tests {
         for write in [LEGACY_WRITE, LEGACY_WRITE, 9, 1 << 40, u64::MAX] {
             h.append(&[&one], bytes(&[&one]), write);
         }
+        assert_eq!(h.last_chunk, Some(1));
+        h.join_last(&[&one, &one], bytes(&[&one, &one]));
+        assert_eq!(h.last_chunk, Some(3));
         assert_eq!(BucketHeader::decode(&h.encode()).unwrap(), h);
         let old = BucketHeader::decode(&h.encode_version_2()).unwrap();
-        assert_eq!(old.writes, [LEGACY_WRITE; 5]);
+        assert_eq!((old.writes.as_slice(), old.last_chunk), (&[LEGACY_WRITE; 5][..], None));
+        let unknown = BucketHeader { last_chunk: None, ..h.clone() };
+        assert_eq!(BucketHeader::decode(&unknown.encode()).unwrap(), unknown);
         assert_eq!(old.stats, h.stats);
     }
 
