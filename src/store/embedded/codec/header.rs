@@ -40,7 +40,7 @@ pub struct BucketHeader {
     pub min_ts: TimestampMs,
     pub max_ts: TimestampMs,
     /// Every chunk starts at or after the previous chunk's last timestamp, so reading the chunks
-    /// in key order yields the bucket's readings in timestamp order.
+    /// in chunk order yields the bucket's readings in timestamp order.
     pub sorted: bool,
     /// Per chunk, in chunk order: the write that made it, which is where it is stored
     /// (`chunks::ChunkAt`). A chunk joined by a later write keeps its place.
