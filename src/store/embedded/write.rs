@@ -307,11 +307,11 @@ fn append_chunk(
     };
     let (at, chunk) = match small_last_chunk(t, series_id, hour, seq, header)? {
         Some((at, mut joined)) => {
+            // The chunk just read tells its size, also where an older header did not say.
+            header.last_chunk = Some(joined.len() as u32);
             header.join_last(&sorted, bytes);
             // Few readings (the last chunk is small only for a slow sensor): made after all.
             joined.extend(sorted.iter().map(Row::to_reading));
-            // Known from here on, also where an older header did not say.
-            header.last_chunk = Some(joined.len() as u32);
             // Stable, as if both had come in one write; already in order in the usual case.
             if !joined.is_sorted_by_key(|r| r.ts) {
                 joined.sort_by_key(|r| r.ts);

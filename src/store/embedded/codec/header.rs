@@ -106,9 +106,10 @@ impl BucketHeader {
     /// size cap.
     pub fn append<R: ReadingView>(&mut self, readings: &[R], bytes: u64, write: u64) {
         if !readings.is_empty() {
-            self.join_last(readings, bytes);
+            // A new last chunk, empty until `join_last` counts the readings into it.
             self.writes.push(write);
-            self.last_chunk = Some(readings.len() as u32);
+            self.last_chunk = Some(0);
+            self.join_last(readings, bytes);
         }
     }
 
