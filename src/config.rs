@@ -80,13 +80,13 @@ pub struct Config {
     #[arg(long, env = "BUCKETD_FLUSH_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     pub flush_interval: Duration,
 
-    /// A bucket document holds at most this many readings; a buffer this full is flushed at
-    /// once.
+    /// A bucket document holds at most this many readings (1 to 1,048,576); a buffer this
+    /// full is flushed at once.
     #[arg(
         long,
         env = "BUCKETD_BUCKET_MAX_READINGS",
         default_value_t = 1000,
-        value_parser = clap::value_parser!(u32).range(1..)
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(BucketLimits::MAX_READINGS_CEILING))
     )]
     pub bucket_max_readings: u32,
 

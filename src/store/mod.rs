@@ -45,6 +45,11 @@ impl BucketLimits {
     /// The highest size cap accepted: 16 MiB less room for the bucket's own header fields and
     /// statistics, so that a full bucket is still a legal MongoDB document.
     pub const MAX_BYTES_CEILING: u32 = 16 * 1024 * 1024 - 512 * 1024;
+
+    /// The highest count cap accepted. A MongoDB bucket of more readings would pass 16 MiB
+    /// anyway (16 BSON bytes a reading at the least); the embedded store's chunk decoder refuses
+    /// a larger count as damage before it allocates for it.
+    pub const MAX_READINGS_CEILING: u32 = 1 << 20;
 }
 
 impl Default for BucketLimits {

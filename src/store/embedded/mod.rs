@@ -22,7 +22,8 @@
 //! `meta` holds `schema_version` (written when the file is created; a file from a newer
 //! bucketd is refused at open; an older file is upgraded in place at open: schema 1 → 2
 //! creates `writer_marks`, schema 2 → 3 changes nothing stored, see below, 3 → 4 creates
-//! `hour_stats`, 4 → 5 creates `chunks_by_write` and `next_write`), `next_series_id`,
+//! `hour_stats`, 4 → 5 creates `chunks_by_write` and `next_write`, 5 → 6 changes nothing
+//! stored, see below), `next_series_id`,
 //! `next_write` (the number of the next write transaction, from 1) and, once a retention pass
 //! ran, `raw_retention_ms`.
 //!
@@ -46,6 +47,12 @@
 //! chunk; a header of an earlier encoding has all its chunks in the old `chunks` table, and a
 //! write into such a bucket appends its new chunks to `chunks_by_write`, so one bucket may
 //! have chunks in both (write 0 for the old ones). Nothing is moved at the upgrade.
+//!
+//! Schema 6 writes chunks column by column (chunk encoding version 2, [`codec`]): a reading of
+//! two fields of fixed resolution at a fixed period takes about two bytes, where version 1
+//! took seven. Version-1 chunks are still decoded, and a bucket may hold both; the first
+//! write that joins a small old chunk rewrites it in the new encoding. The schema number is
+//! bumped so that a schema-5 bucketd, which cannot decode version 2, refuses the file at open.
 //!
 //! # Durability
 //! All batches of one [`Store::write`] call are committed in ONE redb write transaction with
@@ -95,7 +102,7 @@ use crate::store::{
 /// statistics of hours whose readings `--retention` deleted; a schema-3 bucketd would answer
 /// rollups over those hours as empty, so it must refuse the file. 5: chunks are keyed by write
 /// (`chunks`); a schema-4 bucketd cannot find them.
-pub(crate) const FILE_SCHEMA_VERSION: u64 = 5;
+pub(crate) const FILE_SCHEMA_VERSION: u64 = 6;
 
 /// Name of the database file inside the data directory.
 pub const DB_FILE_NAME: &str = "bucketd.redb";
@@ -294,7 +301,8 @@ fn init_schema(db: &Database, path: &Path) -> Result<(), EmbeddedError> {
                 // Schema 1 → 2 adds `writer_marks` (opened below) and nothing else; 2 → 3
                 // only writes headers of a newer encoding, which old ones still decode as;
                 // 3 → 4 adds `hour_stats` (opened below), empty until a retention pass;
-                // 4 → 5 adds `chunks_by_write` (opened below) and its write numbers.
+                // 4 → 5 adds `chunks_by_write` (opened below) and its write numbers; 5 → 6
+                // only writes chunks of a newer encoding, which old ones still decode beside.
                 meta.insert(META_SCHEMA_VERSION, FILE_SCHEMA_VERSION)?;
                 if meta.get(META_NEXT_WRITE)?.is_none() {
                     meta.insert(META_NEXT_WRITE, chunks::LEGACY_WRITE + 1)?;

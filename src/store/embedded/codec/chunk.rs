@@ -1,19 +1,30 @@
-//! Chunks of readings (values of the `chunks` table): the format the module doc describes.
+//! Chunks of readings (values of the chunk tables): the format the module doc describes.
 
 use std::collections::HashMap;
 
+use super::chunk_v1::{CHUNK_V1, decode_v1};
 use super::corrupt;
+use super::float::{DECIMAL_HEADER, POW10, ScaledMemo, get_float, put_float, scaled, unscaled};
 use crate::model::{FieldName, FieldValue, Fields, Reading, ReadingView, TimestampMs, ValueRef};
 use crate::store::embedded::EmbeddedError;
 use crate::wire::{Cursor, put_str, put_varint, unzigzag, zigzag};
 
-const CHUNK_V1: u64 = 1;
+const CHUNK_V2: u64 = 2;
 
-const T_FLOAT: u8 = 0;
-const T_INT: u8 = 1;
-const T_UINT: u8 = 2;
-const T_BOOL: u8 = 3;
-const T_STR: u8 = 4;
+/// The most readings a chunk may hold: a chunk never holds more than one bucket's readings.
+/// A damaged count beyond it is refused before the decoder allocates for it (a version-2
+/// chunk's readings can take less than a byte each).
+const MAX_CHUNK_READINGS: u32 = crate::store::BucketLimits::MAX_READINGS_CEILING;
+
+pub(super) const T_FLOAT: u8 = 0;
+pub(super) const T_INT: u8 = 1;
+pub(super) const T_UINT: u8 = 2;
+pub(super) const T_BOOL: u8 = 3;
+pub(super) const T_STR: u8 = 4;
+
+/// A float column's mode byte when its values are written one by one, each decimal or XOR-ed
+/// (as in version 1). `DECIMAL_HEADER | k` says that every value has `k` decimals.
+const FLOATS_EACH: u8 = 0;
 
 /// What a chunk's first bytes say, readable without decoding the readings, so that a range scan
 /// can skip chunks outside the range.
@@ -24,7 +35,7 @@ pub struct ChunkSummary {
     pub last: TimestampMs,
 }
 
-fn type_of(v: ValueRef<'_>) -> u8 {
+pub(super) fn type_of(v: ValueRef<'_>) -> u8 {
     match v {
         ValueRef::Float(_) => T_FLOAT,
         ValueRef::Int(_) => T_INT,
@@ -34,243 +45,259 @@ fn type_of(v: ValueRef<'_>) -> u8 {
     }
 }
 
+/// The values one column (one field name with one type) takes, in reading order, gathered
+/// before they are written because a float column's form depends on all of them.
+enum Column {
+    Float(Vec<f64>),
+    Int { out: Vec<u8>, prev: u64 },
+    Bool { bits: Vec<u8>, n: usize },
+    Str(Vec<u8>),
+}
+
+impl Column {
+    fn new(t: u8) -> Column {
+        match t {
+            T_FLOAT => Column::Float(Vec::new()),
+            T_BOOL => Column::Bool { bits: Vec::new(), n: 0 },
+            T_STR => Column::Str(Vec::new()),
+            _ => Column::Int { out: Vec::new(), prev: 0 },
+        }
+    }
+
+    fn push(&mut self, v: ValueRef<'_>) {
+        match (self, v) {
+            (Column::Float(values), ValueRef::Float(f)) => values.push(f),
+            (Column::Int { out, prev }, ValueRef::Int(i)) => put_delta(out, prev, i as u64),
+            (Column::Int { out, prev }, ValueRef::UInt(u)) => put_delta(out, prev, u),
+            (Column::Bool { bits, n }, ValueRef::Bool(b)) => {
+                if *n % 8 == 0 {
+                    bits.push(0);
+                }
+                if b {
+                    *bits.last_mut().expect("pushed above") |= 1 << (*n % 8);
+                }
+                *n += 1;
+            }
+            (Column::Str(out), ValueRef::Str(s)) => put_str(out, s),
+            _ => unreachable!("a column holds values of its own type"),
+        }
+    }
+
+    fn write(self, out: &mut Vec<u8>) {
+        match self {
+            Column::Float(values) => put_floats(out, &values),
+            Column::Int { out: bytes, .. } | Column::Str(bytes) => out.extend_from_slice(&bytes),
+            Column::Bool { bits, .. } => out.extend_from_slice(&bits),
+        }
+    }
+}
+
+/// Integers as zigzag varints of their wrapping difference from the previous one.
+fn put_delta(out: &mut Vec<u8>, prev: &mut u64, v: u64) {
+    put_varint(out, zigzag(v.wrapping_sub(*prev) as i64));
+    *prev = v;
+}
+
+/// The fewest decimals `k` with which every value of a column is exact, and the values scaled.
+fn decimal_column(values: &[f64]) -> Option<(usize, Vec<i64>)> {
+    let mut k = 0;
+    let mut out = Vec::with_capacity(values.len());
+    let mut i = 0;
+    while let Some(&v) = values.get(i) {
+        match scaled(v, k) {
+            Ok(Some(s)) => {
+                out.push(s);
+                i += 1;
+            }
+            // More decimals: start the column again (at most six times).
+            Ok(None) if k + 1 < POW10.len() => {
+                k += 1;
+                out.clear();
+                i = 0;
+            }
+            _ => return None,
+        }
+    }
+    Some((k, out))
+}
+
+/// A float column: when every value has at most six decimals, one mode byte and the varint
+/// deltas of the scaled integers (a sensor's slow change: a byte a value); else each value as
+/// version 1 writes it, with its own header byte.
+fn put_floats(out: &mut Vec<u8>, values: &[f64]) {
+    if values.is_empty() {
+        return;
+    }
+    if let Some((k, scaled)) = decimal_column(values) {
+        out.push(DECIMAL_HEADER | k as u8);
+        let mut prev = 0i64;
+        for s in scaled {
+            put_varint(out, zigzag(s.wrapping_sub(prev)));
+            prev = s;
+        }
+        return;
+    }
+    out.push(FLOATS_EACH);
+    let mut prev_bits = 0u64;
+    let mut memo: ScaledMemo = None;
+    for &v in values {
+        put_float(out, v, prev_bits, &mut memo);
+        prev_bits = v.to_bits();
+    }
+}
+
+/// Timestamps after the first as deltas of their deltas, zigzag-coded, in runs: a token
+/// `zz << 1` is one delta, `zz << 1 | 1` is followed by a varint `n`, for `n + 2` deltas of that
+/// same change. A sensor reporting on a fixed period costs a few bytes a chunk; jitter of up to
+/// ±31 ms a byte a reading.
+fn put_timestamps(out: &mut Vec<u8>, ts: impl Iterator<Item = TimestampMs>) {
+    fn put_run(out: &mut Vec<u8>, (zz, n): (u64, u64)) {
+        if n == 1 {
+            put_varint(out, zz << 1);
+        } else {
+            put_varint(out, zz << 1 | 1);
+            put_varint(out, n - 2);
+        }
+    }
+    let mut ts = ts;
+    let Some(mut prev_ts) = ts.next() else { return };
+    let mut prev_delta = 0i64;
+    let mut run: Option<(u64, u64)> = None;
+    for t in ts {
+        let delta = t - prev_ts;
+        let zz = zigzag(delta - prev_delta);
+        (prev_ts, prev_delta) = (t, delta);
+        match &mut run {
+            Some((z, n)) if *z == zz => *n += 1,
+            _ => {
+                if let Some(r) = run.replace((zz, 1)) {
+                    put_run(out, r);
+                }
+            }
+        }
+    }
+    if let Some(r) = run {
+        put_run(out, r);
+    }
+}
+
 /// Encodes readings that all lie in `hour` and are sorted by timestamp: [`Reading`]s, or a
 /// buffer's rows read in place (the same bytes for the same readings).
 pub fn encode_chunk<R: ReadingView>(hour: TimestampMs, readings: &[R]) -> Vec<u8> {
     debug_assert!(readings.windows(2).all(|w| w[0].ts() <= w[1].ts()));
     debug_assert!(readings.iter().all(|r| r.ts() >= hour && r.ts() - hour < crate::model::HOUR_MS));
+    debug_assert!(readings.len() <= MAX_CHUNK_READINGS as usize);
     let (first, last) = match (readings.first(), readings.last()) {
         (Some(f), Some(l)) => (f.ts(), l.ts()),
         _ => (hour, hour),
     };
 
-    // The dictionary comes first in the value but is only known after a pass over the fields.
-    let mut names: Vec<&str> = Vec::new();
-    let mut index: HashMap<&str, u32> = HashMap::new();
-    let mut body = Vec::with_capacity(readings.len() * 20);
-    let mut prev_ts = first;
-    let mut prev_shape: Vec<(u32, u8)> = Vec::new();
-    let mut shape: Vec<(u32, u8)> = Vec::new();
-    let mut prev_bits: Vec<u64> = Vec::new();
-    let mut memos: Vec<ScaledMemo> = Vec::new();
-    // The previous reading, whose shape is `prev_shape`.
+    let mut columns: Vec<(&str, u8)> = Vec::new();
+    let mut column_of: HashMap<(&str, u8), u32> = HashMap::new();
+    let mut values: Vec<Column> = Vec::new();
+    let mut shapes: Vec<Vec<u32>> = Vec::new();
+    let mut shape_of: HashMap<Vec<u32>, u32> = HashMap::new();
+    let mut shape_ids: Vec<u32> = Vec::with_capacity(readings.len());
+    let mut shape = Vec::new();
+    // The previous reading, whose shape is `shapes[current]`.
     let mut prev: Option<&R> = None;
+    let mut current = 0u32;
     for r in readings {
-        let ts = r.ts();
-        put_varint(&mut body, (ts - prev_ts) as u64);
-        prev_ts = ts;
-
         let same = prev.is_some_and(|p| {
             r.same_shape(p).unwrap_or_else(|| {
+                let known = &shapes[current as usize];
                 let mut n = 0;
                 let alike = r.fields().all(|(name, value)| {
-                    let at = prev_shape.get(n);
+                    let at = known.get(n);
                     n += 1;
-                    at.is_some_and(|&(i, t)| names[i as usize] == name && type_of(value) == t)
+                    at.is_some_and(|&c| columns[c as usize] == (name, type_of(value)))
                 });
-                alike && n == prev_shape.len()
+                alike && n == known.len()
             })
         });
         prev = Some(r);
-        if same {
-            body.push(0);
-        } else {
+        if !same {
             shape.clear();
             for (name, value) in r.fields() {
-                let i = *index.entry(name).or_insert_with(|| {
-                    names.push(name);
-                    prev_bits.push(0);
-                    memos.push(None);
-                    (names.len() - 1) as u32
-                });
-                shape.push((i, type_of(value)));
+                let key = (name, type_of(value));
+                shape.push(*column_of.entry(key).or_insert_with(|| {
+                    columns.push(key);
+                    values.push(Column::new(key.1));
+                    (columns.len() - 1) as u32
+                }));
             }
-            put_varint(&mut body, shape.len() as u64 + 1);
-            for &(i, t) in &shape {
-                put_varint(&mut body, u64::from(i));
-                body.push(t);
-            }
-            std::mem::swap(&mut shape, &mut prev_shape);
+            current = match shape_of.get(&shape) {
+                Some(&id) => id,
+                None => {
+                    shapes.push(shape.clone());
+                    shape_of.insert(shape.clone(), (shapes.len() - 1) as u32);
+                    (shapes.len() - 1) as u32
+                }
+            };
         }
-
-        for ((_, value), &(i, _)) in r.fields().zip(&prev_shape) {
-            let prev = &mut prev_bits[i as usize];
-            match value {
-                ValueRef::Float(f) => {
-                    put_float(&mut body, f, *prev, &mut memos[i as usize]);
-                    *prev = f.to_bits();
-                }
-                ValueRef::Int(v) => {
-                    put_varint(&mut body, zigzag((v as u64).wrapping_sub(*prev) as i64));
-                    *prev = v as u64;
-                    memos[i as usize] = None;
-                }
-                ValueRef::UInt(v) => {
-                    put_varint(&mut body, zigzag(v.wrapping_sub(*prev) as i64));
-                    *prev = v;
-                    memos[i as usize] = None;
-                }
-                ValueRef::Bool(b) => body.push(u8::from(b)),
-                ValueRef::Str(s) => put_str(&mut body, s),
-            }
+        shape_ids.push(current);
+        for ((_, value), &c) in r.fields().zip(&shapes[current as usize]) {
+            values[c as usize].push(value);
         }
     }
 
-    let mut out =
-        Vec::with_capacity(body.len() + 16 + names.iter().map(|n| n.len() + 2).sum::<usize>());
-    put_varint(&mut out, CHUNK_V1);
+    let mut out = Vec::with_capacity(32 + readings.len() * 4);
+    put_varint(&mut out, CHUNK_V2);
     put_varint(&mut out, readings.len() as u64);
     put_varint(&mut out, (first - hour) as u64);
     put_varint(&mut out, (last - hour) as u64);
-    put_varint(&mut out, names.len() as u64);
-    for n in &names {
-        put_str(&mut out, n);
+    put_varint(&mut out, columns.len() as u64);
+    for (name, t) in &columns {
+        put_str(&mut out, name);
+        out.push(*t);
     }
-    out.extend_from_slice(&body);
+    put_varint(&mut out, shapes.len() as u64);
+    for shape in &shapes {
+        put_varint(&mut out, shape.len() as u64);
+        for &c in shape {
+            put_varint(&mut out, u64::from(c));
+        }
+    }
+    if shapes.len() > 1 {
+        for &id in &shape_ids {
+            put_varint(&mut out, u64::from(id));
+        }
+    }
+    put_timestamps(&mut out, readings.iter().map(R::ts));
+    for column in values {
+        column.write(&mut out);
+    }
     out
 }
 
-/// Powers of ten a float may be scaled by to become an integer: up to six decimals.
-const POW10: [f64; 7] = [1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6];
-/// Integers up to 2^53 convert to and from f64 exactly.
-const EXACT_INT: f64 = 9_007_199_254_740_992.0;
-/// Float header bytes from here on mean "decimal": the low nibble is the number of decimals.
-/// XOR headers never reach them (their two nibbles add up to at most 8).
-const DECIMAL_HEADER: u8 = 0xf0;
-
-/// The previous value of a field scaled by `10^k`, as both encoder and decoder compute it
-/// (0 when it is not a float in range, e.g. the field held an integer before).
-fn scaled_prev(prev_bits: u64, k: usize) -> i64 {
-    let p = (f64::from_bits(prev_bits) * POW10[k]).round();
-    if p.is_finite() && p.abs() <= EXACT_INT { p as i64 } else { 0 }
-}
-
-/// Sensor values usually have a fixed decimal resolution (21.37 °C), which XOR compresses
-/// poorly; as an integer of hundredths its change from the previous value takes a byte or two.
-/// The decimal form is used only when it decodes to exactly the same bits and is shorter.
-///
-/// `memo` is the decoder's [`ScaledMemo`] of this field, kept alike: the previous value's
-/// number of decimals is tried first (a sensor's values keep their resolution), which spares
-/// the search from zero decimals up, a multiplication and a `round` each, and the previous
-/// value's scaling. Any number of decimals that gives back the same bits decodes alike.
-fn put_float(out: &mut Vec<u8>, v: f64, prev_bits: u64, memo: &mut ScaledMemo) {
-    let x = v.to_bits() ^ prev_bits;
-    let xor_len = if x == 0 { 1 } else { 9 - (x.leading_zeros() / 8 + x.trailing_zeros() / 8) };
-    // The scaled value of `v` with `k` decimals, if it gives back `v` exactly.
-    // `Err` once the scaled value is too large for this and more decimals.
-    let exact = |k: usize| -> Result<Option<i64>, ()> {
-        let s = (v * POW10[k]).round();
-        // `v` is finite, so `s` is a number or an infinity, never NaN.
-        if s.abs() > EXACT_INT {
-            return Err(());
-        }
-        let s = s as i64;
-        Ok(((s as f64 / POW10[k]).to_bits() == v.to_bits()).then_some(s))
-    };
-    // Writes `s` with `k` decimals if that is shorter than the XOR form.
-    let decimal = |out: &mut Vec<u8>, memo: &mut ScaledMemo, k: usize, s: i64| {
-        let prev = match *memo {
-            Some((memo_k, prev)) if memo_k == k => prev,
-            _ => scaled_prev(prev_bits, k),
-        };
-        let delta = zigzag(s.wrapping_sub(prev));
-        let varint_len = (64 - delta.leading_zeros()).max(1).div_ceil(7);
-        if 1 + varint_len >= xor_len {
-            return false;
-        }
-        out.push(DECIMAL_HEADER | k as u8);
-        put_varint(out, delta);
-        *memo = (s.unsigned_abs() <= SCALED_MEMO_LIMIT).then_some((k, s));
-        true
-    };
-    let last_k = memo.map(|(k, _)| k);
-    if let Some(k) = last_k
-        && let Ok(Some(s)) = exact(k)
-        && decimal(out, memo, k, s)
-    {
-        return;
-    }
-    for k in 0..POW10.len() {
-        match exact(k) {
-            Err(()) => break,
-            Ok(None) => continue,
-            Ok(Some(s)) if decimal(out, memo, k, s) => return,
-            Ok(Some(_)) => break,
-        }
-    }
-    *memo = None;
-    put_xor(out, x);
-}
-
-/// The decoder's memory of a field's last decimal float: `(k, s)` when it was `s / 10^k` with
-/// `|s| <= SCALED_MEMO_LIMIT`. For such values `scaled_prev(bits, k) == s` (the two roundings
-/// between `s` and `s / 10^k * 10^k` are off by at most `|s| * 2^-52 <= 1/4`), so the next
-/// value with `k` decimals skips that multiplication and its `round`, a tenth of decoding.
-type ScaledMemo = Option<(usize, i64)>;
-const SCALED_MEMO_LIMIT: u64 = 1 << 50;
-
-fn get_float(
+fn chunk_prefix(
     c: &mut Cursor<'_>,
-    prev_bits: u64,
-    memo: &mut ScaledMemo,
-) -> Result<u64, EmbeddedError> {
-    let h = c.peek()?;
-    if h & 0xf0 != DECIMAL_HEADER {
-        *memo = None;
-        return Ok(prev_bits ^ get_xor(c)?);
-    }
-    c.u8()?;
-    let k = usize::from(h & 0x0f);
-    let scale = *POW10.get(k).ok_or_else(|| corrupt("bad decimal float header"))?;
-    let prev = match *memo {
-        Some((memo_k, s)) if memo_k == k => s,
-        _ => scaled_prev(prev_bits, k),
-    };
-    let s = prev.wrapping_add(unzigzag(c.varint()?));
-    *memo = (s.unsigned_abs() <= SCALED_MEMO_LIMIT).then_some((k, s));
-    Ok((s as f64 / scale).to_bits())
-}
-
-fn put_xor(out: &mut Vec<u8>, x: u64) {
-    if x == 0 {
-        out.push(0x80);
-        return;
-    }
-    let lz = x.leading_zeros() / 8;
-    let tz = x.trailing_zeros() / 8;
-    out.push(((lz << 4) | tz) as u8);
-    let be = x.to_be_bytes();
-    out.extend_from_slice(&be[lz as usize..(8 - tz) as usize]);
-}
-
-fn get_xor(c: &mut Cursor<'_>) -> Result<u64, EmbeddedError> {
-    let h = c.u8()?;
-    let (lz, tz) = (usize::from(h >> 4), usize::from(h & 0x0f));
-    if lz + tz > 8 {
-        return Err(corrupt("bad float header"));
-    }
-    let mut be = [0u8; 8];
-    be[lz..8 - tz].copy_from_slice(c.bytes(8 - lz - tz)?);
-    Ok(u64::from_be_bytes(be))
-}
-
-fn chunk_prefix(c: &mut Cursor<'_>, hour: TimestampMs) -> Result<ChunkSummary, EmbeddedError> {
+    hour: TimestampMs,
+) -> Result<(u64, ChunkSummary), EmbeddedError> {
     let version = c.varint()?;
-    if version != CHUNK_V1 {
+    if version != CHUNK_V1 && version != CHUNK_V2 {
         return Err(EmbeddedError::Corrupt(format!("unknown chunk encoding version {version}")));
     }
     let count = u32::try_from(c.varint()?).map_err(|_| corrupt("chunk count too large"))?;
+    // Version 1 bounds its count by its bytes (two a reading at least), and older files may
+    // hold larger chunks than the bound now allows.
+    if version == CHUNK_V2 && count > MAX_CHUNK_READINGS {
+        return Err(corrupt("chunk count too large"));
+    }
     let first_off = c.varint()?;
     let last_off = c.varint()?;
     if first_off > last_off || last_off >= crate::model::HOUR_MS as u64 {
         return Err(corrupt("chunk timestamps outside its hour"));
     }
-    Ok(ChunkSummary { count, first: hour + first_off as i64, last: hour + last_off as i64 })
+    Ok((
+        version,
+        ChunkSummary { count, first: hour + first_off as i64, last: hour + last_off as i64 },
+    ))
 }
 
 /// Reads only the chunk's summary.
 pub fn chunk_summary(bytes: &[u8], hour: TimestampMs) -> Result<ChunkSummary, EmbeddedError> {
-    chunk_prefix(&mut Cursor::new(bytes), hour)
+    chunk_prefix(&mut Cursor::new(bytes), hour).map(|(_, summary)| summary)
 }
 
 /// Decodes every reading of a chunk, in stored order, appending them to `out`.
@@ -280,77 +307,186 @@ pub fn decode_chunk(
     out: &mut Vec<Reading>,
 ) -> Result<ChunkSummary, EmbeddedError> {
     let mut c = Cursor::new(bytes);
-    let summary = chunk_prefix(&mut c, hour)?;
-    let n_names = c.len()?;
-    let mut names = Vec::with_capacity(n_names);
-    for _ in 0..n_names {
-        names.push(FieldName::from(c.string()?));
+    let (version, summary) = chunk_prefix(&mut c, hour)?;
+    if version == CHUNK_V1 {
+        decode_v1(&mut c, summary, out)?;
+    } else {
+        decode_v2(&mut c, summary, out)?;
     }
-    let mut prev_bits = vec![0u64; n_names];
-    let mut memos: Vec<ScaledMemo> = vec![None; n_names];
-    let mut shape: Vec<(usize, u8)> = Vec::new();
-    let mut have_shape = false;
-    let mut ts = summary.first;
-    // Every reading takes at least two bytes, so a corrupt count cannot force a huge reserve.
-    out.reserve((summary.count as usize).min(c.remaining() / 2));
+    Ok(summary)
+}
 
-    for _ in 0..summary.count {
-        let delta = c.varint()?;
-        ts = i64::try_from(delta)
-            .ok()
-            .and_then(|d| ts.checked_add(d))
-            .filter(|&t| t <= summary.last)
-            .ok_or_else(|| corrupt("chunk timestamp beyond its last"))?;
-        let code = c.varint()?;
-        if code != 0 {
-            // Each field of a shape takes at least two bytes: a corrupt count fails here rather
-            // than looping for long.
-            if code - 1 > (c.remaining() / 2) as u64 {
-                return Err(corrupt("shape longer than the chunk"));
-            }
-            have_shape = true;
-            shape.clear();
-            for _ in 0..code - 1 {
-                let i = c.varint()? as usize;
-                if i >= n_names {
-                    return Err(corrupt("field name index out of range"));
-                }
-                shape.push((i, c.u8()?));
-            }
-        } else if !have_shape {
-            return Err(corrupt("first reading of a chunk repeats a shape"));
+fn decode_v2(
+    c: &mut Cursor<'_>,
+    summary: ChunkSummary,
+    out: &mut Vec<Reading>,
+) -> Result<(), EmbeddedError> {
+    let count = summary.count as usize;
+    let n_columns = c.len()?;
+    let mut columns = Vec::with_capacity(n_columns);
+    for _ in 0..n_columns {
+        let name = FieldName::from(c.str()?);
+        let t = c.u8()?;
+        if t > T_STR {
+            return Err(corrupt("unknown field type"));
         }
+        columns.push((name, t));
+    }
+    let n_shapes = c.len()?;
+    if (n_shapes == 0) != (count == 0) {
+        return Err(corrupt("a chunk's readings have no shape"));
+    }
+    let mut shapes = Vec::with_capacity(n_shapes);
+    for _ in 0..n_shapes {
+        let n = c.len()?;
+        let mut shape = Vec::with_capacity(n);
+        for _ in 0..n {
+            let i = usize::try_from(c.varint()?).unwrap_or(usize::MAX);
+            if i >= n_columns {
+                return Err(corrupt("field column out of range"));
+            }
+            shape.push(i);
+        }
+        shapes.push(shape);
+    }
+    let mut shape_ids = Vec::new();
+    if n_shapes > 1 {
+        if count > c.remaining() {
+            return Err(corrupt("chunk shorter than its readings' shapes"));
+        }
+        shape_ids.reserve(count);
+        for _ in 0..count {
+            let id = usize::try_from(c.varint()?).unwrap_or(usize::MAX);
+            if id >= n_shapes {
+                return Err(corrupt("reading shape out of range"));
+            }
+            shape_ids.push(id);
+        }
+    }
+    let ts = get_timestamps(c, summary)?;
+
+    // How many values each column holds, so that each is read to its end before the next.
+    let mut of_shape = vec![0usize; n_shapes];
+    if n_shapes == 1 {
+        of_shape[0] = count;
+    }
+    for &id in &shape_ids {
+        of_shape[id] += 1;
+    }
+    let mut lengths = vec![0usize; n_columns];
+    for (shape, n) in shapes.iter().zip(&of_shape) {
+        for &col in shape {
+            lengths[col] += n;
+        }
+    }
+    let mut values = Vec::with_capacity(n_columns);
+    for (&(_, t), &n) in columns.iter().zip(&lengths) {
+        values.push(get_column(c, t, n)?.into_iter());
+    }
+    c.finish()?;
+
+    out.reserve(count);
+    for (i, ts) in ts.into_iter().enumerate() {
+        let shape = &shapes[shape_ids.get(i).copied().unwrap_or(0)];
         let mut fields = Fields::with_capacity(shape.len());
-        for &(i, t) in &shape {
-            let prev = &mut prev_bits[i];
-            let value = match t {
-                T_FLOAT => {
-                    *prev = get_float(&mut c, *prev, &mut memos[i])?;
-                    FieldValue::Float(f64::from_bits(*prev))
-                }
-                T_INT => {
-                    *prev = prev.wrapping_add(unzigzag(c.varint()?) as u64);
-                    memos[i] = None;
-                    FieldValue::Int(*prev as i64)
-                }
-                T_UINT => {
-                    *prev = prev.wrapping_add(unzigzag(c.varint()?) as u64);
-                    memos[i] = None;
-                    FieldValue::UInt(*prev)
-                }
-                T_BOOL => FieldValue::Bool(c.u8()? != 0),
-                T_STR => FieldValue::Str(c.string()?),
-                _ => return Err(corrupt("unknown field type")),
-            };
-            fields.push((names[i].clone(), value));
+        for &col in shape {
+            let value = values[col].next().ok_or_else(|| corrupt("column shorter than counted"))?;
+            fields.push((columns[col].0.clone(), value));
         }
         out.push(Reading { ts, fields });
     }
-    if ts != summary.last {
+    Ok(())
+}
+
+/// Every reading's timestamp, checked to rise within the summary's first and last.
+fn get_timestamps(
+    c: &mut Cursor<'_>,
+    summary: ChunkSummary,
+) -> Result<Vec<TimestampMs>, EmbeddedError> {
+    let count = summary.count as usize;
+    let mut ts = Vec::with_capacity(count);
+    if count == 0 {
+        return Ok(ts);
+    }
+    ts.push(summary.first);
+    let (mut prev_ts, mut prev_delta) = (summary.first, 0i64);
+    while ts.len() < count {
+        let token = c.varint()?;
+        let n = if token & 1 == 0 { 1 } else { c.varint()?.saturating_add(2) };
+        if n > (count - ts.len()) as u64 {
+            return Err(corrupt("chunk has more timestamps than readings"));
+        }
+        let change = unzigzag(token >> 1);
+        for _ in 0..n {
+            prev_delta = prev_delta
+                .checked_add(change)
+                .filter(|&d| d >= 0)
+                .ok_or_else(|| corrupt("chunk timestamps out of order"))?;
+            prev_ts = prev_ts
+                .checked_add(prev_delta)
+                .filter(|&t| t <= summary.last)
+                .ok_or_else(|| corrupt("chunk timestamp beyond its last"))?;
+            ts.push(prev_ts);
+        }
+    }
+    if prev_ts != summary.last {
         return Err(corrupt("chunk's last timestamp does not match its summary"));
     }
-    c.finish()?;
-    Ok(summary)
+    Ok(ts)
+}
+
+/// A column's `n` values.
+fn get_column(c: &mut Cursor<'_>, t: u8, n: usize) -> Result<Vec<FieldValue>, EmbeddedError> {
+    // Every value takes a byte at least, a bool an eighth.
+    let least = if t == T_BOOL { n.div_ceil(8) } else { n };
+    if least > c.remaining() {
+        return Err(corrupt("chunk shorter than its columns"));
+    }
+    let mut values = Vec::with_capacity(n);
+    match t {
+        T_FLOAT if n > 0 => {
+            let mode = c.u8()?;
+            if mode == FLOATS_EACH {
+                let (mut prev_bits, mut memo) = (0u64, None);
+                for _ in 0..n {
+                    prev_bits = get_float(c, prev_bits, &mut memo)?;
+                    values.push(FieldValue::Float(f64::from_bits(prev_bits)));
+                }
+            } else {
+                let k = usize::from(mode & 0x0f);
+                if mode & 0xf0 != DECIMAL_HEADER || k >= POW10.len() {
+                    return Err(corrupt("bad float column mode"));
+                }
+                let mut s = 0i64;
+                for _ in 0..n {
+                    s = s.wrapping_add(unzigzag(c.varint()?));
+                    values.push(FieldValue::Float(unscaled(s, k)));
+                }
+            }
+        }
+        T_FLOAT => {}
+        T_INT | T_UINT => {
+            let mut prev = 0u64;
+            for _ in 0..n {
+                prev = prev.wrapping_add(unzigzag(c.varint()?) as u64);
+                values.push(if t == T_INT {
+                    FieldValue::Int(prev as i64)
+                } else {
+                    FieldValue::UInt(prev)
+                });
+            }
+        }
+        T_BOOL => {
+            let bits = c.bytes(n.div_ceil(8))?;
+            values.extend((0..n).map(|i| FieldValue::Bool(bits[i / 8] >> (i % 8) & 1 != 0)));
+        }
+        _ => {
+            for _ in 0..n {
+                values.push(FieldValue::Str(c.string()?));
+            }
+        }
+    }
+    Ok(values)
 }
 
 #[cfg(test)]
@@ -360,22 +496,31 @@ mod tests {
     use super::*;
     use crate::model::HOUR_MS;
 
+    /// Encodes with this version and with version 1 (what older files hold); both must decode
+    /// to the readings, bit for bit.
     fn roundtrip(hour: i64, readings: &[Reading]) -> Vec<Reading> {
         let refs: Vec<&Reading> = readings.iter().collect();
-        let bytes = encode_chunk(hour, &refs);
-        let mut out = Vec::new();
-        let summary = decode_chunk(&bytes, hour, &mut out).expect("decodes");
-        assert_eq!(summary, chunk_summary(&bytes, hour).unwrap());
-        assert_eq!(summary.count as usize, readings.len());
-        // PartialEq equates 0.0 and -0.0; the encoding must keep every bit.
-        for (a, b) in readings.iter().zip(&out) {
-            for ((_, x), (_, y)) in a.fields.iter().zip(&b.fields) {
-                if let (FieldValue::Float(x), FieldValue::Float(y)) = (x, y) {
-                    assert_eq!(x.to_bits(), y.to_bits(), "{x} came back as {y}");
+        let v1 = super::super::chunk_v1::encode::encode_v1(hour, &refs);
+        let mut outs = Vec::new();
+        for bytes in [encode_chunk(hour, &refs), v1] {
+            let mut out = Vec::new();
+            let summary = decode_chunk(&bytes, hour, &mut out).expect("decodes");
+            assert_eq!(summary, chunk_summary(&bytes, hour).unwrap());
+            assert_eq!(summary.count as usize, readings.len());
+            // PartialEq equates 0.0 and -0.0; the encoding must keep every bit.
+            for (a, b) in readings.iter().zip(&out) {
+                for ((_, x), (_, y)) in a.fields.iter().zip(&b.fields) {
+                    if let (FieldValue::Float(x), FieldValue::Float(y)) = (x, y) {
+                        assert_eq!(x.to_bits(), y.to_bits(), "{x} came back as {y}");
+                    }
                 }
             }
+            outs.push(out);
         }
-        out
+        let v1 = outs.pop().expect("two");
+        let v2 = outs.pop().expect("two");
+        assert_eq!(v1, v2);
+        v2
     }
 
     fn r(ts: i64, fields: Vec<(&str, FieldValue)>) -> Reading {
@@ -419,31 +564,9 @@ mod tests {
             .map(|i| r(i * 1000, vec![("t", FieldValue::Float(20.0 + (i % 7) as f64 * 0.01))]))
             .collect();
         let refs: Vec<&Reading> = steady.iter().collect();
-        // ts delta (2) + shape (1) + decimal header and one-byte delta (2) per reading.
-        assert!(encode_chunk(0, &refs).len() <= 100 * 5 + 20);
-    }
-
-    /// What the decoder's memo of the last decimal float relies on.
-    #[test]
-    fn scaled_prev_of_a_decoded_decimal_is_its_integer() {
-        let limit = SCALED_MEMO_LIMIT as i64;
-        let mut seed = 0x853c_49e6_748f_ea9b_u64;
-        let mut samples: Vec<i64> = vec![0, 1, -1, limit, -limit, limit - 1, 1 << 49, 999_999];
-        for _ in 0..200_000 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            // Every magnitude up to the limit, not only the large ones.
-            samples.push(
-                (seed >> (seed % 60 + 4)) as i64 % (limit + 1) * if seed & 1 == 0 { 1 } else { -1 },
-            );
-        }
-        for s in samples {
-            for (k, scale) in POW10.iter().enumerate() {
-                let bits = (s as f64 / scale).to_bits();
-                assert_eq!(scaled_prev(bits, k), s, "s = {s}, k = {k}");
-            }
-        }
+        // A one-byte delta per reading; the regular timestamps and the one shape take a few
+        // bytes per chunk. Version 1 spent five bytes a reading.
+        assert!(encode_chunk(0, &refs).len() <= 100 + 20);
     }
 
     #[test]
@@ -490,8 +613,73 @@ mod tests {
             (0..100).map(|i| r(i * 1000, vec![("temperature", FieldValue::Float(20.0))])).collect();
         let refs: Vec<&Reading> = readings.iter().collect();
         let bytes = encode_chunk(hour, &refs);
-        // ts delta (2 bytes) + shape (1) + unchanged float (1) per reading, plus the header.
-        assert!(bytes.len() < 100 * 4 + 40, "{} bytes", bytes.len());
+        // An unchanged value (1 byte) per reading, plus the header.
+        assert!(bytes.len() < 100 + 40, "{} bytes", bytes.len());
+    }
+
+    /// The fleet's shape: two fields of fixed resolution, one reading a second, a minute per
+    /// chunk.
+    #[test]
+    fn a_sensors_minute_takes_about_two_bytes_a_reading() {
+        let hour = 3 * HOUR_MS;
+        let readings: Vec<Reading> = (0..60)
+            .map(|k| {
+                r(
+                    hour + 17 + k * 1000,
+                    vec![
+                        ("temperature", FieldValue::Float(f64::from(1500 + k as i32) / 100.0)),
+                        ("humidity", FieldValue::Float(f64::from(300 + 3 * k as i32) / 10.0)),
+                    ],
+                )
+            })
+            .collect();
+        assert_eq!(roundtrip(hour, &readings), readings);
+        let refs: Vec<&Reading> = readings.iter().collect();
+        let bytes = encode_chunk(hour, &refs);
+        // A one-byte delta a field and reading (v1: 7.4 bytes a reading); the names, the first
+        // values and the timestamps: 45 bytes a chunk.
+        assert!(bytes.len() <= 60 * 2 + 45, "{} bytes", bytes.len());
+    }
+
+    #[test]
+    fn timestamps_in_runs_jitter_and_duplicates_roundtrip() {
+        let hour = 11 * HOUR_MS;
+        let mut offsets: Vec<i64> = (0..50).map(|i| i * 1000).collect();
+        // Jitter, a gap, equal timestamps, then ever longer periods (a run of equal changes).
+        offsets.extend([50_003, 50_998, 52_001, 90_000, 90_000, 90_000, 90_001]);
+        offsets.extend((1..30).map(|i| 90_001 + i * (i + 1) / 2 * 7));
+        offsets.push(HOUR_MS - 1);
+        let readings: Vec<Reading> =
+            offsets.iter().map(|&o| r(hour + o, vec![("v", FieldValue::Int(o))])).collect();
+        assert_eq!(roundtrip(hour, &readings), readings);
+        let regular: Vec<Reading> = (0..1000)
+            .map(|i| r(hour + i * 250, vec![("b", FieldValue::Bool(i % 3 == 0))]))
+            .collect();
+        assert_eq!(roundtrip(hour, &regular), regular);
+        let refs: Vec<&Reading> = regular.iter().collect();
+        // 1,000 regular timestamps in one run, 1,000 bools in 125 bytes.
+        assert!(encode_chunk(hour, &refs).len() < 125 + 20);
+    }
+
+    #[test]
+    fn a_count_beyond_the_bound_is_corrupt_before_anything_is_allocated() {
+        let mut bytes = Vec::new();
+        for v in [CHUNK_V2, u64::from(MAX_CHUNK_READINGS) + 1, 0, 0, 0, 1, 0, 1] {
+            put_varint(&mut bytes, v);
+        }
+        put_varint(&mut bytes, u64::from(MAX_CHUNK_READINGS) - 1);
+        assert!(matches!(chunk_summary(&bytes, 0), Err(EmbeddedError::Corrupt(_))));
+        // At the bound, these bytes would be a million readings without fields: a run of equal
+        // timestamps, all at the hour's start.
+        let mut at_bound = Vec::new();
+        for v in [CHUNK_V2, u64::from(MAX_CHUNK_READINGS), 0, 0, 0, 1, 0, 1] {
+            put_varint(&mut at_bound, v);
+        }
+        put_varint(&mut at_bound, u64::from(MAX_CHUNK_READINGS) - 3);
+        let mut out = Vec::new();
+        decode_chunk(&at_bound, 0, &mut out).expect("decodes");
+        assert_eq!(out.len(), MAX_CHUNK_READINGS as usize);
+        assert!(out.iter().all(|r| r.ts == 0 && r.fields.is_empty()));
     }
 
     #[test]
@@ -589,40 +777,52 @@ mod measure {
     fn measure_chunk_encoding() {
         for (fields, noisy) in [(1, false), (2, false), (3, false), (2, true)] {
             let readings = day(fields, noisy);
-            for per_chunk in [10usize, 600, 1000] {
-                let chunks: Vec<(i64, Vec<u8>)> = readings
-                    .chunks(per_chunk)
-                    .flat_map(|c| {
-                        // Chunks never cross an hour.
-                        let mut parts: Vec<Vec<&Reading>> = Vec::new();
-                        for r in c {
-                            match parts.last_mut() {
-                                Some(p) if hour_start(p[0].ts) == hour_start(r.ts) => p.push(r),
-                                _ => parts.push(vec![r]),
+            for per_chunk in [10usize, 60, 600, 1000] {
+                // Chunks never cross an hour.
+                let mut parts: Vec<Vec<&Reading>> = Vec::new();
+                for c in readings.chunks(per_chunk) {
+                    let start = parts.len();
+                    for r in c {
+                        let fresh = parts.len() == start;
+                        match parts.last_mut() {
+                            Some(p) if !fresh && hour_start(p[0].ts) == hour_start(r.ts) => {
+                                p.push(r)
                             }
+                            _ => parts.push(vec![r]),
                         }
-                        parts
-                    })
-                    .map(|p| {
-                        let hour = hour_start(p[0].ts);
-                        (hour, encode_chunk(hour, &p))
-                    })
-                    .collect();
-                let bytes: usize = chunks.iter().map(|(_, c)| c.len()).sum();
-                let t = Instant::now();
-                let mut out = Vec::with_capacity(readings.len());
-                for (hour, c) in &chunks {
-                    decode_chunk(c, *hour, &mut out).unwrap();
+                    }
                 }
-                let decode = t.elapsed();
-                assert_eq!(out, readings);
-                eprintln!(
-                    "{fields} float field(s){}, {per_chunk:>4} readings/chunk: {:.2} bytes/reading, decode {:.1} ms/day ({:.0} ns/reading)",
-                    if noisy { " full precision" } else { ", 0.01 resolution" },
-                    bytes as f64 / readings.len() as f64,
-                    decode.as_secs_f64() * 1e3,
-                    decode.as_nanos() as f64 / readings.len() as f64,
-                );
+                type Encoder = fn(i64, &[&Reading]) -> Vec<u8>;
+                let encoders: [(&str, Encoder); 2] = [
+                    ("v2", |h, p| encode_chunk(h, p)),
+                    ("v1", |h, p| super::super::chunk_v1::encode::encode_v1(h, p)),
+                ];
+                for (version, encode) in encoders {
+                    let t = Instant::now();
+                    let chunks: Vec<(i64, Vec<u8>)> = parts
+                        .iter()
+                        .map(|p| {
+                            let hour = hour_start(p[0].ts);
+                            (hour, encode(hour, p))
+                        })
+                        .collect();
+                    let encoded = t.elapsed();
+                    let bytes: usize = chunks.iter().map(|(_, c)| c.len()).sum();
+                    let t = Instant::now();
+                    let mut out = Vec::with_capacity(readings.len());
+                    for (hour, c) in &chunks {
+                        decode_chunk(c, *hour, &mut out).unwrap();
+                    }
+                    let decode = t.elapsed();
+                    assert_eq!(out, readings);
+                    eprintln!(
+                        "{version}: {fields} float field(s){}, {per_chunk:>4} readings/chunk: {:.2} bytes/reading, encode {:.0} ns/reading, decode {:.0} ns/reading",
+                        if noisy { " full precision" } else { ", 0.01 resolution" },
+                        bytes as f64 / readings.len() as f64,
+                        encoded.as_nanos() as f64 / readings.len() as f64,
+                        decode.as_nanos() as f64 / readings.len() as f64,
+                    );
+                }
             }
         }
     }

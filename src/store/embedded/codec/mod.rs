@@ -2,16 +2,39 @@
 //! readings, bucket headers and series records.
 //!
 //! Hand-written rather than serde + postcard because the chunk format exploits what sensor data
-//! looks like (see `benches/embedded.rs` and the README for the measurement): timestamps are
-//! varint deltas from the previous reading, field names are stored once per chunk in a
-//! dictionary, a reading with the same field list as the previous one spends one byte on it,
-//! floats with a fixed number of decimals are stored as varint deltas of scaled integers and
-//! other floats XOR-ed with the previous value of the same field (Gorilla-style,
-//! byte-granular), and integers are delta-coded. See the README for bytes per reading.
+//! looks like (see `benches/embedded.rs` and the README for the measurement): a chunk is
+//! stored column by column. Field names are stored once per chunk; timestamps are deltas of
+//! their deltas in runs (a fixed period costs a few bytes a chunk); each field is one column of
+//! its values; floats with a fixed number of decimals are varint deltas of scaled integers
+//! (a sensor's slow change: a byte a value), other floats are XOR-ed with the previous value
+//! (Gorilla-style, byte-granular), and integers are delta-coded.
 //!
 //! Every value starts with a version number so that a later bucketd can read or migrate it.
 //!
-//! # Chunk (value of the `chunks` table), version 1
+//! # Chunk (value of the chunk tables), version 2 (file schema 6)
+//! ```text
+//! varint  version = 2
+//! varint  count                      number of readings (at most 2^20)
+//! varint  first_off, last_off        first and last ts minus the bucket's hour
+//! varint  n_columns, then n_columns × (varint len, UTF-8 name, u8 type)
+//!         a column is one field name with one type (a name whose type changes has two)
+//! varint  n_shapes, then n_shapes × (varint n, n × varint column)
+//!         a shape is a reading's fields in its order; 0 shapes exactly when count is 0
+//! if n_shapes > 1: count × varint shape index of each reading (else every reading has shape 0)
+//! timestamps after the first: tokens until count − 1 are read; each delta minus the
+//!         previous delta (the first: minus 0), zigzag-coded as zz; token zz << 1 is one,
+//!         zz << 1 | 1 is followed by varint n for n + 2 equal ones
+//! each column in order, its values for the readings whose shape holds it, in reading order:
+//!   Float (0): u8 mode; 0xf0 | k: every value has k ≤ 6 decimals, then per value the zigzag
+//!              varint of (value × 10^k − previous × 10^k), the first from 0;
+//!              0: per value a float as version 1 writes it (below), the first against 0
+//!   Int (1), UInt (2): zigzag varint of the wrapping difference from the previous (first: 0)
+//!   Bool (3): bits, least significant first, ⌈values / 8⌉ bytes
+//!   Str (4): per value varint len, UTF-8 bytes
+//! ```
+//! A decimal column is used only when every value decodes to the same bits.
+//!
+//! # Chunk, version 1 (file schemas 1 to 5; still decoded)
 //! ```text
 //! varint  version = 1
 //! varint  count                      number of readings
@@ -36,6 +59,8 @@
 //! deltas are never negative.
 
 mod chunk;
+mod chunk_v1;
+mod float;
 mod header;
 mod series;
 
