@@ -13,7 +13,7 @@
 //! | `tag_index`         | `(tag key, tag value, sensor key)`    | `()`                        |
 //! | `measurement_index` | `(measurement, sensor key)`           | `()`                        |
 //! | `buckets`           | `(series id u64, hour i64, seq u32)`  | bucket header: count, approximate bytes, min/max ts, sorted flag, each chunk's write number (schema 5), per-field `{count,min,max,sum,first,last}` (first/last: a value with its time; schema 3) |
-//! | `chunks_by_write`   | `(write u64, series id, hour, seq, chunk u32)` | schema 5: readings of that bucket: one flush's, or several small flushes' joined (`write::SMALL_CHUNK`) |
+//! | `chunks_by_write`   | `(write u64, series id, hour, seq, chunk u32)` | schema 5: readings of that bucket: one flush's, or several small flushes' joined (`write::SMALL_CHUNK`); column by column from schema 6 |
 //! | `chunks`            | `(series id, hour, seq, chunk u32)`   | the chunks schemas 1 to 4 wrote (write number 0 in their header); no longer added to |
 //! | `writer_marks`      | `(sensor key, hour i64, writer u64)`  | `u64`: highest write sequence number that writer stored for that hour (`Store::high_water`) |
 //! | `high_water`        | `(sensor key, hour i64)`              | `u64`: schema 1's one mark per hour, whoever wrote (`Store::schema1_high_water`); no longer written |
