@@ -45,12 +45,20 @@ pub(super) fn type_of(v: ValueRef<'_>) -> u8 {
     }
 }
 
-/// The values one column (one field name with one type) takes, in reading order, gathered
-/// before they are written because a float column's form depends on all of them.
+/// The values of one column (one field name with one type), in reading order. Floats are
+/// gathered and written at the end, because a float column's form depends on all of them;
+/// the others are written as they come.
 enum Column {
     Float(Vec<f64>),
-    Int { out: Vec<u8>, prev: u64 },
-    Bool { bits: Vec<u8>, n: usize },
+    /// Signed or unsigned: the column's type says which; both are wrapping deltas.
+    Int {
+        out: Vec<u8>,
+        prev: u64,
+    },
+    Bool {
+        bits: Vec<u8>,
+        n: usize,
+    },
     Str(Vec<u8>),
 }
 
