@@ -563,6 +563,14 @@ mod tests {
     }
 
     #[test]
+    fn bucket_max_readings_is_capped() {
+        let most = parse(&["--bucket-max-readings", "1048576"]).unwrap();
+        assert_eq!(most.bucket_max_readings, BucketLimits::MAX_READINGS_CEILING);
+        let err = parse(&["--bucket-max-readings", "1048577"]).unwrap_err().to_string();
+        assert!(err.contains("1..=1048576"), "{err}");
+    }
+
+    #[test]
     fn byte_sizes_take_units() {
         assert_eq!(parse_byte_size("1024"), Ok(1024));
         assert_eq!(parse_byte_size("512KiB"), Ok(512 * 1024));

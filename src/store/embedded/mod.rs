@@ -101,7 +101,8 @@ use crate::store::{
 /// (`store::SCHEMA_VERSION`, 3) plus what only this store has. 4: `hour_stats` holds the
 /// statistics of hours whose readings `--retention` deleted; a schema-3 bucketd would answer
 /// rollups over those hours as empty, so it must refuse the file. 5: chunks are keyed by write
-/// (`chunks`); a schema-4 bucketd cannot find them.
+/// (`chunks`); a schema-4 bucketd cannot find them. 6: chunks are written column by column
+/// (chunk encoding 2), which a schema-5 bucketd cannot decode.
 pub(crate) const FILE_SCHEMA_VERSION: u64 = 6;
 
 /// Name of the database file inside the data directory.

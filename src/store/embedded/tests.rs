@@ -483,8 +483,87 @@ async fn data_survives_reopen_and_series_ids_continue() {
     assert_eq!(tagged.len(), 2);
 }
 
+/// A chunk as schemas 1 to 5 encoded it.
+fn in_chunk_encoding_1(bytes: &[u8], hour: TimestampMs) -> Vec<u8> {
+    let mut readings = Vec::new();
+    codec::decode_chunk(bytes, hour, &mut readings).unwrap();
+    let old = codec::encode_v1(hour, &readings);
+    assert_eq!(old[0], 1, "chunk encoding 1");
+    old
+}
+
+/// Makes the file in `dir` one that schema 5 wrote: every chunk in chunk encoding 1.
+fn as_schema5_file(dir: &std::path::Path) {
+    let db = redb::Database::create(dir.join(DB_FILE_NAME)).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let buckets = txn.open_table(BUCKETS).unwrap();
+        let mut stored = chunks::open_write(&txn).unwrap();
+        for e in buckets.iter().unwrap() {
+            let (k, v) = e.unwrap();
+            let (id, hour, seq) = k.value();
+            let header = BucketHeader::decode(v.value()).unwrap();
+            for at in chunks::of_bucket(id, hour, seq, &header) {
+                let bytes = stored.get(at).unwrap().unwrap().value().to_vec();
+                stored.insert(at, &in_chunk_encoding_1(&bytes, hour)).unwrap();
+            }
+        }
+        txn.open_table(META).unwrap().insert(META_SCHEMA_VERSION, 5).unwrap();
+    }
+    txn.commit().unwrap();
+}
+
+/// A file schema 5 wrote (chunks in encoding 1) opens, is marked schema 6, and reads. A write
+/// into one of its buckets appends a chunk in encoding 2 beside the old ones, and a small old
+/// chunk that a write joins is encoded again in encoding 2; both read back in order.
+#[tokio::test]
+async fn a_schema5_files_chunks_read_beside_new_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = meta("five", "m", &[]);
+    let all: Vec<Reading> = (0..700)
+        .map(|i| {
+            let mut r = reading(i * 1000, f64::from(i as i32 % 97) / 10.0);
+            r.fields.push(("n".into(), FieldValue::Int(i)));
+            r
+        })
+        .collect();
+    {
+        let store = open(dir.path(), BIG);
+        write_ok(&store, &batches(&s, &all[..300])).await;
+        write_ok(&store, &batches(&s, &all[300..600])).await;
+        write_ok(&store, &batches(&s, &[reading(HOUR_MS, -1.5)])).await;
+    }
+    as_schema5_file(dir.path());
+
+    let store = open(dir.path(), BIG);
+    {
+        let txn = store.db.begin_read().unwrap();
+        let version = txn.open_table(META).unwrap().get(META_SCHEMA_VERSION).unwrap();
+        assert_eq!(version.unwrap().value(), super::FILE_SCHEMA_VERSION, "upgraded at open");
+    }
+    assert_eq!(collect(&store, range("five", 0, HOUR_MS)).await, all[..600]);
+    write_ok(&store, &batches(&s, &all[600..])).await;
+    write_ok(&store, &batches(&s, &[reading(HOUR_MS + 1, 2.25)])).await;
+
+    let encodings = |hour| -> Vec<u8> {
+        bucket_chunks(&store, "five", hour, 0).iter().map(|(_, bytes)| bytes[0]).collect()
+    };
+    assert_eq!(encodings(0), [1, 1, 2], "old chunks stay, the new one in encoding 2");
+    assert_eq!(encodings(HOUR_MS), [2], "the small old chunk joined, encoded again");
+    assert_eq!(collect(&store, range("five", 0, HOUR_MS)).await, all);
+    let mut desc = all.clone();
+    desc.reverse();
+    let got = collect(&store, RangeQuery { order: Order::Desc, ..range("five", 0, HOUR_MS) }).await;
+    assert_eq!(got, desc);
+    assert_eq!(
+        collect(&store, range("five", HOUR_MS, 2 * HOUR_MS)).await,
+        [reading(HOUR_MS, -1.5), reading(HOUR_MS + 1, 2.25)]
+    );
+}
+
 /// Makes the file in `dir` one that schema `schema` (below 5) wrote: every chunk in the table
-/// keyed by series, every header in `encode`'s version, no write numbers.
+/// keyed by series and in chunk encoding 1, every header in `encode`'s version, no write
+/// numbers.
 fn as_legacy_file(dir: &std::path::Path, schema: u64, encode: fn(&BucketHeader) -> Vec<u8>) {
     let db = redb::Database::create(dir.join(DB_FILE_NAME)).unwrap();
     let txn = db.begin_write().unwrap();
@@ -504,7 +583,8 @@ fn as_legacy_file(dir: &std::path::Path, schema: u64, encode: fn(&BucketHeader) 
             for at in places {
                 let bytes = stored.get(at).unwrap().unwrap().value().to_vec();
                 stored.remove(at).unwrap();
-                stored.insert(ChunkAt { write: LEGACY_WRITE, ..at }, &bytes).unwrap();
+                let old = in_chunk_encoding_1(&bytes, hour);
+                stored.insert(ChunkAt { write: LEGACY_WRITE, ..at }, &old).unwrap();
             }
             header.writes.fill(LEGACY_WRITE);
             buckets.insert((id, hour, seq), encode(&header).as_slice()).unwrap();

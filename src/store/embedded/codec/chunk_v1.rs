@@ -101,7 +101,7 @@ pub(super) mod encode {
 
     /// The version-1 encoder, as schemas 1 to 5 wrote chunks: kept so that tests can make what
     /// older files hold.
-    pub(in crate::store::embedded::codec) fn encode_v1<R: ReadingView>(
+    pub(in crate::store::embedded) fn encode_v1<R: ReadingView>(
         hour: TimestampMs,
         readings: &[R],
     ) -> Vec<u8> {

@@ -65,6 +65,8 @@ mod header;
 mod series;
 
 pub use self::chunk::{ChunkSummary, chunk_summary, decode_chunk, encode_chunk};
+#[cfg(test)]
+pub(super) use self::chunk_v1::encode::encode_v1;
 pub use self::header::BucketHeader;
 pub use self::series::SeriesRecord;
 use crate::store::embedded::EmbeddedError;
