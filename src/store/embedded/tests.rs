@@ -483,6 +483,26 @@ async fn data_survives_reopen_and_series_ids_continue() {
     assert_eq!(tagged.len(), 2);
 }
 
+/// The schema version the file records.
+fn schema_version(store: &EmbeddedStore) -> u64 {
+    let txn = store.db.begin_read().unwrap();
+    txn.open_table(META).unwrap().get(META_SCHEMA_VERSION).unwrap().unwrap().value()
+}
+
+/// The sensor's readings in `[from, to)` are `written`, read in either order.
+async fn assert_reads_both_ways(
+    store: &EmbeddedStore,
+    sensor: &str,
+    (from, to): (TimestampMs, TimestampMs),
+    written: &[Reading],
+) {
+    assert_eq!(collect(store, range(sensor, from, to)).await, written);
+    let mut desc = written.to_vec();
+    desc.reverse();
+    let got = collect(store, RangeQuery { order: Order::Desc, ..range(sensor, from, to) }).await;
+    assert_eq!(got, desc);
+}
+
 /// A chunk as schemas 1 to 5 encoded it.
 fn in_chunk_encoding_1(bytes: &[u8], hour: TimestampMs) -> Vec<u8> {
     let mut readings = Vec::new();
@@ -536,11 +556,7 @@ async fn a_schema5_files_chunks_read_beside_new_ones() {
     as_schema5_file(dir.path());
 
     let store = open(dir.path(), BIG);
-    {
-        let txn = store.db.begin_read().unwrap();
-        let version = txn.open_table(META).unwrap().get(META_SCHEMA_VERSION).unwrap();
-        assert_eq!(version.unwrap().value(), super::FILE_SCHEMA_VERSION, "upgraded at open");
-    }
+    assert_eq!(schema_version(&store), super::FILE_SCHEMA_VERSION, "upgraded at open");
     assert_eq!(collect(&store, range("five", 0, HOUR_MS)).await, all[..600]);
     write_ok(&store, &batches(&s, &all[600..])).await;
     write_ok(&store, &batches(&s, &[reading(HOUR_MS + 1, 2.25)])).await;
@@ -550,11 +566,7 @@ async fn a_schema5_files_chunks_read_beside_new_ones() {
     };
     assert_eq!(encodings(0), [1, 1, 2], "old chunks stay, the new one in encoding 2");
     assert_eq!(encodings(HOUR_MS), [2], "the small old chunk joined, encoded again");
-    assert_eq!(collect(&store, range("five", 0, HOUR_MS)).await, all);
-    let mut desc = all.clone();
-    desc.reverse();
-    let got = collect(&store, RangeQuery { order: Order::Desc, ..range("five", 0, HOUR_MS) }).await;
-    assert_eq!(got, desc);
+    assert_reads_both_ways(&store, "five", (0, HOUR_MS), &all).await;
     assert_eq!(
         collect(&store, range("five", HOUR_MS, 2 * HOUR_MS)).await,
         [reading(HOUR_MS, -1.5), reading(HOUR_MS + 1, 2.25)]
@@ -628,11 +640,7 @@ async fn a_schema4_files_buckets_read_take_new_chunks_and_expire() {
     let hour_1 = bucket_chunks(&store, "old", HOUR_MS, 0);
     assert_eq!(hour_1.len(), 1, "the small old chunk took the new reading");
     assert_eq!(hour_1[0].0.write, LEGACY_WRITE);
-    assert_eq!(collect(&store, range("old", 0, HOUR_MS)).await, written);
-    let mut desc = written.clone();
-    desc.reverse();
-    let got = collect(&store, RangeQuery { order: Order::Desc, ..range("old", 0, HOUR_MS) }).await;
-    assert_eq!(got, desc);
+    assert_reads_both_ways(&store, "old", (0, HOUR_MS), &written).await;
     assert_eq!(
         collect(&store, range("old", HOUR_MS, 2 * HOUR_MS)).await,
         [reading(HOUR_MS, -1.0), reading(HOUR_MS + 1, -2.0)]
@@ -672,11 +680,7 @@ async fn a_schema2_file_reads_and_its_written_buckets_gain_first_and_last() {
     as_legacy_file(dir.path(), 2, BucketHeader::encode_version_1);
 
     let store = open(dir.path(), limits);
-    let version = {
-        let txn = store.db.begin_read().unwrap();
-        txn.open_table(META).unwrap().get(META_SCHEMA_VERSION).unwrap().unwrap().value()
-    };
-    assert_eq!(version, super::FILE_SCHEMA_VERSION, "upgraded at open");
+    assert_eq!(schema_version(&store), super::FILE_SCHEMA_VERSION, "upgraded at open");
     assert!(headers(&store, "old").iter().all(|(_, _, h)| h.lacks_first_last()));
     let rollup = |from: TimestampMs, to: TimestampMs, step_ms: i64| {
         let q = RollupQuery { sensor: "old".into(), from, to, step_ms, fields: None };

@@ -508,7 +508,7 @@ mod tests {
     /// to the readings, bit for bit.
     fn roundtrip(hour: i64, readings: &[Reading]) -> Vec<Reading> {
         let refs: Vec<&Reading> = readings.iter().collect();
-        let v1 = super::super::chunk_v1::encode::encode_v1(hour, &refs);
+        let v1 = super::super::encode_v1(hour, &refs);
         let mut outs = Vec::new();
         for bytes in [encode_chunk(hour, &refs), v1] {
             let mut out = Vec::new();
@@ -803,7 +803,7 @@ mod measure {
                 type Encoder = fn(i64, &[&Reading]) -> Vec<u8>;
                 let encoders: [(&str, Encoder); 2] = [
                     ("v2", |h, p| encode_chunk(h, p)),
-                    ("v1", |h, p| super::super::chunk_v1::encode::encode_v1(h, p)),
+                    ("v1", |h, p| super::super::encode_v1(h, p)),
                 ];
                 for (version, encode) in encoders {
                     let t = Instant::now();
