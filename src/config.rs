@@ -130,11 +130,14 @@ pub struct Config {
     pub accept_moved_wal_dir: bool,
 
     /// Group commit window of the write-ahead log: at most one fsync per interval, shared by
-    /// every write that arrived meanwhile. `0s` syncs as soon as the previous sync finished.
-    /// 2 ms rather than 10: a connection waits for the next sync before it sends again, so a
-    /// longer window left the CPU idle under a few busy connections (loadtest/README.md);
-    /// it still bounds the log to 500 fsyncs a second.
-    #[arg(long, env = "BUCKETD_WAL_SYNC_INTERVAL", default_value = "2ms", value_parser = parse_duration)]
+    /// every write that arrived meanwhile. `0s`, the default, syncs as soon as the previous
+    /// sync finished: one fsync at a time, and every write that arrived during it shares the
+    /// next, so the fsync's own duration paces the log. A window only lengthens each
+    /// acknowledgement's wait, and a connection waits for its acknowledgement before it sends
+    /// again: with a few busy connections the CPU idled meanwhile (10 ms, then 2 ms, left two
+    /// cores idle 5-7% of a flat-out run; loadtest/README.md). A window still bounds the rate
+    /// where every fsync is costly: `2ms` allows at most 500 a second.
+    #[arg(long, env = "BUCKETD_WAL_SYNC_INTERVAL", default_value = "0s", value_parser = parse_duration)]
     pub wal_sync_interval: Duration,
 
     /// Bound on the write-ahead log's size on disk. Readings leave it once stored; while the

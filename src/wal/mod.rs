@@ -7,8 +7,9 @@
 //! record its first sequence number and copies it into the pending group, and the readings go
 //! into the buffers, or, when those are full, stay in the log only until [`refill`] brings
 //! them in. The request then awaits [`Wal::synced`]: one writer thread writes the
-//! pending group and fsyncs it (`fdatasync`), at most once per `sync_interval`, so every
-//! request that arrived meanwhile shares that fsync (group commit). A reading may reach the
+//! pending group and fsyncs it (`fdatasync`), one group at a time (and at most once per
+//! `sync_interval` where that is set), so every request that arrived during the previous fsync
+//! shares the next (group commit). A reading may reach the
 //! store before its record is synced; that is harmless (see "Exactly once" in
 //! ARCHITECTURE.md).
 //!
