@@ -6,12 +6,11 @@
 //! buffers' order mutex ([`crate::buffer::Buffers::push_or_spill`]), [`Wal::append`] gives the
 //! record its first sequence number and copies it into the pending group, and the readings go
 //! into the buffers, or, when those are full, stay in the log only until [`refill`] brings
-//! them in. The request then awaits [`Wal::synced`]: one writer thread writes the
-//! pending group and fsyncs it (`fdatasync`), one group at a time (and at most once per
-//! `sync_interval` where that is set), so every request that arrived during the previous fsync
-//! shares the next (group commit). A reading may reach the
-//! store before its record is synced; that is harmless (see "Exactly once" in
-//! ARCHITECTURE.md).
+//! them in. The request then awaits [`Wal::synced`]: one writer thread writes the pending
+//! group and fsyncs it (`fdatasync`), one group at a time (and at most once per
+//! `sync_interval` where that is set), so every request that arrived during the previous
+//! fsync shares the next (group commit). A reading may reach the store before its record is
+//! synced; that is harmless (see "Exactly once" in ARCHITECTURE.md).
 //!
 //! # Segments
 //! The log is a directory of segment files ([`segment`]), each named by its first sequence
