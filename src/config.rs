@@ -479,6 +479,7 @@ mod tests {
         assert_eq!(c.flush_interval, Duration::from_secs(10));
         assert_eq!(c.bucket_limits(), BucketLimits { max_readings: 1000, max_bytes: 128_000 });
         assert_eq!(c.max_buffered_readings, 4_000_000);
+        assert_eq!(c.wal_sync_interval, Duration::ZERO);
         assert_eq!(c.shutdown_timeout, Duration::from_secs(30));
         assert_eq!(c.max_body_bytes, 32 << 20);
         assert_eq!(c.request_timeout, Duration::from_secs(60));

@@ -82,10 +82,19 @@ async fn appended_records_are_on_disk_once_synced() {
     assert_eq!(wal.unsettled(), 3);
 }
 
+/// With no window (the default) and with one: either way the appends that arrive while a
+/// sync is under way share the next one.
 #[tokio::test]
 async fn appends_made_while_the_writer_is_busy_share_one_fsync() {
+    for window in [Duration::ZERO, Duration::from_millis(5)] {
+        appends_made_while_the_writer_is_busy_share_one_fsync_with(window).await;
+    }
+}
+
+async fn appends_made_while_the_writer_is_busy_share_one_fsync_with(window: Duration) {
     let dir = tempfile::tempdir().unwrap();
-    let (wal, _) = Wal::open(config(dir.path(), 1 << 30, 1 << 30)).unwrap();
+    let config = WalConfig { sync_interval: window, ..config(dir.path(), 1 << 30, 1 << 30) };
+    let (wal, _) = Wal::open(config).unwrap();
     let first = append(&wal, &[item(0, 0)], 1);
     wal.synced(first).await.unwrap();
     // The writer is held as if in a long fsync; 200 appends arrive meanwhile.
