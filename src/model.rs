@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
+mod packed;
 mod rows;
+pub use packed::Packed;
 pub use rows::{Row, Rows};
 
 /// Milliseconds since the Unix epoch, UTC. Readings are stored at millisecond precision:

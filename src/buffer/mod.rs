@@ -33,7 +33,7 @@
 //! one batch per (sensor, hour) at a time and puts a failed batch back at the head, so what
 //! the store holds of a (sensor, hour) is always every reading up to some sequence number: the
 //! high-water mark the stores record and the flusher and WAL replay trust (ARCHITECTURE.md,
-//! "Exactly once"). Grouping and encoding happen before the mutex; under it only a vector
+//! "Exactly once"). Packing and encoding happen before the mutex; under it only a vector
 //! append to the stage and a `memcpy` into the log run.
 //!
 //! # Staging
@@ -62,7 +62,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::metrics::{READINGS_BUFFERED, READINGS_BUFFERED_PEAK};
-use crate::model::{Batch, HOUR_MS, Item, Reading, Rows, Seq, Series, TimestampMs};
+use crate::model::{Batch, HOUR_MS, Item, Packed, Reading, Rows, Seq, Series, TimestampMs};
 use crate::store::SensorInfo;
 use span::Span;
 #[cfg(test)]
@@ -321,6 +321,9 @@ impl Buffers {
         log: impl FnOnce(Seq) -> Result<T, E>,
     ) -> Result<(T, Placement), E> {
         let n = items.len();
+        // Packed outside the mutex, which every push waits for; wasted only if this push
+        // spills (then the log alone keeps it).
+        let readings = Packed::new(items);
         // One hold of the mutex from the decision to the insert: a push deciding to buffer must
         // not overtake one that spills.
         let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
@@ -343,7 +346,7 @@ impl Buffers {
         };
         order.next = first + n as Seq;
         if buffered {
-            self.stage(items, Seqs::From(first), false);
+            self.stage(readings, Seqs::From(first), false);
             drop(order);
             self.merge_if_large();
             return Ok((logged, Placement::Buffered));
@@ -416,6 +419,7 @@ impl Buffers {
             } else {
                 (items.drain(..n).collect(), seqs.drain(..n).collect::<Vec<Seq>>())
             };
+            let piece = Packed::new(piece);
             let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(&max) = piece_seqs.iter().max() {
                 order.next = order.next.max(max + 1);
@@ -489,12 +493,13 @@ impl Buffers {
     /// Numbers reserved `items` and stages them, under the order mutex.
     fn number_and_insert(&self, items: Vec<Item>) {
         let n = items.len();
+        let readings = Packed::new(items);
         let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
         // Spills happen only through `push_or_spill`, whose callers never mix in this path.
         debug_assert!(order.spilled_from.is_none(), "an unlogged push while readings are spilled");
         let first = order.next.max(wall_clock_nanos());
         order.next = first + n as Seq;
-        self.stage(items, Seqs::From(first), false);
+        self.stage(readings, Seqs::From(first), false);
         drop(order);
         self.merge_if_large();
     }

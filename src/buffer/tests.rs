@@ -219,7 +219,7 @@ fn merges_keep_each_sensor_and_hour_in_sequence_order_across_pushes() {
     // `STAGE_READINGS`), 1,000 sensors interleaved over two hours, and one sensor whose
     // readings arrive as separate `SeriesMeta` objects (as JSON's do).
     let b = Buffers::new(config(1_000_000, 1_000_000));
-    let per_push = 25_000;
+    let per_push = 40_000;
     assert!(2 * per_push > super::STAGE_READINGS);
     let mut seq = 0i64;
     for _ in 0..3 {

@@ -81,7 +81,7 @@ const FLOAT: u8 = 1;
 const INT: u8 = 2;
 const UINT: u8 = 3;
 const BOOL: u8 = 4;
-const STR: u8 = 5;
+pub(super) const STR: u8 = 5;
 
 const KIND_BITS: usize = 3;
 const KIND_MASK: u64 = 0b111;
@@ -156,6 +156,28 @@ fn pack_shared(kinds: &[u8]) -> Option<u32> {
     (kinds.len() <= SHARED_KINDS).then(|| {
         kinds.iter().enumerate().fold(0, |acc, (c, &k)| acc | u32::from(k) << (c * KIND_BITS))
     })
+}
+
+/// A value's kind as rows hold it.
+pub(super) fn kind_of(value: &FieldValue) -> u8 {
+    match value {
+        FieldValue::Float(_) => FLOAT,
+        FieldValue::Int(_) => INT,
+        FieldValue::UInt(_) => UINT,
+        FieldValue::Bool(_) => BOOL,
+        FieldValue::Str(_) => STR,
+    }
+}
+
+/// A value's bits as rows hold them; 0 for a string, which rows hold by index.
+pub(super) fn bits_of(value: &FieldValue) -> u64 {
+    match *value {
+        FieldValue::Float(v) => v.to_bits(),
+        FieldValue::Int(v) => v as u64,
+        FieldValue::UInt(v) => v,
+        FieldValue::Bool(v) => u64::from(v),
+        FieldValue::Str(_) => 0,
+    }
 }
 
 impl Rows {
@@ -316,21 +338,48 @@ impl Rows {
     /// Appends one reading. A field named twice in one reading keeps its last value (ingest
     /// refuses such readings).
     pub fn push(&mut self, reading: Reading, seq: Seq) {
+        let mut names: smallvec::SmallVec<[FieldName; 4]> = smallvec::SmallVec::new();
+        let mut kinds = Kinds::new();
+        let mut bits: smallvec::SmallVec<[u64; 4]> = smallvec::SmallVec::new();
+        let mut strs: smallvec::SmallVec<[String; 1]> = smallvec::SmallVec::new();
+        for (name, value) in reading.fields {
+            names.push(name);
+            kinds.push(kind_of(&value));
+            bits.push(match value {
+                FieldValue::Str(s) => {
+                    strs.push(s);
+                    (strs.len() - 1) as u64
+                }
+                value => bits_of(&value),
+            });
+        }
+        self.push_slots(reading.ts, seq, &names, &kinds, &bits, |i| {
+            std::mem::take(&mut strs[i as usize])
+        });
+    }
+
+    /// Appends one reading given as slots: field `j` is named `names[j]`, of kind `kinds[j]`
+    /// ([`kind_of`]), with value bits `bits[j]` ([`bits_of`]), except that a string's bits are
+    /// the index `take_str` is called with for the string itself.
+    pub(super) fn push_slots(
+        &mut self,
+        ts: TimestampMs,
+        seq: Seq,
+        names: &[FieldName],
+        field_kinds: &[u8],
+        bits: &[u64],
+        mut take_str: impl FnMut(u64) -> String,
+    ) {
+        debug_assert!(names.len() == field_kinds.len() && names.len() == bits.len());
         let cols: smallvec::SmallVec<[usize; 8]> =
-            reading.fields.iter().enumerate().map(|(j, (name, _))| self.column(j, name)).collect();
+            names.iter().enumerate().map(|(j, name)| self.column(j, name)).collect();
         let mut kinds: Kinds = smallvec::smallvec![ABSENT; self.names.len()];
-        for (&c, (_, value)) in cols.iter().zip(&reading.fields) {
-            kinds[c] = match value {
-                FieldValue::Float(_) => FLOAT,
-                FieldValue::Int(_) => INT,
-                FieldValue::UInt(_) => UINT,
-                FieldValue::Bool(_) => BOOL,
-                FieldValue::Str(_) => STR,
-            };
+        for (&c, &kind) in cols.iter().zip(field_kinds) {
+            kinds[c] = kind;
         }
         let packed = pack_shared(&kinds);
         if self.is_empty() {
-            self.base = crate::model::hour_start(reading.ts);
+            self.base = crate::model::hour_start(ts);
             self.seq_base = seq;
             self.shared = packed.unwrap_or(OWN_KINDS);
         } else {
@@ -346,26 +395,22 @@ impl Rows {
             }
         }
         let layout = self.layout();
-        let offset = reading.ts - self.base;
+        let offset = ts - self.base;
         assert!((0..crate::model::HOUR_MS).contains(&offset), "a buffer holds one hour");
         // Read only when a string comes: the count lives behind `more`, which a buffer with
         // full blocks has, and reading it for every push was a cache miss per sensor per
         // merge (two fifths of this function's time, flat out).
-        let first_str = if kinds.contains(&STR) { self.strs().len() } else { 0 };
+        let first_str = if field_kinds.contains(&STR) { self.strs().len() } else { 0 };
         let mut strs: smallvec::SmallVec<[String; 1]> = smallvec::SmallVec::new();
         let seq_base = self.seq_base;
         let row = self.append_row();
         layout.put_head(row, offset as u64, seq, seq_base, &kinds);
-        for (c, (_, value)) in cols.into_iter().zip(reading.fields) {
-            row[layout.values() + c] = match value {
-                FieldValue::Float(v) => v.to_bits(),
-                FieldValue::Int(v) => v as u64,
-                FieldValue::UInt(v) => v,
-                FieldValue::Bool(v) => u64::from(v),
-                FieldValue::Str(s) => {
-                    strs.push(s);
-                    (first_str + strs.len() - 1) as u64
-                }
+        for ((&c, &kind), &bits) in cols.iter().zip(field_kinds).zip(bits) {
+            row[layout.values() + c] = if kind == STR {
+                strs.push(take_str(bits));
+                (first_str + strs.len() - 1) as u64
+            } else {
+                bits
             };
         }
         if !strs.is_empty() {
