@@ -432,6 +432,42 @@ pub type Item = (Series, Reading);
 /// ARCHITECTURE.md, "Exactly once".
 pub type Seq = u64;
 
+/// Ascending sequence numbers read by index: a slice of them, or a batch's first readings
+/// ([`SettledRun`]), whose numbers are read in place rather than collected (a flush cycle
+/// settles a quarter of a million readings).
+pub trait SeqRun {
+    fn len(&self) -> usize;
+    fn seq_at(&self, i: usize) -> Seq;
+}
+
+impl SeqRun for &[Seq] {
+    fn len(&self) -> usize {
+        <[Seq]>::len(self)
+    }
+
+    fn seq_at(&self, i: usize) -> Seq {
+        self[i]
+    }
+}
+
+/// The first `len` readings of a numbered batch.
+#[derive(Clone, Copy)]
+pub struct SettledRun<'a> {
+    pub batch: &'a Batch,
+    pub len: usize,
+}
+
+impl SeqRun for SettledRun<'_> {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn seq_at(&self, i: usize) -> Seq {
+        debug_assert!(self.batch.numbered && i < self.len);
+        self.batch.rows.seq(i)
+    }
+}
+
 /// Who wrote a reading: one per bucketd process lineage, created on its first start and kept
 /// beside its write-ahead log (`wal::identity`), so a restart on the same directory is the same
 /// writer. Sequence numbers of different writers are not comparable, so the stores keep one

@@ -196,8 +196,8 @@ impl Buffers {
                     .or_insert_with(|| SensorBuffers { hours: Default::default() }),
             };
             let hours = &mut entry.hours;
-            // A buffer's length reads its list of full blocks, a cache miss of its own: read
-            // once per sensor and merge, before and after, not after every reading.
+            // Lengths before and after the sensor's readings, not after every reading: the
+            // wake is one check per sensor and merge.
             let before: smallvec::SmallVec<[(TimestampMs, usize); 2]> =
                 hours.iter().map(|hb| (hb.hour, hb.readings.len())).collect();
             for &(p, i) in run {

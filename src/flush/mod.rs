@@ -46,14 +46,14 @@ use crate::buffer::{Buffers, Outcome, TakeMode, Taken};
 use crate::metrics::{
     BUCKETS_CREATED, FLUSH_DURATION, FLUSH_READINGS, FLUSHES, READINGS_DROPPED, STORE_ERRORS,
 };
-use crate::model::{Seq, WriterId};
+use crate::model::{SettledRun, WriterId};
 use crate::store::{Marks, Store, StoreError, high_water_until_answered};
 
 /// Told which readings have left the buffers for good: stored, or dropped as rejected. The
 /// write-ahead log deletes a segment once every reading in it has been settled. Called once per
-/// flush cycle, with each batch's run of sequence numbers (ascending).
+/// flush cycle, with each numbered batch's settled first readings.
 pub trait Settle: Send + Sync {
-    fn settle(&self, runs: &[&[Seq]]);
+    fn settle(&self, runs: &[SettledRun<'_>]);
 }
 
 /// Readings per `Store::write` call at most: bounds the memory a write holds twice (the batch
@@ -348,19 +348,20 @@ impl Worker {
             self.buffers.set_store_failing(false);
         }
         if let Some(settle) = &self.settle {
-            let settled: Vec<Vec<Seq>> = batches
+            let settled: Vec<SettledRun<'_>> = batches
                 .iter()
                 .zip(&outcomes)
+                .filter(|(batch, _)| batch.is_numbered())
                 .map(|(batch, outcome)| {
-                    let mut seqs = batch.seqs();
-                    if let Outcome::Retry { landed } = *outcome {
-                        seqs.truncate(landed);
-                    }
-                    seqs
+                    let len = match *outcome {
+                        Outcome::Retry { landed } => landed.min(batch.len()),
+                        _ => batch.len(),
+                    };
+                    SettledRun { batch, len }
                 })
-                .filter(|run| !run.is_empty())
+                .filter(|run| run.len > 0)
                 .collect();
-            settle.settle(&settled.iter().map(Vec::as_slice).collect::<Vec<_>>());
+            settle.settle(&settled);
         }
         let released = self.buffers.complete(taken, &outcomes);
         self.written.fetch_add(released.written, Ordering::AcqRel);

@@ -62,7 +62,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::metrics::{WAL_BYTES, WAL_SEGMENTS, WAL_SYNC_DURATION, WAL_SYNCS, WAL_UNSETTLED};
-use crate::model::Seq;
+use crate::model::{Seq, SeqRun, SettledRun};
 use segment::HEADER_BYTES;
 
 /// How often the idle writer thread looks for segments to delete.
@@ -356,24 +356,40 @@ impl Wal {
         self.settle_all(&[seqs]);
     }
 
-    /// `settle` for many runs (each ascending) under one lock: a flush cycle's batches.
-    pub fn settle_all(&self, runs: &[&[Seq]]) {
+    /// `settle` for many runs (each ascending) under one lock: a flush cycle's batches. A run
+    /// is counted a segment at a time: by its first number's segment, and a binary search for
+    /// where the run leaves it only when its last number is past that segment's end.
+    pub fn settle_all<R: SeqRun>(&self, runs: &[R]) {
         let mut st = lock(&self.shared.state);
         let mut deletable = false;
-        for &run in runs {
-            let mut rest = run;
-            while let Some(&seq) = rest.first() {
+        for run in runs {
+            let n = run.len();
+            // The first index in `from..n` whose number fails `below` (numbers ascend).
+            let end_of = |from: usize, below: &dyn Fn(Seq) -> bool| {
+                if n == 0 || below(run.seq_at(n - 1)) {
+                    return n;
+                }
+                let (mut lo, mut hi) = (from, n - 1);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if below(run.seq_at(mid)) { lo = mid + 1 } else { hi = mid }
+                }
+                lo
+            };
+            let mut at = 0;
+            while at < n {
+                let seq = run.seq_at(at);
                 let found = st.segments.range_mut(..=seq).next_back().filter(|(_, s)| seq < s.end);
                 let Some((_, segment)) = found else {
                     // Not logged: written while the log only replayed (--ack=buffered).
-                    let skip = rest.partition_point(|&s| s <= seq);
-                    rest = &rest[skip..];
+                    at = end_of(at, &|s| s <= seq);
                     continue;
                 };
-                let n = rest.partition_point(|&s| s < segment.end);
-                segment.unsettled = segment.unsettled.saturating_sub(n as u64);
+                let end = segment.end;
+                let next = end_of(at, &|s| s < end);
+                segment.unsettled = segment.unsettled.saturating_sub((next - at) as u64);
                 deletable |= segment.sealed && segment.unsettled == 0;
-                rest = &rest[n..];
+                at = next;
             }
         }
         self.shared.publish_gauges(&st);
@@ -476,7 +492,7 @@ impl Wal {
 }
 
 impl crate::flush::Settle for Wal {
-    fn settle(&self, runs: &[&[Seq]]) {
+    fn settle(&self, runs: &[SettledRun<'_>]) {
         self.settle_all(runs);
     }
 }

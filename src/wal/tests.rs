@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::buffer::{BufferConfig, BufferFull, Buffers};
-use crate::model::{Batch, FieldValue, Item, Reading, SeriesMeta, WriterId};
+use crate::model::{Batch, FieldValue, Item, Reading, SeriesMeta, SettledRun, WriterId};
 use crate::store::memory::MemoryStore;
 use crate::store::{BucketLimits, Store};
 use crate::wal::identity::Identity;
@@ -149,6 +149,49 @@ async fn settled_segments_are_deleted_and_free_their_bytes() {
     assert_eq!(wal.unsettled(), 0);
     wal.close();
     assert!(segment_files(dir.path()).is_empty());
+}
+
+/// A flush cycle settles each batch's first readings, their numbers read in place: a batch
+/// whose readings span segments settles each segment its own share, a run cut short (a retry)
+/// only its first readings, and numbers the log never had nothing.
+#[tokio::test]
+async fn batches_spanning_segments_settle_each_segment_its_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = Wal::open(config(dir.path(), 1 << 30, 1024)).unwrap();
+    let mut seq = 1;
+    let mut last = None;
+    for _ in 0..20 {
+        let items: Vec<_> = (0..10).map(|i| item(i, seq as i64)).collect();
+        last = Some(append(&wal, &items, seq));
+        seq += 10;
+    }
+    wal.synced(last.unwrap()).await.unwrap();
+    let starts = segment_files(dir.path());
+    assert!(starts.len() >= 4, "{starts:?}");
+    let batch = |seqs: Vec<Seq>| {
+        let readings = seqs.iter().map(|&s| item(0, s as i64).1).collect();
+        Batch::numbered(item(0, 0).0, 0, readings, seqs)
+    };
+    // Every odd number, and one past everything logged.
+    let odd = batch((1..seq).step_by(2).chain([seq + 1000]).collect());
+    wal.settle_all(&[SettledRun { batch: &odd, len: odd.len() }]);
+    assert_eq!(wal.unsettled(), 100);
+    // The even numbers up to 100, the rest of their batch not landed.
+    let even = batch((2..seq).step_by(2).collect());
+    wal.settle_all(&[SettledRun { batch: &even, len: 50 }]);
+    assert_eq!(wal.unsettled(), 50);
+    // Exactly the segments whose numbers all lie in 1..=100 are now settled, and go.
+    let ends: Vec<Seq> = starts.iter().skip(1).copied().chain([seq]).collect();
+    let gone: Vec<Seq> =
+        starts.iter().zip(&ends).filter(|&(_, &end)| end <= 101).map(|(&s, _)| s).collect();
+    assert!(!gone.is_empty() && gone.len() < starts.len(), "{starts:?}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while segment_files(dir.path()).len() > starts.len() - gone.len() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let kept: Vec<Seq> = starts.iter().copied().filter(|s| !gone.contains(s)).collect();
+    assert_eq!(segment_files(dir.path()), kept);
+    wal.close();
 }
 
 #[tokio::test]
