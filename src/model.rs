@@ -438,6 +438,10 @@ pub type Seq = u64;
 pub trait SeqRun {
     fn len(&self) -> usize;
     fn seq_at(&self, i: usize) -> Seq;
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl SeqRun for &[Seq] {
