@@ -101,13 +101,15 @@ pub struct Config {
 
     /// Memory bound: readings held in buffers (including those being flushed). Past it, HTTP
     /// writes get 503 with Retry-After and TCP connections stop being read. A buffered reading
-    /// takes 8 bytes plus 8 per field (8 more while its sensor's fields vary). The default lets
-    /// 200,000 sensors at 1 reading/s wait the whole flush interval (2,000,000 readings) below
-    /// the half at which writing early starts.
+    /// takes 8 bytes plus 8 per field (8 more while its sensor's fields vary). From half of it
+    /// on, the larger buffers are written early. The default keeps a flat-out server at about
+    /// 1,500,000 readings held (peak RSS 128-148 MiB on the compare.sh load, where 4,000,000
+    /// peaked at 151-167 for the same rate) and takes 200,000 sensors at 1 reading/s, written
+    /// a little early (loadtest/README.md).
     #[arg(
         long,
         env = "BUCKETD_MAX_BUFFERED_READINGS",
-        default_value_t = 4_000_000,
+        default_value_t = 3_000_000,
         value_parser = parse_positive_usize
     )]
     pub max_buffered_readings: usize,
@@ -478,7 +480,7 @@ mod tests {
         assert_eq!(c.retention, None);
         assert_eq!(c.flush_interval, Duration::from_secs(10));
         assert_eq!(c.bucket_limits(), BucketLimits { max_readings: 1000, max_bytes: 128_000 });
-        assert_eq!(c.max_buffered_readings, 4_000_000);
+        assert_eq!(c.max_buffered_readings, 3_000_000);
         assert_eq!(c.wal_sync_interval, Duration::ZERO);
         assert_eq!(c.shutdown_timeout, Duration::from_secs(30));
         assert_eq!(c.max_body_bytes, 32 << 20);

@@ -180,7 +180,7 @@ fn help_lists_every_flag_with_its_default_and_env() {
         ("--flush-interval", Some("10s")),
         ("--bucket-max-readings", Some("1000")),
         ("--bucket-max-bytes", Some("128000")),
-        ("--max-buffered-readings", Some("4000000")),
+        ("--max-buffered-readings", Some("3000000")),
         ("--shutdown-timeout", Some("30s")),
         ("--max-body-bytes", Some("32MiB")),
         ("--request-timeout", Some("60s")),
