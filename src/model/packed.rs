@@ -164,6 +164,40 @@ mod tests {
         assert_eq!(rows.seqs().collect::<Vec<_>>(), vec![10, 11, 12, 13, 14]);
     }
 
+    /// A reading's fields as a set: rows give them back in column order.
+    fn sorted(r: &Reading) -> (TimestampMs, Vec<(String, FieldValue)>) {
+        let mut fields: Vec<_> = r.fields.iter().map(|(n, v)| (n.to_string(), v.clone())).collect();
+        fields.sort_by(|a, b| a.0.cmp(&b.0));
+        (r.ts, fields)
+    }
+
+    proptest::proptest! {
+        /// Whatever the readings (fields coming and going, changing type and order, strings,
+        /// equal timestamps), three sensors' buffers filled from a packed push hold exactly
+        /// the readings pushed, each with its number.
+        #[test]
+        fn packed_readings_land_as_pushed(readings in crate::model::rows::tests::readings()) {
+            let sensors = [series("a"), series("b"), series("c")];
+            let items: Vec<Item> = readings
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (sensors[i % 3].clone(), r.clone()))
+                .collect();
+            let mut packed = Packed::new(items);
+            let mut rows: [Rows; 3] = Default::default();
+            for i in 0..packed.len() {
+                packed.append_to(i, &mut rows[i % 3], 100 + i as Seq);
+            }
+            for (s, rows) in rows.iter().enumerate() {
+                let want: Vec<_> = readings.iter().skip(s).step_by(3).map(sorted).collect();
+                let got: Vec<_> = rows.readings().map(|r| sorted(&r)).collect();
+                proptest::prop_assert_eq!(got, want);
+                let seqs: Vec<Seq> = (s..readings.len()).step_by(3).map(|i| 100 + i as Seq).collect();
+                proptest::prop_assert_eq!(rows.seqs().collect::<Vec<_>>(), seqs);
+            }
+        }
+    }
+
     #[test]
     fn a_shape_older_than_the_recent_ones_is_made_again() {
         let s = series("a");

@@ -558,7 +558,7 @@ impl std::fmt::Debug for Rows {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use proptest::prelude::*;
 
@@ -575,7 +575,7 @@ mod tests {
     /// Readings whose fields come and go, change type and order, from a few names or (so
     /// that there are more than `shared` holds, and more than a word of kinds) from many; up
     /// to three blocks of them.
-    fn readings() -> impl Strategy<Value = Vec<Reading>> {
+    pub(in crate::model) fn readings() -> impl Strategy<Value = Vec<Reading>> {
         let names = prop_oneof![Just(4usize), Just(40usize)];
         let fields = names
             .prop_flat_map(|n| proptest::collection::btree_map(0..n, value(), 1..n.min(36)))
