@@ -103,9 +103,8 @@ pub struct Config {
     /// writes get 503 with Retry-After and TCP connections stop being read. A buffered reading
     /// takes 8 bytes plus 8 per field (8 more while its sensor's fields vary). From half of it
     /// on, the larger buffers are written early. The default keeps a flat-out server at about
-    /// 1,500,000 readings held (peak RSS 128-148 MiB on the compare.sh load, where 4,000,000
-    /// peaked at 151-167 for the same rate) and takes 200,000 sensors at 1 reading/s, written
-    /// a little early (loadtest/README.md).
+    /// 1,500,000 readings held, in 5-18 MiB less peak RSS than 4,000,000 at the same rate,
+    /// and takes 200,000 sensors at 1 reading/s, written a little early (loadtest/README.md).
     #[arg(
         long,
         env = "BUCKETD_MAX_BUFFERED_READINGS",
