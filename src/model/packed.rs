@@ -6,7 +6,7 @@
 //! thousands of readings between merges, and what it holds is memory the buffers cannot use.
 //! The merge appends each reading to its buffer's [`Rows`] from the slots as they are.
 
-use super::rows::{bits_of, kind_of};
+use super::rows::{kind_of, slot_of};
 use super::{FieldName, FieldValue, Item, Rows, Seq, Series, TimestampMs};
 
 /// The names and kinds of a reading's fields, in the order sent.
@@ -48,13 +48,7 @@ impl Packed {
             let shape = packed.shape_of(&reading.fields);
             let at = u32::try_from(packed.words.len()).expect("a push holds under 4 Gi fields");
             for (_, value) in reading.fields {
-                packed.words.push(match value {
-                    FieldValue::Str(s) => {
-                        packed.strs.push(s);
-                        (packed.strs.len() - 1) as u64
-                    }
-                    value => bits_of(&value),
-                });
+                packed.words.push(slot_of(value, &mut packed.strs));
             }
             packed.series.push(series);
             packed.ts.push(reading.ts);
@@ -121,6 +115,7 @@ impl Packed {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::rows::tests::sorted;
     use crate::model::{Reading, SeriesMeta};
 
     fn series(key: &str) -> Series {
@@ -162,13 +157,6 @@ mod tests {
         }
         assert_eq!(rows, direct);
         assert_eq!(rows.seqs().collect::<Vec<_>>(), vec![10, 11, 12, 13, 14]);
-    }
-
-    /// A reading's fields as a set: rows give them back in column order.
-    fn sorted(r: &Reading) -> (TimestampMs, Vec<(String, FieldValue)>) {
-        let mut fields: Vec<_> = r.fields.iter().map(|(n, v)| (n.to_string(), v.clone())).collect();
-        fields.sort_by(|a, b| a.0.cmp(&b.0));
-        (r.ts, fields)
     }
 
     proptest::proptest! {

@@ -173,14 +173,18 @@ pub(super) fn kind_of(value: &FieldValue) -> u8 {
     }
 }
 
-/// A value's bits as rows hold them; 0 for a string, which rows hold by index.
-pub(super) fn bits_of(value: &FieldValue) -> u64 {
-    match *value {
+/// A value's slot as [`Rows::push_slots`] takes it: its bits, or for a string its index in
+/// `strs`, where it is moved.
+pub(super) fn slot_of(value: FieldValue, strs: &mut Vec<String>) -> u64 {
+    match value {
         FieldValue::Float(v) => v.to_bits(),
         FieldValue::Int(v) => v as u64,
         FieldValue::UInt(v) => v,
         FieldValue::Bool(v) => u64::from(v),
-        FieldValue::Str(_) => 0,
+        FieldValue::Str(s) => {
+            strs.push(s);
+            (strs.len() - 1) as u64
+        }
     }
 }
 
@@ -347,17 +351,11 @@ impl Rows {
         let mut names: smallvec::SmallVec<[FieldName; 4]> = smallvec::SmallVec::new();
         let mut kinds = Kinds::new();
         let mut bits: smallvec::SmallVec<[u64; 4]> = smallvec::SmallVec::new();
-        let mut strs: smallvec::SmallVec<[String; 1]> = smallvec::SmallVec::new();
+        let mut strs = Vec::new();
         for (name, value) in reading.fields {
             names.push(name);
             kinds.push(kind_of(&value));
-            bits.push(match value {
-                FieldValue::Str(s) => {
-                    strs.push(s);
-                    (strs.len() - 1) as u64
-                }
-                value => bits_of(&value),
-            });
+            bits.push(slot_of(value, &mut strs));
         }
         self.push_slots(reading.ts, seq, &names, &kinds, &bits, |i| {
             std::mem::take(&mut strs[i as usize])
@@ -365,8 +363,8 @@ impl Rows {
     }
 
     /// Appends one reading given as slots: field `j` is named `names[j]`, of kind `kinds[j]`
-    /// ([`kind_of`]), with value bits `bits[j]` ([`bits_of`]), except that a string's bits are
-    /// the index `take_str` is called with for the string itself.
+    /// ([`kind_of`]), with slot `bits[j]` ([`slot_of`]): its value bits, or for a string the
+    /// index `take_str` is called with for the string itself.
     pub(super) fn push_slots(
         &mut self,
         ts: TimestampMs,
@@ -595,7 +593,7 @@ pub(super) mod tests {
     }
 
     /// A reading's fields as a set: the order within a reading is not kept.
-    fn sorted(r: &Reading) -> (TimestampMs, Vec<(String, FieldValue)>) {
+    pub(in crate::model) fn sorted(r: &Reading) -> (TimestampMs, Vec<(String, FieldValue)>) {
         let mut fields: Vec<_> = r.fields.iter().map(|(n, v)| (n.to_string(), v.clone())).collect();
         fields.sort_by(|a, b| a.0.cmp(&b.0));
         (r.ts, fields)

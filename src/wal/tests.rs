@@ -117,11 +117,10 @@ async fn appends_made_while_the_writer_is_busy_share_one_fsync_with(window: Dura
     assert_eq!(chunk.records.len(), 201);
 }
 
-#[tokio::test]
-async fn settled_segments_are_deleted_and_free_their_bytes() {
-    let dir = tempfile::tempdir().unwrap();
-    // Segments of ~1 KiB: each record below is a few hundred bytes.
-    let (wal, _) = Wal::open(config(dir.path(), 1 << 30, 1024)).unwrap();
+/// A log in `dir` with segments of ~1 KiB and 20 synced records of 10 readings each (a few
+/// hundred bytes a record), numbered from 1; returns it and the next number.
+async fn twenty_synced_records(dir: &Path) -> (Arc<Wal>, Seq) {
+    let (wal, _) = Wal::open(config(dir, 1 << 30, 1024)).unwrap();
     let mut seq = 1;
     let mut last = None;
     for _ in 0..20 {
@@ -130,6 +129,13 @@ async fn settled_segments_are_deleted_and_free_their_bytes() {
         seq += 10;
     }
     wal.synced(last.unwrap()).await.unwrap();
+    (wal, seq)
+}
+
+#[tokio::test]
+async fn settled_segments_are_deleted_and_free_their_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, seq) = twenty_synced_records(dir.path()).await;
     let before = segment_files(dir.path());
     assert!(before.len() >= 3, "{before:?}");
     let all: Vec<Seq> = (1..seq).collect();
@@ -157,15 +163,7 @@ async fn settled_segments_are_deleted_and_free_their_bytes() {
 #[tokio::test]
 async fn batches_spanning_segments_settle_each_segment_its_share() {
     let dir = tempfile::tempdir().unwrap();
-    let (wal, _) = Wal::open(config(dir.path(), 1 << 30, 1024)).unwrap();
-    let mut seq = 1;
-    let mut last = None;
-    for _ in 0..20 {
-        let items: Vec<_> = (0..10).map(|i| item(i, seq as i64)).collect();
-        last = Some(append(&wal, &items, seq));
-        seq += 10;
-    }
-    wal.synced(last.unwrap()).await.unwrap();
+    let (wal, seq) = twenty_synced_records(dir.path()).await;
     let starts = segment_files(dir.path());
     assert!(starts.len() >= 4, "{starts:?}");
     let batch = |seqs: Vec<Seq>| {
