@@ -269,6 +269,7 @@ impl Server {
             identity,
         } = self;
         tracing::info!(store = store.name(), ack = ?config.ack, writer = %identity.writer, "starting");
+        let closing = store.clone();
         let settle = wal.clone().map(|w| w as Arc<dyn Settle>);
         let flusher = Flusher::spawn_settling(
             buffers.clone(),
@@ -403,6 +404,7 @@ impl Server {
                 tracing::error!(error = %e, "closing the write-ahead log failed");
             }
         }
+        closing.close().await;
         report.kept_in_wal = config.ack == AckMode::Wal;
         if report.unflushed > 0 && report.kept_in_wal {
             tracing::warn!(

@@ -350,6 +350,10 @@ pub trait Store: Send + Sync + 'static {
     /// Cheap liveness check of the backing store, used by `/ready`.
     async fn ping(&self) -> Result<(), StoreError>;
 
+    /// Ends the store's connections and background work, once nothing will use it again: the
+    /// last step of a shutdown.
+    async fn close(&self) {}
+
     /// Whether `write` does its work on the calling thread, blocking it until done (redb is
     /// synchronous). The flusher gives such a store a thread of its own rather than block a
     /// runtime worker: see `flush::Flusher::spawn_settling`.
