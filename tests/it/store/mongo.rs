@@ -275,6 +275,16 @@ async fn a_network_error_fails_every_batch_of_the_command_and_the_next_write_wor
     assert_eq!(read(&store, range("a", T0, T0 + 1)).await.len(), 1);
 }
 
+/// Closing (the last step of a shutdown) ends the client: it answers nothing after it.
+#[tokio::test]
+async fn close_shuts_the_client_down() {
+    let backend = MongoBackend::start();
+    let store = connect(&backend, BucketLimits::default()).await;
+    store.ping().await.expect("ping before the close");
+    tokio::time::timeout(Duration::from_secs(60), store.close()).await.expect("closed within 60 s");
+    assert!(store.ping().await.is_err(), "a closed store still answers a ping");
+}
+
 async fn refused_commands(backend: &MongoBackend) -> i64 {
     let client = mongodb::Client::with_uri_str(&backend.uri).await.expect("client");
     let reply =
