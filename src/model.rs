@@ -3,8 +3,10 @@
 
 use std::sync::Arc;
 
+mod columns;
 mod packed;
 mod rows;
+pub use columns::{Columns, ColumnsReader, Mismatch};
 pub use packed::Packed;
 pub use rows::{Row, Rows};
 
@@ -135,8 +137,8 @@ impl<R: ReadingView> ReadingView for &R {
 }
 
 /// A field's name. Shared because a series sends the same few names in every reading: a parser
-/// or decoder allocates each name once per body or chunk and every reading holds a reference
-/// (one pointer) instead of its own copy. Serialized as a plain string.
+/// allocates each name once per body (a chunk's decoder interns it) and every reading holds a
+/// reference (one pointer) instead of its own copy. Serialized as a plain string.
 ///
 /// An [`interned`](FieldName::interned) name is never freed, and its copies count no
 /// references: a reading's names are copied by the parser, dropped by the merge into the

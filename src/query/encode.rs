@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, SecondsFormat};
 
-use crate::model::{FieldValue, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, TimestampMs};
+use crate::model::{FieldValue, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, TimestampMs};
 
 // ---- timestamps -----------------------------------------------------------------------------
 
@@ -119,6 +119,27 @@ pub(super) fn write_json_value(buf: &mut Vec<u8>, v: &FieldValue) {
     }
 }
 
+/// `{"t": "...", "fields": {...}}`, the shape of one reading in JSON and NDJSON.
+pub(super) fn write_json_row(buf: &mut Vec<u8>, ts: &mut TsWriter, r: &Reading) {
+    buf.extend_from_slice(b"{\"t\":\"");
+    ts.write(buf, r.ts);
+    buf.extend_from_slice(b"\",\"fields\":{");
+    for (i, (name, value)) in r.fields.iter().enumerate() {
+        if i > 0 {
+            buf.push(b',');
+        }
+        write_json_key(buf, name);
+        write_json_value(buf, value);
+    }
+    buf.extend_from_slice(b"}}");
+}
+
+/// An object key and its colon: `"name":`.
+pub(super) fn write_json_key(buf: &mut Vec<u8>, name: &str) {
+    write_json_str(buf, name);
+    buf.push(b':');
+}
+
 /// A JSON string, as serde_json writes it. Field names are written once per reading and almost
 /// never need escaping, so they skip serde_json's byte-by-byte escaping loop and writer calls.
 pub(super) fn write_json_str(buf: &mut Vec<u8>, s: &str) {
@@ -174,61 +195,113 @@ const POW10: [f64; 7] = [1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6];
 /// so no other `k`-decimal number lies within `v`'s rounding interval: the candidate is unique,
 /// and any representation with fewer digits would have fewer decimals, contradicting the
 /// minimality of `k`. The candidate, if it exists, is `round(v * 10^k)`: the product is off
-/// by far less than 0.5 at this magnitude. `1e-5 <= |v| < 2^51` is the range serde_json writes
+/// by less than 0.5 at this magnitude. `1e-5 <= |v| < 2^51` is the range serde_json writes
 /// without an exponent (it uses one from 1e16 on). `-0.0` never matches (`0 / 1` is `+0.0`).
+///
+/// The search starts at six decimals, with one division instead of one per decimal tried:
+/// `s / 10^k` and `10s / 10^(k+1)` are the same rational number, so they round to the same
+/// float, and a candidate with `k < 6` decimals is, times `10^(6-k)`, the unique one with six.
+/// Six decimals' candidate with its trailing zeros taken off is then the shortest (which
+/// [`write_fixed_point`] does), and if six have none, no fewer have one. Only where six
+/// decimals pass `2^51` (`|v|` above about 2.25e9) are fewer decimals tried one by one.
 fn short_decimal(v: f64) -> Option<(i64, usize)> {
-    const LIMIT: f64 = (1u64 << 51) as f64;
     // NaN fails this too.
     let plain_notation = v.abs() >= 1e-5 || v.to_bits() == 0;
     if !plain_notation {
         return None;
     }
-    for (k, scale) in POW10.iter().enumerate() {
-        let x = v * scale;
-        if x.abs() >= LIMIT {
-            return None;
-        }
-        // `round` without the libm call: `x - trunc(x)` is exact below 2^51.
-        let t = x as i64;
-        let frac = x - t as f64;
-        let s = t + i64::from(frac >= 0.5) - i64::from(frac <= -0.5);
-        if (s as f64 / scale).to_bits() == v.to_bits() {
-            return Some((s, k));
+    const MOST: usize = POW10.len() - 1;
+    if let Some(found) = candidate(v, MOST) {
+        return found.map(|s| (s, MOST));
+    }
+    for k in 0..MOST {
+        match candidate(v, k) {
+            Some(Some(s)) => return Some((s, k)),
+            Some(None) => {}
+            None => return None,
         }
     }
     None
 }
 
-/// `s / 10^k` with exactly `k` decimals, or with `.0` when `k` is 0.
+/// `Some(Some(s))` if `s / 10^k` reads back as `v`, `Some(None)` if no `k`-decimal number
+/// does, `None` if `v * 10^k` is too large to tell (`2^51` or more).
+fn candidate(v: f64, k: usize) -> Option<Option<i64>> {
+    const LIMIT: f64 = (1u64 << 51) as f64;
+    let scale = POW10[k];
+    let x = v * scale;
+    if x.abs() >= LIMIT {
+        return None;
+    }
+    // `round` without the libm call: `x - trunc(x)` is exact below 2^51.
+    let t = x as i64;
+    let frac = x - t as f64;
+    let s = t + i64::from(frac >= 0.5) - i64::from(frac <= -0.5);
+    Some(((s as f64 / scale).to_bits() == v.to_bits()).then_some(s))
+}
+
+/// `"00"` to `"99"`: two digits a division.
+const DIGIT_PAIRS: &[u8; 200] = b"\
+    0001020304050607080910111213141516171819\
+    2021222324252627282930313233343536373839\
+    4041424344454647484950515253545556575859\
+    6061626364656667686970717273747576777879\
+    8081828384858687888990919293949596979899";
+
+/// `s / 10^k` without the trailing zeros of its `k` decimals, keeping one (`40.0`).
 fn write_fixed_point(buf: &mut Vec<u8>, s: i64, k: usize) {
+    let mut u = s.unsigned_abs();
+    let mut decimals = k;
+    // Sensors' values have a decimal or two: most of six decimals' zeros go in one step.
+    if decimals > 4 && u.is_multiple_of(10_000) {
+        u /= 10_000;
+        decimals -= 4;
+    }
+    while decimals > 1 && u.is_multiple_of(10) {
+        u /= 10;
+        decimals -= 1;
+    }
     // Up to 16 integer digits (|s| < 2^51), a point, up to 6 decimals, a sign.
     let mut out = [b'0'; 24];
     let mut at = out.len();
-    let mut u = s.unsigned_abs();
-    if k == 0 {
+    if decimals == 0 {
         // The `0` of `.0` is already there.
         at -= 1;
     }
-    for _ in 0..k {
+    while decimals >= 2 {
+        put_pair(&mut out, &mut at, u % 100);
+        u /= 100;
+        decimals -= 2;
+    }
+    if decimals == 1 {
         at -= 1;
         out[at] = b'0' + (u % 10) as u8;
         u /= 10;
     }
     at -= 1;
     out[at] = b'.';
-    loop {
+    while u >= 100 {
+        put_pair(&mut out, &mut at, u % 100);
+        u /= 100;
+    }
+    if u >= 10 {
+        put_pair(&mut out, &mut at, u);
+    } else {
         at -= 1;
-        out[at] = b'0' + (u % 10) as u8;
-        u /= 10;
-        if u == 0 {
-            break;
-        }
+        out[at] = b'0' + u as u8;
     }
     if s < 0 {
         at -= 1;
         out[at] = b'-';
     }
     buf.extend_from_slice(&out[at..]);
+}
+
+/// Writes the two digits of `pair` (below 100) before `at`.
+fn put_pair(out: &mut [u8; 24], at: &mut usize, pair: u64) {
+    let i = pair as usize * 2;
+    *at -= 2;
+    out[*at..*at + 2].copy_from_slice(&DIGIT_PAIRS[i..i + 2]);
 }
 
 // ---- CSV ------------------------------------------------------------------------------------
@@ -252,6 +325,29 @@ pub(super) fn write_csv_field(buf: &mut Vec<u8>, field: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_rows_keep_types() {
+        let mut buf = Vec::new();
+        write_json_row(
+            &mut buf,
+            &mut TsWriter::new(),
+            &Reading {
+                ts: 1500,
+                fields: smallvec::smallvec![
+                    ("f".into(), FieldValue::Float(1.0)),
+                    ("i".into(), FieldValue::Int(i64::MIN)),
+                    ("u".into(), FieldValue::UInt(u64::MAX)),
+                    ("b".into(), FieldValue::Bool(true)),
+                    ("s".into(), FieldValue::Str("a\"b\n".into())),
+                ],
+            },
+        );
+        assert_eq!(
+            String::from_utf8(buf).unwrap(),
+            r#"{"t":"1970-01-01T00:00:01.500Z","fields":{"f":1.0,"i":-9223372036854775808,"u":18446744073709551615,"b":true,"s":"a\"b\n"}}"#
+        );
+    }
 
     #[test]
     fn timestamps_format_with_millis_and_z() {

@@ -15,7 +15,9 @@
 //! - [`sensors`]: `GET /api/v1/sensors`.
 //! - [`schemas`]: the hand-streamed bodies' shapes, for the OpenAPI document.
 //! - [`error`]: `QueryError` and its mapping into the API's error; [`params`], [`cursor`]:
-//!   shared parsing; [`encode`]: the timestamp, number, JSON-string and CSV writers.
+//!   shared parsing; [`encode`]: the timestamp, number, JSON-string and CSV writers;
+//!   `source`: a readings page's rows, written from the store's columns; `merge`: the same
+//!   merge over readings, for InfluxQL.
 
 pub mod cursor;
 pub mod encode;
@@ -27,6 +29,7 @@ pub mod readings;
 pub mod rollups;
 pub mod schemas;
 pub mod sensors;
+mod source;
 
 use std::sync::Arc;
 

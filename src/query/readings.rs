@@ -18,16 +18,16 @@ use axum::extract::{RawQuery, State};
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use bytes::Bytes;
-use futures::stream::{self, BoxStream, Stream, StreamExt};
+use futures::stream::{self, Stream, StreamExt};
 
 use super::cursor::{ReadingsCursor, sensor_hash};
-use super::encode::{TsWriter, write_csv_field, write_json_str, write_json_value};
+use super::encode::{TsWriter, write_csv_field, write_json_value};
 use super::error::QueryError;
-use super::merge::merge;
 use super::params::{Params, parse_limit, parse_time, resolve_range};
+use super::source::Source;
 use super::{QueryState, now_ms, sensor_known};
 use crate::model::{FieldValue, Reading, TimestampMs};
-use crate::store::{Order, RangeQuery, StoreError};
+use crate::store::{Order, RangeQuery};
 
 /// A response chunk is sent once it reaches this size (or earlier when the store is not ready).
 const CHUNK_BYTES: usize = 64 * 1024;
@@ -114,16 +114,17 @@ impl Tracker {
         Tracker { page, emitted: 0, last_ts: 0, at_last: 0, more: false }
     }
 
-    /// True if `r` belongs to the page; false if the page is already full (more readings follow).
-    fn accept(&mut self, r: &Reading) -> bool {
+    /// True if the reading at `ts` belongs to the page; false if the page is already full
+    /// (more readings follow).
+    fn accept(&mut self, ts: TimestampMs) -> bool {
         if self.emitted == self.page.limit {
             self.more = true;
             return false;
         }
-        if self.emitted > 0 && r.ts == self.last_ts {
+        if self.emitted > 0 && ts == self.last_ts {
             self.at_last += 1;
         } else {
-            self.last_ts = r.ts;
+            self.last_ts = ts;
             self.at_last = 1;
         }
         self.emitted += 1;
@@ -229,9 +230,12 @@ pub async fn get_readings(
     let (qfrom, qto) = page.remaining();
     let skip = page.resume.map_or(0, |(_, k)| k);
     // Buffers before the store: a reading confirmed in between is then seen twice at worst,
-    // never missed (the embedded store snapshots as soon as `readings` is called).
-    let unflushed = state.unflushed.unflushed(&sensor, qfrom, qto);
-    let store = state.store.readings(RangeQuery {
+    // never missed (the embedded store snapshots as soon as `runs` is called).
+    let mut unflushed = state.unflushed.unflushed(&sensor, qfrom, qto);
+    if page.order == Order::Desc {
+        unflushed.reverse();
+    }
+    let store = state.store.runs(RangeQuery {
         sensor: sensor.clone(),
         from: qfrom,
         to: qto,
@@ -241,9 +245,9 @@ pub async fn get_readings(
             usize::try_from(skip).unwrap_or(usize::MAX).saturating_add(limit).saturating_add(1),
         ),
     });
-    let mut rows = skip_resumed(merge(store, unflushed, page.order), page.resume);
+    let mut source = Source::new(store, unflushed, page.order, page.resume);
 
-    let first = rows.next().await.transpose()?;
+    let first = std::future::poll_fn(|cx| source.poll_row(cx)).await.transpose()?;
     if first.is_none() && page.resume.is_none() && !sensor_known(&state, &sensor).await? {
         return Err(QueryError::UnknownSensor(sensor));
     }
@@ -252,10 +256,10 @@ pub async fn get_readings(
     let mut builder = Response::builder().header(header::CONTENT_TYPE, format.content_type());
     let body = match format {
         Format::Json | Format::Ndjson => {
-            PageBody::new(first, rows, format, &sensor, tracker, Vec::new())
+            PageBody::new(source, format, &sensor, tracker, Vec::new())
         }
         Format::Csv => {
-            let collected = collect_page(first, rows, &mut tracker).await?;
+            let collected = collect_page(&mut source, &mut tracker).await?;
             if let Some(cursor) = tracker.next_cursor() {
                 builder = builder.header(
                     NEXT_CURSOR_HEADER,
@@ -264,43 +268,24 @@ pub async fn get_readings(
             }
             let columns = column_set(&collected);
             let tracker = Tracker::new(Page { limit: collected.len(), ..page });
-            let rows = stream::iter(collected.into_iter().map(Ok)).boxed();
-            PageBody::new(None, rows, format, &sensor, tracker, columns)
+            // In page order already: nothing to merge, order or skip.
+            let rows = Source::new(stream::empty().boxed(), collected, Order::Asc, None);
+            PageBody::new(rows, format, &sensor, tracker, columns)
         }
     };
     Ok(builder.body(Body::from_stream(body)).expect("static headers are valid"))
 }
 
-/// Drops the readings a cursor says were already returned: the first `k` at its timestamp.
-fn skip_resumed(
-    rows: BoxStream<'static, Result<Reading, StoreError>>,
-    resume: Option<(TimestampMs, u64)>,
-) -> BoxStream<'static, Result<Reading, StoreError>> {
-    let Some((t, mut left)) = resume else { return rows };
-    rows.skip_while(move |r| {
-        let skip = left > 0 && r.as_ref().is_ok_and(|r| r.ts == t);
-        if skip {
-            left -= 1;
-        }
-        std::future::ready(skip)
-    })
-    .boxed()
-}
-
 async fn collect_page(
-    first: Option<Reading>,
-    mut rows: BoxStream<'static, Result<Reading, StoreError>>,
+    source: &mut Source,
     tracker: &mut Tracker,
 ) -> Result<Vec<Reading>, QueryError> {
     let mut out = Vec::new();
-    // No first reading: the stream has ended already.
-    let mut next = first;
-    while let Some(r) = next {
-        if !tracker.accept(&r) {
+    while let Some(ts) = std::future::poll_fn(|cx| source.poll_row(cx)).await.transpose()? {
+        if !tracker.accept(ts) {
             break;
         }
-        out.push(r);
-        next = rows.next().await.transpose()?;
+        out.push(source.take());
     }
     Ok(out)
 }
@@ -322,9 +307,9 @@ fn column_set(rows: &[Reading]) -> Vec<String> {
 
 /// The response body: serializes readings as they come, in chunks.
 struct PageBody {
-    /// The reading read ahead to tell an unknown sensor from an empty range; it goes first.
-    first: Option<Reading>,
-    rows: Option<BoxStream<'static, Result<Reading, StoreError>>>,
+    source: Source,
+    /// The page is complete (or broken off): nothing more is read.
+    finished: bool,
     format: Format,
     ts: TsWriter,
     tracker: Tracker,
@@ -342,8 +327,7 @@ struct CsvRows {
 
 impl PageBody {
     fn new(
-        first: Option<Reading>,
-        rows: BoxStream<'static, Result<Reading, StoreError>>,
+        source: Source,
         format: Format,
         sensor: &str,
         tracker: Tracker,
@@ -370,8 +354,8 @@ impl PageBody {
             }
         }
         PageBody {
-            first,
-            rows: Some(rows),
+            source,
+            finished: false,
             format,
             ts: TsWriter::new(),
             tracker,
@@ -381,21 +365,21 @@ impl PageBody {
         }
     }
 
-    fn write_row(&mut self, r: &Reading) {
+    fn write_row(&mut self) {
         match self.format {
             Format::Json => {
                 if self.tracker.emitted > 1 {
                     self.buf.push(b',');
                 }
-                write_json_row(&mut self.buf, &mut self.ts, r);
+                self.source.write_json(&mut self.buf, &mut self.ts);
             }
             Format::Ndjson => {
-                write_json_row(&mut self.buf, &mut self.ts, r);
+                self.source.write_json(&mut self.buf, &mut self.ts);
                 self.buf.push(b'\n');
             }
             Format::Csv => {
                 let csv = self.csv.as_mut().expect("csv state exists in csv format");
-                csv.write_row(&mut self.buf, &mut self.ts, r);
+                csv.write_row(&mut self.buf, &mut self.ts, &self.source.take());
             }
         }
     }
@@ -460,29 +444,26 @@ impl Stream for PageBody {
             this.buf = prefix;
         }
         loop {
-            let Some(rows) = this.rows.as_mut() else {
+            if this.finished {
                 return Poll::Ready(None);
-            };
-            let next = match this.first.take() {
-                Some(r) => Poll::Ready(Some(Ok(r))),
-                None => rows.as_mut().poll_next(cx),
-            };
-            match next {
-                Poll::Ready(Some(Ok(r))) => {
-                    if this.tracker.accept(&r) {
-                        this.write_row(&r);
+            }
+            match this.source.poll_row(cx) {
+                Poll::Ready(Some(Ok(ts))) => {
+                    if this.tracker.accept(ts) {
+                        this.write_row();
                         if this.buf.len() >= CHUNK_BYTES {
                             return this.take_chunk();
                         }
                         continue;
                     }
                     // The page is full: release the store's cursor now rather than at drop.
-                    this.rows = None;
+                    this.source.close();
+                    this.finished = true;
                     this.write_end();
                     return this.take_chunk();
                 }
                 Poll::Ready(None) => {
-                    this.rows = None;
+                    this.finished = true;
                     this.write_end();
                     return this.take_chunk();
                 }
@@ -490,7 +471,7 @@ impl Stream for PageBody {
                     // Headers are gone already: the only way left to tell the client is to break
                     // the body off, which every HTTP client reports as an error.
                     tracing::error!(error = %e, "store failed while streaming readings");
-                    this.rows = None;
+                    this.finished = true;
                     return Poll::Ready(Some(Err(std::io::Error::other(e))));
                 }
                 Poll::Pending if !this.buf.is_empty() => return this.take_chunk(),
@@ -500,48 +481,9 @@ impl Stream for PageBody {
     }
 }
 
-/// `{"t": "...", "fields": {...}}`, the shape of one reading in JSON and NDJSON.
-fn write_json_row(buf: &mut Vec<u8>, ts: &mut TsWriter, r: &Reading) {
-    buf.extend_from_slice(b"{\"t\":\"");
-    ts.write(buf, r.ts);
-    buf.extend_from_slice(b"\",\"fields\":{");
-    for (i, (name, value)) in r.fields.iter().enumerate() {
-        if i > 0 {
-            buf.push(b',');
-        }
-        write_json_str(buf, name);
-        buf.push(b':');
-        write_json_value(buf, value);
-    }
-    buf.extend_from_slice(b"}}");
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn json_rows_keep_types() {
-        let mut buf = Vec::new();
-        write_json_row(
-            &mut buf,
-            &mut TsWriter::new(),
-            &Reading {
-                ts: 1500,
-                fields: smallvec::smallvec![
-                    ("f".into(), FieldValue::Float(1.0)),
-                    ("i".into(), FieldValue::Int(i64::MIN)),
-                    ("u".into(), FieldValue::UInt(u64::MAX)),
-                    ("b".into(), FieldValue::Bool(true)),
-                    ("s".into(), FieldValue::Str("a\"b\n".into())),
-                ],
-            },
-        );
-        assert_eq!(
-            String::from_utf8(buf).unwrap(),
-            r#"{"t":"1970-01-01T00:00:01.500Z","fields":{"f":1.0,"i":-9223372036854775808,"u":18446744073709551615,"b":true,"s":"a\"b\n"}}"#
-        );
-    }
 
     #[test]
     fn tracker_continues_the_tie_count_across_pages() {
@@ -554,17 +496,16 @@ mod tests {
             limit: 2,
         };
         let mut t = Tracker::new(page);
-        let r = |ts| Reading { ts, fields: smallvec::smallvec![] };
-        assert!(t.accept(&r(5)));
-        assert!(t.accept(&r(5)));
-        assert!(!t.accept(&r(5)));
+        assert!(t.accept(5));
+        assert!(t.accept(5));
+        assert!(!t.accept(5));
         let c = ReadingsCursor::decode(&t.next_cursor().unwrap()).unwrap();
         assert_eq!((c.last_ts, c.skip), (5, 5));
 
         let mut t = Tracker::new(page);
-        assert!(t.accept(&r(5)));
-        assert!(t.accept(&r(6)));
-        assert!(!t.accept(&r(7)));
+        assert!(t.accept(5));
+        assert!(t.accept(6));
+        assert!(!t.accept(7));
         let c = ReadingsCursor::decode(&t.next_cursor().unwrap()).unwrap();
         assert_eq!((c.last_ts, c.skip), (6, 1));
     }

@@ -15,8 +15,8 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 use crate::model::{
-    Batch, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, ReadingView, Seq, TimestampMs, ValueRef,
-    WriterId,
+    Batch, Columns, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, ReadingView, Seq, TimestampMs,
+    ValueRef, WriterId,
 };
 
 /// Version of the on-disk / in-database bucket layout, written into every bucket so that a
@@ -243,6 +243,50 @@ pub struct RangeQuery {
     pub limit: Option<usize>,
 }
 
+/// Consecutive readings of a range, as [`Store::runs`] hands them over.
+#[derive(Debug)]
+pub enum Run {
+    /// In the query's order.
+    Readings(Vec<Reading>),
+    /// In columns, ascending: the query's order reads them from the back when descending.
+    Columns(Columns),
+}
+
+impl Run {
+    pub fn len(&self) -> usize {
+        match self {
+            Run::Readings(r) => r.len(),
+            Run::Columns(c) => c.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The readings, in the query's order.
+    pub fn into_readings(self, order: Order) -> Vec<Reading> {
+        match self {
+            Run::Readings(r) => r,
+            Run::Columns(c) => {
+                let mut reader = crate::model::ColumnsReader::new(c, order == Order::Desc);
+                std::iter::from_fn(|| reader.next_reading()).collect()
+            }
+        }
+    }
+
+    /// Keeps the first `n` readings in the query's order.
+    pub fn keep_first(&mut self, n: usize, order: Order) {
+        match self {
+            Run::Readings(r) => r.truncate(n),
+            Run::Columns(c) => c.keep_first(n, order == Order::Desc),
+        }
+    }
+}
+
+/// How many readings [`Store::runs`]' default gathers into one run at most.
+const RUN_READINGS: usize = 1024;
+
 /// Per-step statistics of one sensor's numeric fields over `from <= ts < to`. Steps are aligned
 /// to multiples of `step_ms` since the epoch. `fields` of `None` means every numeric field.
 #[derive(Clone, Debug, PartialEq)]
@@ -397,6 +441,32 @@ pub trait Store: Send + Sync + 'static {
 
     /// Streams the readings of a range without holding the whole range in memory.
     fn readings(&self, query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>>;
+
+    /// The same readings as [`Store::readings`], in runs: a store that holds readings in
+    /// columns hands them over so, and a page is written from them without making a `Reading`
+    /// of each. The default gathers what [`Store::readings`] has ready.
+    fn runs(&self, query: RangeQuery) -> BoxStream<'static, Result<Run, StoreError>> {
+        use futures::StreamExt;
+        self.readings(query)
+            .ready_chunks(RUN_READINGS)
+            .flat_map(|batch| {
+                let mut readings = Vec::with_capacity(batch.len());
+                let mut failed = None;
+                for r in batch {
+                    match r {
+                        Ok(r) => readings.push(r),
+                        // What was read before the error goes first; a reader stops at it.
+                        Err(e) => {
+                            failed = Some(Err(e));
+                            break;
+                        }
+                    }
+                }
+                let run = (!readings.is_empty()).then_some(Ok(Run::Readings(readings)));
+                futures::stream::iter(run.into_iter().chain(failed))
+            })
+            .boxed()
+    }
 
     async fn rollups(&self, query: RollupQuery) -> Result<Vec<RollupRow>, StoreError>;
 

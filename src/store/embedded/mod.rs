@@ -93,7 +93,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::model::{Batch, Reading, Seq, TimestampMs, WriterId};
 use crate::store::{
-    BucketLimits, ExpireReport, RangeQuery, Retention, RollupQuery, RollupRow, SensorInfo,
+    BucketLimits, ExpireReport, RangeQuery, Retention, RollupQuery, RollupRow, Run, SensorInfo,
     SensorQuery, Store, StoreError, WriteReport,
 };
 
@@ -418,6 +418,10 @@ impl Store for EmbeddedStore {
 
     fn readings(&self, query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {
         read::stream(self.db.clone(), query)
+    }
+
+    fn runs(&self, query: RangeQuery) -> BoxStream<'static, Result<Run, StoreError>> {
+        read::runs(self.db.clone(), query)
     }
 
     async fn rollups(&self, query: RollupQuery) -> Result<Vec<RollupRow>, StoreError> {

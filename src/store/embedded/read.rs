@@ -13,14 +13,14 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::chunks::{self, ReadChunks};
-use super::codec::{self, BucketHeader, ChunkSummary, SeriesRecord};
+use super::codec::{self, BucketHeader, ChunkSummary, Decoded, SeriesRecord};
 use super::{
     BUCKETS, EmbeddedError, HOUR_STATS, MEASUREMENT_INDEX, META, META_RAW_RETENTION_MS, SERIES,
     TAG_INDEX,
 };
 use crate::model::{HOUR_MS, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, TimestampMs, hour_start};
 use crate::store::{
-    FieldStats, Order, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery, StoreError,
+    FieldStats, Order, RangeQuery, RollupQuery, RollupRow, Run, SensorInfo, SensorQuery, StoreError,
 };
 
 /// Readings per message from a range reader to its stream (counted by chunk summaries).
@@ -81,6 +81,23 @@ pub(super) fn stream(
     db: Arc<Database>,
     query: RangeQuery,
 ) -> BoxStream<'static, Result<Reading, StoreError>> {
+    let order = query.order;
+    runs(db, query)
+        .flat_map(move |run| {
+            let readings = match run {
+                Ok(run) => run.into_readings(order).into_iter().map(Ok).collect(),
+                Err(e) => vec![Err(e)],
+            };
+            futures::stream::iter(readings)
+        })
+        .boxed()
+}
+
+/// [`stream`]'s readings in runs: a chunk's readings stay in their columns.
+pub(super) fn runs(
+    db: Arc<Database>,
+    query: RangeQuery,
+) -> BoxStream<'static, Result<Run, StoreError>> {
     RangeStream::Start(db, query).boxed()
 }
 
@@ -95,17 +112,40 @@ struct Running {
     reader: JoinHandle<()>,
     from: TimestampMs,
     to: TimestampMs,
-    desc: bool,
+    order: Order,
     /// Readings the query may still return.
     left: usize,
     pieces: std::vec::IntoIter<Piece>,
-    readings: std::vec::IntoIter<Reading>,
-    /// `readings` are a chunk's, ascending, and the query is descending: taken from the back.
-    from_back: bool,
+}
+
+impl Running {
+    /// A piece's readings within the range, in the query's order, at most `left` of them.
+    fn run_of(&mut self, piece: Piece) -> Result<Run, EmbeddedError> {
+        let mut run = match piece {
+            Piece::Chunk { hour, bytes } => match codec::decode_chunk_columns(&bytes, hour)?.1 {
+                Decoded::Columns(mut c) => {
+                    // Only the first and last chunks of a range can hold readings outside it.
+                    c.keep(self.from, self.to);
+                    Run::Columns(c)
+                }
+                Decoded::Readings(mut readings) => {
+                    readings.retain(|r| r.ts >= self.from && r.ts < self.to);
+                    if self.order == Order::Desc {
+                        readings.reverse();
+                    }
+                    Run::Readings(readings)
+                }
+            },
+            Piece::Readings(readings) => Run::Readings(readings),
+        };
+        run.keep_first(self.left, self.order);
+        self.left -= run.len();
+        Ok(run)
+    }
 }
 
 impl Stream for RangeStream {
-    type Item = Result<Reading, StoreError>;
+    type Item = Result<Run, StoreError>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
@@ -120,18 +160,16 @@ impl Stream for RangeStream {
                     }
                     let (db, query) = (db.clone(), query.clone());
                     let (tx, rx) = mpsc::channel(STREAM_CHANNEL_MESSAGES);
-                    let (from, to, desc) = (query.from, query.to, query.order == Order::Desc);
+                    let (from, to, order) = (query.from, query.to, query.order);
                     let reader = tokio::task::spawn_blocking(move || produce(&db, &query, &tx));
                     *this = RangeStream::Running(Box::new(Running {
                         rx,
                         reader,
                         from,
                         to,
-                        desc,
+                        order,
                         left,
                         pieces: Vec::new().into_iter(),
-                        readings: Vec::new().into_iter(),
-                        from_back: false,
                     }));
                     continue;
                 }
@@ -142,32 +180,15 @@ impl Stream for RangeStream {
                 *this = RangeStream::Done;
                 continue;
             }
-            let next = if r.from_back { r.readings.next_back() } else { r.readings.next() };
-            if let Some(reading) = next {
-                // Only the first and last chunks of a range can hold readings outside it.
-                if reading.ts >= r.from && reading.ts < r.to {
-                    r.left -= 1;
-                    return Poll::Ready(Some(Ok(reading)));
-                }
-                continue;
-            }
-            match r.pieces.next() {
-                Some(Piece::Chunk { hour, bytes }) => {
-                    let mut decoded = Vec::new();
-                    if let Err(e) = codec::decode_chunk(&bytes, hour, &mut decoded) {
+            if let Some(piece) = r.pieces.next() {
+                match r.run_of(piece) {
+                    Ok(run) if run.is_empty() => continue,
+                    Ok(run) => return Poll::Ready(Some(Ok(run))),
+                    Err(e) => {
                         *this = RangeStream::Done;
                         return Poll::Ready(Some(Err(e.into())));
                     }
-                    r.readings = decoded.into_iter();
-                    r.from_back = r.desc;
-                    continue;
                 }
-                Some(Piece::Readings(readings)) => {
-                    r.readings = readings.into_iter();
-                    r.from_back = false;
-                    continue;
-                }
-                None => {}
             }
             match ready!(r.rx.poll_recv(cx)) {
                 Some(Ok(pieces)) => r.pieces = pieces.into_iter(),

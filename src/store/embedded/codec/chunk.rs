@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use super::chunk_v1::{CHUNK_V1, decode_v1};
 use super::corrupt;
 use super::float::{DECIMAL_HEADER, POW10, ScaledMemo, get_float, put_float, scaled, unscaled};
-use crate::model::{FieldName, FieldValue, Fields, Reading, ReadingView, TimestampMs, ValueRef};
+use crate::model::{Columns, FieldName, FieldValue, Reading, ReadingView, TimestampMs, ValueRef};
 use crate::store::embedded::EmbeddedError;
 use crate::wire::{Cursor, put_str, put_varint, unzigzag, zigzag};
 
@@ -314,31 +314,57 @@ pub fn decode_chunk(
     hour: TimestampMs,
     out: &mut Vec<Reading>,
 ) -> Result<ChunkSummary, EmbeddedError> {
+    match decode_chunk_columns(bytes, hour)? {
+        (summary, Decoded::Columns(columns)) => {
+            out.reserve(columns.len());
+            out.extend(columns.into_readings());
+            Ok(summary)
+        }
+        (summary, Decoded::Readings(readings)) => {
+            out.extend(readings);
+            Ok(summary)
+        }
+    }
+}
+
+/// A chunk's readings as its format holds them.
+pub enum Decoded {
+    /// Version 2: in columns.
+    Columns(Columns),
+    /// Version 1, row by row: ascending.
+    Readings(Vec<Reading>),
+}
+
+/// Decodes a chunk without making a `Reading` of each of its readings where the format allows.
+pub fn decode_chunk_columns(
+    bytes: &[u8],
+    hour: TimestampMs,
+) -> Result<(ChunkSummary, Decoded), EmbeddedError> {
     let mut c = Cursor::new(bytes);
     let (version, summary) = chunk_prefix(&mut c, hour)?;
     if version == CHUNK_V1 {
-        decode_v1(&mut c, summary, out)?;
+        let mut out = Vec::new();
+        decode_v1(&mut c, summary, &mut out)?;
+        Ok((summary, Decoded::Readings(out)))
     } else {
-        decode_v2(&mut c, summary, out)?;
+        Ok((summary, Decoded::Columns(decode_v2(&mut c, summary)?)))
     }
-    Ok(summary)
 }
 
-fn decode_v2(
-    c: &mut Cursor<'_>,
-    summary: ChunkSummary,
-    out: &mut Vec<Reading>,
-) -> Result<(), EmbeddedError> {
+fn decode_v2(c: &mut Cursor<'_>, summary: ChunkSummary) -> Result<Columns, EmbeddedError> {
     let count = summary.count as usize;
     let n_columns = c.len()?;
-    let mut columns = Vec::with_capacity(n_columns);
+    let mut names = Vec::with_capacity(n_columns);
+    let mut types = Vec::with_capacity(n_columns);
     for _ in 0..n_columns {
-        let name = FieldName::from(c.str()?);
+        // Interned: a range query copies the name into every reading it makes, and a counted
+        // name made each copy and each drop an atomic operation.
+        names.push(FieldName::interned(c.str()?));
         let t = c.u8()?;
         if t > T_STR {
             return Err(corrupt("unknown field type"));
         }
-        columns.push((name, t));
+        types.push(t);
     }
     let n_shapes = c.len()?;
     if (n_shapes == 0) != (count == 0) {
@@ -388,22 +414,11 @@ fn decode_v2(
         }
     }
     let mut values = Vec::with_capacity(n_columns);
-    for (&(_, t), &n) in columns.iter().zip(&lengths) {
-        values.push(get_column(c, t, n)?.into_iter());
+    for (&t, &n) in types.iter().zip(&lengths) {
+        values.push(get_column(c, t, n)?);
     }
     c.finish()?;
-
-    out.reserve(count);
-    for (i, ts) in ts.into_iter().enumerate() {
-        let shape = &shapes[shape_ids.get(i).copied().unwrap_or(0)];
-        let mut fields = Fields::with_capacity(shape.len());
-        for &col in shape {
-            let value = values[col].next().ok_or_else(|| corrupt("column shorter than counted"))?;
-            fields.push((columns[col].0.clone(), value));
-        }
-        out.push(Reading { ts, fields });
-    }
-    Ok(())
+    Columns::new(ts, names, shapes, shape_ids, values).map_err(|m| corrupt(m.0))
 }
 
 /// Every reading's timestamp, checked to rise within the summary's first and last.

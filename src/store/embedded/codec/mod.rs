@@ -64,7 +64,9 @@ mod float;
 mod header;
 mod series;
 
-pub use self::chunk::{ChunkSummary, chunk_summary, decode_chunk, encode_chunk};
+pub use self::chunk::{
+    ChunkSummary, Decoded, chunk_summary, decode_chunk, decode_chunk_columns, encode_chunk,
+};
 #[cfg(test)]
 pub(super) use self::chunk_v1::encode::encode_v1;
 pub use self::header::BucketHeader;
