@@ -150,10 +150,24 @@ impl Columns {
         Columns::new(ts, names, shapes, shape_of, values).expect("readings make columns")
     }
 
-    /// The run's readings, ascending.
+    /// The run's readings, ascending, their values moved out of the columns.
     pub fn into_readings(self) -> impl Iterator<Item = Reading> {
-        let mut reader = ColumnsReader::new(self, false);
-        std::iter::from_fn(move || reader.next_reading())
+        let before = self.values_before(self.lo);
+        let mut values: Vec<_> = self
+            .values
+            .into_iter()
+            .zip(before)
+            .map(|(column, before)| column.into_iter().skip(before))
+            .collect();
+        let Columns { ts, names, shapes, shape_of, lo, hi, .. } = self;
+        (lo..hi).map(move |row| {
+            let shape = &shapes[shape_of.get(row).copied().unwrap_or(0)];
+            let fields = shape
+                .iter()
+                .map(|&c| (names[c].clone(), values[c].next().expect("`new` counted the values")))
+                .collect();
+            Reading { ts: ts[row], fields }
+        })
     }
 }
 
@@ -304,6 +318,10 @@ mod tests {
         c.keep_first(3, false);
         c.keep(20, 100);
         assert_eq!(all(c, true), vec![expected()[2].clone(), expected()[1].clone()]);
+
+        let mut c = sample();
+        c.keep(20, 31);
+        assert_eq!(c.into_readings().collect::<Vec<_>>(), expected()[1..]);
 
         let mut c = sample();
         c.keep(31, 40);

@@ -132,7 +132,7 @@ impl Source {
             if let Some((t, left)) = &mut self.skip {
                 if *left > 0 && ts == *t {
                     *left -= 1;
-                    self.take();
+                    self.pass();
                     continue;
                 }
                 self.skip = None;
@@ -179,6 +179,18 @@ impl Source {
             },
         };
         found.expect("a row was found")
+    }
+
+    /// Moves past the row found without reading it.
+    fn pass(&mut self) {
+        match self.at.take().expect("a row was found") {
+            Side::Unflushed => drop(self.unflushed.next()),
+            Side::Stored => match &mut self.run {
+                Current::None => {}
+                Current::Readings(r) => drop(r.next()),
+                Current::Columns { reader, .. } => drop(reader.advance()),
+            },
+        }
     }
 
     /// Drops the store's stream, which stops its reader, rather than waiting for the drop.

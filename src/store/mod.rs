@@ -269,8 +269,11 @@ impl Run {
         match self {
             Run::Readings(r) => r,
             Run::Columns(c) => {
-                let mut reader = crate::model::ColumnsReader::new(c, order == Order::Desc);
-                std::iter::from_fn(|| reader.next_reading()).collect()
+                let mut readings: Vec<_> = c.into_readings().collect();
+                if order == Order::Desc {
+                    readings.reverse();
+                }
+                readings
             }
         }
     }
@@ -286,6 +289,36 @@ impl Run {
 
 /// How many readings [`Store::runs`]' default gathers into one run at most.
 const RUN_READINGS: usize = 1024;
+
+/// Readings gathered into runs of what the stream has ready (at most [`RUN_READINGS`]); the
+/// runs end at the readings' first error, after the readings before it.
+pub fn runs_of(
+    readings: BoxStream<'static, Result<Reading, StoreError>>,
+) -> BoxStream<'static, Result<Run, StoreError>> {
+    use futures::StreamExt;
+    readings
+        .ready_chunks(RUN_READINGS)
+        .flat_map(|batch| {
+            let mut readings = Vec::with_capacity(batch.len());
+            let mut failed = None;
+            for r in batch {
+                match r {
+                    Ok(r) => readings.push(r),
+                    Err(e) => {
+                        failed = Some(Err(e));
+                        break;
+                    }
+                }
+            }
+            let run = (!readings.is_empty()).then_some(Ok(Run::Readings(readings)));
+            futures::stream::iter(run.into_iter().chain(failed))
+        })
+        .scan(false, |failed, item| {
+            let end = std::mem::replace(failed, item.is_err());
+            std::future::ready((!end).then_some(item))
+        })
+        .boxed()
+}
 
 /// Per-step statistics of one sensor's numeric fields over `from <= ts < to`. Steps are aligned
 /// to multiples of `step_ms` since the epoch. `fields` of `None` means every numeric field.
@@ -446,26 +479,7 @@ pub trait Store: Send + Sync + 'static {
     /// columns hands them over so, and a page is written from them without making a `Reading`
     /// of each. The default gathers what [`Store::readings`] has ready.
     fn runs(&self, query: RangeQuery) -> BoxStream<'static, Result<Run, StoreError>> {
-        use futures::StreamExt;
-        self.readings(query)
-            .ready_chunks(RUN_READINGS)
-            .flat_map(|batch| {
-                let mut readings = Vec::with_capacity(batch.len());
-                let mut failed = None;
-                for r in batch {
-                    match r {
-                        Ok(r) => readings.push(r),
-                        // What was read before the error goes first; a reader stops at it.
-                        Err(e) => {
-                            failed = Some(Err(e));
-                            break;
-                        }
-                    }
-                }
-                let run = (!readings.is_empty()).then_some(Ok(Run::Readings(readings)));
-                futures::stream::iter(run.into_iter().chain(failed))
-            })
-            .boxed()
+        runs_of(self.readings(query))
     }
 
     async fn rollups(&self, query: RollupQuery) -> Result<Vec<RollupRow>, StoreError>;
@@ -515,6 +529,21 @@ mod tests {
             s.merge(&FieldStats::of(ts, v));
         }
         s
+    }
+
+    #[tokio::test]
+    async fn runs_of_readings_end_at_the_first_error() {
+        use futures::StreamExt;
+        let r = |ts| Ok(Reading { ts, fields: Default::default() });
+        // The error comes in the second run's worth, readings after it in a third.
+        let mut items: Vec<_> = (0..RUN_READINGS as i64 + 6).map(r).collect();
+        items.push(Err(StoreError::Unavailable("down".into())));
+        items.extend((0..2000).map(r));
+        let got: Vec<_> = runs_of(futures::stream::iter(items).boxed()).collect().await;
+        let lens: Vec<_> = got.iter().map(|run| run.as_ref().map(Run::len).ok()).collect();
+        assert_eq!(lens, [Some(RUN_READINGS), Some(6), None]);
+        let Ok(Run::Readings(second)) = &got[1] else { panic!("{:?}", got[1]) };
+        assert_eq!(second[0].ts, RUN_READINGS as i64);
     }
 
     #[test]
