@@ -357,8 +357,8 @@ fn decode_v2(c: &mut Cursor<'_>, summary: ChunkSummary) -> Result<Columns, Embed
     let mut names = Vec::with_capacity(n_columns);
     let mut types = Vec::with_capacity(n_columns);
     for _ in 0..n_columns {
-        // Interned: a range query copies the name into every reading it makes, and a counted
-        // name made each copy and each drop an atomic operation.
+        // Interned: every reading made from a chunk copies its names, and a counted name made
+        // each copy and each drop an atomic operation.
         names.push(FieldName::interned(c.str()?));
         let t = c.u8()?;
         if t > T_STR {
