@@ -9,10 +9,19 @@
 use futures::stream::{self, BoxStream, Peekable, StreamExt};
 use std::pin::Pin;
 
-use crate::model::Reading;
+use crate::model::{Reading, TimestampMs};
 use crate::store::{Order, StoreError};
 
 type StoreStream = BoxStream<'static, Result<Reading, StoreError>>;
+
+/// Whether the unflushed reading at `unflushed` goes before the stored one at `stored`: the tie
+/// rule above.
+pub(super) fn unflushed_first(order: Order, unflushed: TimestampMs, stored: TimestampMs) -> bool {
+    match order {
+        Order::Asc => unflushed < stored,
+        Order::Desc => unflushed >= stored,
+    }
+}
 
 /// `unflushed` must be ascending by timestamp, arrival order for ties (what the buffers give).
 /// The store stream ends the merge at its first error.
@@ -37,17 +46,14 @@ pub fn merge(store: StoreStream, mut unflushed: Vec<Reading>, order: Order) -> S
         if st.failed {
             return None;
         }
-        let unflushed_first = match (Pin::new(&mut st.store).peek().await, st.unflushed.peek()) {
-            (Some(Ok(s)), Some(u)) => match order {
-                Order::Asc => u.ts < s.ts,
-                Order::Desc => u.ts >= s.ts,
-            },
+        let take_unflushed = match (Pin::new(&mut st.store).peek().await, st.unflushed.peek()) {
+            (Some(Ok(s)), Some(u)) => unflushed_first(order, u.ts, s.ts),
             (Some(Err(_)), _) => false,
             (None, Some(_)) => true,
             (Some(Ok(_)), None) => false,
             (None, None) => return None,
         };
-        let item = if unflushed_first {
+        let item = if take_unflushed {
             Ok(st.unflushed.next().expect("peeked"))
         } else {
             st.store.next().await.expect("peeked")

@@ -11,6 +11,7 @@ use std::task::{Context, Poll, ready};
 use futures::stream::{BoxStream, StreamExt};
 
 use super::encode::{TsWriter, write_json_key, write_json_row, write_json_value};
+use super::merge::unflushed_first;
 use crate::model::{ColumnsReader, Reading, TimestampMs};
 use crate::store::{Order, Run, StoreError};
 
@@ -117,14 +118,8 @@ impl Source {
             };
             let unflushed = self.unflushed.peek().map(|r| r.ts);
             let (side, ts) = match (stored, unflushed) {
-                (Some(s), Some(u)) => {
-                    let unflushed_first = match self.order {
-                        Order::Asc => u < s,
-                        Order::Desc => u >= s,
-                    };
-                    if unflushed_first { (Side::Unflushed, u) } else { (Side::Stored, s) }
-                }
-                (Some(s), None) => (Side::Stored, s),
+                (Some(s), Some(u)) if unflushed_first(self.order, u, s) => (Side::Unflushed, u),
+                (Some(s), _) => (Side::Stored, s),
                 (None, Some(u)) => (Side::Unflushed, u),
                 (None, None) => return Poll::Ready(None),
             };

@@ -292,7 +292,7 @@ const RUN_READINGS: usize = 1024;
 
 /// Readings gathered into runs of what the stream has ready (at most [`RUN_READINGS`]); the
 /// runs end at the readings' first error, after the readings before it.
-pub fn runs_of(
+fn runs_of(
     readings: BoxStream<'static, Result<Reading, StoreError>>,
 ) -> BoxStream<'static, Result<Run, StoreError>> {
     use futures::StreamExt;

@@ -83,12 +83,11 @@ pub(super) fn stream(
 ) -> BoxStream<'static, Result<Reading, StoreError>> {
     let order = query.order;
     runs(db, query)
-        .flat_map(move |run| {
-            let readings = match run {
-                Ok(run) => run.into_readings(order).into_iter().map(Ok).collect(),
-                Err(e) => vec![Err(e)],
-            };
-            futures::stream::iter(readings)
+        .flat_map(move |run| match run {
+            Ok(run) => {
+                futures::stream::iter(run.into_readings(order).into_iter().map(Ok)).left_stream()
+            }
+            Err(e) => futures::stream::once(std::future::ready(Err(e))).right_stream(),
         })
         .boxed()
 }

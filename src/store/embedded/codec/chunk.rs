@@ -316,7 +316,6 @@ pub fn decode_chunk(
 ) -> Result<ChunkSummary, EmbeddedError> {
     match decode_chunk_columns(bytes, hour)? {
         (summary, Decoded::Columns(columns)) => {
-            out.reserve(columns.len());
             out.extend(columns.into_readings());
             Ok(summary)
         }
