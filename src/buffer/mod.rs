@@ -263,6 +263,10 @@ impl Buffers {
             max_batch_readings: config.max_batch_readings.max(1),
             ..config
         };
+        // Published from the start: a scrape of an idle process (one whose log had nothing to
+        // replay, say) reads 0 rather than finding the gauges missing.
+        ::metrics::gauge!(READINGS_BUFFERED).set(0.0);
+        ::metrics::gauge!(READINGS_BUFFERED_PEAK).set(0.0);
         Arc::new(Buffers {
             config,
             map: DashMap::with_hasher(span::BuildHasher::default()),

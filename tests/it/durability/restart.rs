@@ -157,3 +157,16 @@ async fn kill_9_during_writes_loses_no_acknowledged_reading() {
     );
     second.terminate();
 }
+
+/// A process that has taken nothing (a fresh directory, or a log with nothing to replay) says
+/// so: both gauges that tell an operator, or a test, that everything is stored are published
+/// as 0 from the start rather than missing until the first write.
+#[tokio::test]
+async fn an_idle_process_reports_nothing_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = reqwest::Client::new();
+    let mut server = Bucketd::spawn(dir.path());
+    server.wait_ready(&client).await;
+    assert_eq!(server.held(&client).await, (Some(0.0), Some(0.0)));
+    assert!(server.terminate().success());
+}
