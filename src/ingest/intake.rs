@@ -134,7 +134,7 @@ impl Intake {
         }
         let mut items = items;
         loop {
-            while wal.used_bytes() + record.encoded_len() as u64 > limit {
+            while !wal.has_room(record.encoded_len() as u64) {
                 tokio::time::sleep(WAL_ROOM_POLL).await;
             }
             let pushed = self.buffers.push_or_spill(items, |first| {

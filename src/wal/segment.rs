@@ -2,17 +2,28 @@
 //!
 //! ```text
 //! segment = header record*
-//! header  = "BKTDWAL\0" version:u32le reserved:u32le                        (16 bytes)
+//! header  = "BKTDWAL\0" version:u32le flags:u32le                           (16 bytes)
 //! record  = len:u32le crc:u32le first_seq:u64le count:u32le payload[len]
 //! ```
 //!
 //! `payload` holds the logged `Vec<Item>`, item `i` with sequence number `first_seq + i`: in
-//! version 2 as `payload.rs` describes (each series and field name once a record), in version
-//! 1 (still read, never written) as their postcard encoding. `crc` is the CRC-32 (IEEE,
+//! versions 2 and 3 as `payload.rs` describes (each series and field name once a record), in
+//! version 1 (still read, never written) as their postcard encoding. `crc` is the CRC-32 (IEEE,
 //! `crc32fast`) of `payload ‖ first_seq ‖ count`, in that order, so the payload's part can be
 //! computed before the sequence number is known (outside the order mutex). A record that is cut
 //! short or fails its checksum ends what can be read of a segment: after a crash that is the
 //! torn tail of the last group commit, which was never acknowledged.
+//!
+//! # Reused files (version 3)
+//! A settled segment's file may be renamed and written again as a newer segment
+//! (`Writer::delete` in the parent module): overwriting blocks a file already has makes each
+//! `fdatasync` cheaper than extending a file, which must also commit the file system's journal.
+//! Such a file has [`REUSED`] set in its header, and past its last record lie the bytes of its
+//! earlier use. Two rules keep those from being read: a record numbered below the segment's
+//! name (its first sequence number) ends the segment, since every earlier use held only lower
+//! numbers; and in a reused file a record that fails its checksum or is cut short ends it
+//! quietly, as the earlier use's bytes seldom start where the last record ends. Version 3 exists
+//! so that an older bucketd refuses such a log rather than replay the earlier use's records.
 //!
 //! File names are the segment's first sequence number, zero-padded to 20 digits, plus
 //! `.wal`, so that name order is log order.
@@ -25,17 +36,23 @@ use crate::model::{Item, Seq};
 const MAGIC: &[u8; 8] = b"BKTDWAL\0";
 /// What new segments are written in. A process appends only to segments it created, so an
 /// older process's segments keep their version until they are deleted.
-const VERSION: u32 = 2;
-/// Read, for a log an older bucketd left; never written.
+const VERSION: u32 = 3;
+/// Read, for a log an older bucketd left; never written. (Version 2, also still read, is
+/// version 3 without reused files.)
 const POSTCARD_VERSION: u32 = 1;
+/// Header flag: the file held an earlier segment, whose bytes may follow the last record.
+const REUSED: u32 = 1;
 pub(super) const HEADER_BYTES: usize = 16;
 pub(super) const RECORD_HEADER_BYTES: usize = 20;
 const EXTENSION: &str = "wal";
 
-pub(super) fn header() -> [u8; HEADER_BYTES] {
+/// A new segment's header; `reused` when the file held an earlier segment.
+pub(super) fn header(reused: bool) -> [u8; HEADER_BYTES] {
     let mut h = [0u8; HEADER_BYTES];
     h[..8].copy_from_slice(MAGIC);
     h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    let flags = if reused { REUSED } else { 0 };
+    h[12..16].copy_from_slice(&flags.to_le_bytes());
     h
 }
 
@@ -105,32 +122,50 @@ pub(super) struct Logged {
     pub items: Vec<Item>,
 }
 
-/// The segment's format version, when this bucketd reads it.
-fn check_header(path: &Path, data: &[u8]) -> Result<u32, String> {
+/// What a segment's header says, when this bucketd reads its version.
+#[derive(Clone, Copy)]
+struct Header {
+    version: u32,
+    reused: bool,
+}
+
+fn check_header(path: &Path, data: &[u8]) -> Result<Header, String> {
     if data.len() < HEADER_BYTES || &data[..8] != MAGIC {
         return Err(format!("{} is not a bucketd WAL segment", path.display()));
     }
     let version = u32::from_le_bytes(data[8..12].try_into().expect("4 bytes"));
-    if version != VERSION && version != POSTCARD_VERSION {
+    if !(POSTCARD_VERSION..=VERSION).contains(&version) {
         return Err(format!(
             "{} has WAL format version {version}; this bucketd reads versions \
-             {POSTCARD_VERSION} and {VERSION}",
+             {POSTCARD_VERSION} to {VERSION}",
             path.display()
         ));
     }
-    Ok(version)
+    // Flags were reserved (and zero) before version 3.
+    let flags = u32::from_le_bytes(data[12..16].try_into().expect("4 bytes"));
+    Ok(Header { version, reused: version == VERSION && flags & REUSED != 0 })
 }
 
-/// Parses records from `data[at..]` until the end, damage, or `max_readings` readings (at
-/// least one record). Returns them, where parsing stopped, and the damage if any. A record
-/// cut short at the very end of `data` is not damage when `data` is a prefix of the file:
-/// callers that read a prefix treat it as "not yet".
+/// Why parsing stopped before the end of the data.
+enum Stop {
+    /// Damage: a record cut short, failing its checksum, or not decoding.
+    Damage(String),
+    /// A record numbered below the segment's first number: an earlier use's, in a reused file.
+    Earlier,
+}
+
+/// Parses records from `data[at..]` until the end, damage, a record numbered below `first`
+/// (the segment's name), or `max_readings` readings (at least one record). Returns them, where
+/// parsing stopped, and why if it stopped early. A record cut short at the very end of `data`
+/// is not damage when `data` is a prefix of the file: callers that read a prefix treat it as
+/// "not yet".
 fn parse_records(
     data: &[u8],
     mut at: usize,
     max_readings: usize,
     version: u32,
-) -> (Vec<Logged>, usize, Option<String>) {
+    first: Seq,
+) -> (Vec<Logged>, usize, Option<Stop>) {
     let mut records = Vec::new();
     let mut readings = 0usize;
     let damage = loop {
@@ -155,6 +190,9 @@ fn parse_records(
         if hasher.finalize() != crc {
             break Some(format!("record at byte {at} fails its checksum"));
         }
+        if first_seq < first {
+            return (records, at, Some(Stop::Earlier));
+        }
         let items: Result<Vec<Item>, String> = if version == POSTCARD_VERSION {
             postcard::from_bytes(payload).map_err(|e| e.to_string())
         } else {
@@ -171,7 +209,7 @@ fn parse_records(
         records.push(Logged { first_seq, items });
         at = body_at + len;
     };
-    (records, at, damage)
+    (records, at, damage.map(Stop::Damage))
 }
 
 /// Records read from a segment at an offset, for the refill.
@@ -184,6 +222,8 @@ pub(super) struct Chunk {
     pub done: bool,
     /// Why reading stopped early in a segment that will not grow.
     pub damage: Option<String>,
+    /// The segment's records end here: what follows is its file's earlier use.
+    pub ended: bool,
 }
 
 /// Bytes read per refill step at least; a larger record is read whole.
@@ -192,7 +232,7 @@ const CHUNK_READ_BYTES: u64 = 8 << 20;
 /// Reads the intact records in `[offset, limit)` of the segment file at `path`, up to about
 /// `max_readings` readings. `limit` is what is known to be on disk (synced). A file shorter
 /// than its header is a segment created just before a crash, before its header was written:
-/// nothing was acknowledged from it, and nothing is read.
+/// nothing was acknowledged from it, and nothing is read. `path` must be a segment's name.
 pub(super) fn read_chunk(
     path: &Path,
     offset: u64,
@@ -204,19 +244,29 @@ pub(super) fn read_chunk(
     if offset >= limit {
         return Ok(Chunk { next_offset: offset, ..Chunk::default() });
     }
+    let first = parse_file_name(path)
+        .ok_or_else(|| format!("{} is not named as a WAL segment", path.display()))?;
     let mut file =
         std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     // Every step, not only the first: the version says how to decode.
     let mut header = [0u8; HEADER_BYTES];
     file.read_exact(&mut header).map_err(|e| format!("read {}: {e}", path.display()))?;
-    let version = check_header(path, &header)?;
+    let header = check_header(path, &header)?;
     file.seek(SeekFrom::Start(offset)).map_err(|e| format!("seek {}: {e}", path.display()))?;
     let mut want = (limit - offset).min(CHUNK_READ_BYTES);
     loop {
         let mut data = vec![0u8; want as usize];
         file.read_exact(&mut data).map_err(|e| format!("read {}: {e}", path.display()))?;
-        let (records, end, damage) = parse_records(&data, 0, max_readings, version);
+        let (records, end, stop) = parse_records(&data, 0, max_readings, header.version, first);
         let whole = want == limit - offset;
+        let damage = match stop {
+            Some(Stop::Earlier) => {
+                let next_offset = offset + end as u64;
+                return Ok(Chunk { records, next_offset, ended: true, ..Chunk::default() });
+            }
+            Some(Stop::Damage(why)) => Some(why),
+            None => None,
+        };
         if records.is_empty() && damage.is_some() && !whole {
             // A record larger than what was read: read up to the limit.
             want = limit - offset;
@@ -224,15 +274,30 @@ pub(super) fn read_chunk(
                 .map_err(|e| format!("seek {}: {e}", path.display()))?;
             continue;
         }
-        // Damage inside what is known to be durable is real; a record cut by our own read
-        // size is not.
+        // Damage inside what is known to be durable is real, unless the file held an earlier
+        // segment, whose bytes follow the last record; a record cut by our own read size is not.
+        let next_offset = offset + end as u64;
+        if whole && damage.is_some() && header.reused {
+            return Ok(Chunk { records, next_offset, ended: true, ..Chunk::default() });
+        }
         let damage = if whole { damage } else { None };
-        return Ok(Chunk { records, next_offset: offset + end as u64, done: false, damage });
+        return Ok(Chunk { records, next_offset, damage, ..Chunk::default() });
     }
 }
 
 pub(super) fn path_in(dir: &Path, first_seq: Seq) -> PathBuf {
     dir.join(file_name(first_seq))
+}
+
+const SPARE_EXTENSION: &str = "spare";
+
+/// A settled segment's file waiting to be written over: not a segment, never read.
+pub(super) fn spare_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id}.{SPARE_EXTENSION}"))
+}
+
+pub(super) fn is_spare(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == SPARE_EXTENSION)
 }
 
 #[cfg(test)]
@@ -267,7 +332,14 @@ mod tests {
 
     /// A segment's bytes, and where each record ends.
     fn segment(records: &[(Seq, Vec<Item>)]) -> (Vec<u8>, Vec<usize>) {
-        let mut data = header().to_vec();
+        segment_with(header(false), records)
+    }
+
+    fn segment_with(
+        header: [u8; HEADER_BYTES],
+        records: &[(Seq, Vec<Item>)],
+    ) -> (Vec<u8>, Vec<usize>) {
+        let mut data = header.to_vec();
         let mut ends = Vec::new();
         for (seq, items) in records {
             Record::encode(items).unwrap().finish_into(*seq, &mut data);
@@ -283,20 +355,34 @@ mod tests {
         /// Where reading stopped.
         end: u64,
         damage: Option<String>,
+        /// Stopped where a reused file's earlier bytes begin.
+        ended: bool,
     }
 
     fn replay(dir: &Path, data: &[u8], max_readings: usize) -> Result<Replayed, String> {
-        let path = path_in(dir, 1);
+        replay_named(dir, 1, data, max_readings)
+    }
+
+    /// `replay` of a segment named by its first sequence number `first`.
+    fn replay_named(
+        dir: &Path,
+        first: Seq,
+        data: &[u8],
+        max_readings: usize,
+    ) -> Result<Replayed, String> {
+        let path = path_in(dir, first);
         std::fs::write(&path, data).unwrap();
         let limit = data.len() as u64;
-        let mut out = Replayed { records: Vec::new(), end: 0, damage: None };
+        let mut out = Replayed { records: Vec::new(), end: 0, damage: None, ended: false };
         loop {
             let chunk = read_chunk(&path, out.end, limit, max_readings)?;
             let progressed = chunk.next_offset > out.end.max(HEADER_BYTES as u64);
             out.records.extend(chunk.records);
             out.end = chunk.next_offset;
-            if chunk.damage.is_some() || !progressed || out.end >= limit {
+            if chunk.damage.is_some() || chunk.ended || !progressed || out.end >= limit {
                 out.damage = chunk.damage;
+                out.ended = chunk.ended;
+                std::fs::remove_file(&path).unwrap();
                 return Ok(out);
             }
         }
@@ -360,6 +446,63 @@ mod tests {
         assert!(damage.contains("checksum"), "{damage}");
     }
 
+    /// A reused file: a newer segment written over an older one's bytes. Whether the older
+    /// bytes after the last new record start on a record boundary (they then hold intact
+    /// records, numbered lower) or not (they are then garbage as a record), the segment ends
+    /// at its last record without damage; torn new records end it there too.
+    #[test]
+    fn a_reused_file_ends_at_its_last_record_whatever_follows() {
+        let dir = tempfile::tempdir().unwrap();
+        let (old, old_ends) = segment(&(0..6).map(|i| (1 + 10 * i, items(3))).collect::<Vec<_>>());
+        // The same sizes as the old records: the old bytes go on at a record boundary.
+        let aligned: Vec<(Seq, Vec<Item>)> = (0..2).map(|i| (100 + 10 * i, items(3))).collect();
+        // One reading fewer each: the old bytes go on in the middle of a record.
+        let misaligned: Vec<(Seq, Vec<Item>)> = (0..2).map(|i| (100 + 10 * i, items(2))).collect();
+        for (case, new) in [("aligned", aligned), ("misaligned", misaligned)] {
+            let (fresh, ends) = segment_with(header(true), &new);
+            let mut data = old.clone();
+            data[..fresh.len()].copy_from_slice(&fresh);
+            assert_eq!(old_ends.contains(&fresh.len()), case == "aligned");
+            for max_readings in [usize::MAX, 1] {
+                let read = replay_named(dir.path(), 100, &data, max_readings).unwrap();
+                assert!(read.damage.is_none(), "{case}: {:?}", read.damage);
+                assert!(read.ended, "{case}");
+                assert_eq!(seqs(&read.records), vec![(100, new[0].1.len()), (110, new[1].1.len())]);
+                assert_eq!(read.end, fresh.len() as u64, "{case}");
+            }
+            // The second new record torn: the segment ends after the first, quietly.
+            let mut torn = data.clone();
+            torn[ends[1] - 1] ^= 1;
+            let read = replay_named(dir.path(), 100, &torn, usize::MAX).unwrap();
+            assert_eq!(seqs(&read.records), vec![(100, new[0].1.len())], "{case}");
+            assert!(read.damage.is_none() && read.ended, "{case}");
+        }
+        // Without the flag (a file that was never reused) garbage after the records is damage,
+        // but lower-numbered intact records still end the segment.
+        let (fresh, _) = segment(&[(100, items(2))]);
+        let mut data = old.clone();
+        data[..fresh.len()].copy_from_slice(&fresh);
+        let read = replay_named(dir.path(), 100, &data, usize::MAX).unwrap();
+        assert_eq!(seqs(&read.records), vec![(100, 2)]);
+        assert!(read.damage.is_some() && !read.ended);
+        let (fresh, _) = segment(&[(100, items(3))]);
+        data[..fresh.len()].copy_from_slice(&fresh);
+        let read = replay_named(dir.path(), 100, &data, usize::MAX).unwrap();
+        assert_eq!(seqs(&read.records), vec![(100, 3)]);
+        assert!(read.damage.is_none() && read.ended);
+    }
+
+    /// Segments the previous release wrote (version 2, no flags) are read as before.
+    #[test]
+    fn a_version_2_segment_is_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut data, _) = segment(&[(5, items(3)), (8, items(2))]);
+        data[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let read = replay(dir.path(), &data, usize::MAX).unwrap();
+        assert!(read.damage.is_none() && !read.ended);
+        assert_eq!(seqs(&read.records), vec![(5, 3), (8, 2)]);
+    }
+
     #[test]
     fn a_record_larger_than_a_read_step_is_read_whole_or_found_torn() {
         let dir = tempfile::tempdir().unwrap();
@@ -381,7 +524,7 @@ mod tests {
     #[test]
     fn a_segment_an_older_bucketd_wrote_in_postcard_is_still_read() {
         let dir = tempfile::tempdir().unwrap();
-        let mut data = header().to_vec();
+        let mut data = header(false).to_vec();
         data[8..12].copy_from_slice(&POSTCARD_VERSION.to_le_bytes());
         for (first_seq, items) in [(5u64, items(3)), (8, items(2))] {
             let payload = postcard::to_stdvec(&items).unwrap();

@@ -148,13 +148,139 @@ async fn settled_segments_are_deleted_and_free_their_bytes() {
     }
     assert_eq!(segment_files(dir.path()), vec![newest]);
     assert_eq!(wal.segment_count(), 1);
-    let newest_bytes = std::fs::metadata(segment::path_in(dir.path(), newest)).unwrap().len();
-    assert_eq!(wal.used_bytes(), newest_bytes);
-    // The newest is deleted at close once settled.
+    // Two of the deleted ones wait as spares, and count as bytes on disk.
+    let (files, bytes) = log_files(dir.path());
+    assert_eq!(files.iter().filter(|f| f.ends_with(".spare")).count(), SPARE_FILES, "{files:?}");
+    assert_eq!(wal.used_bytes(), bytes);
+    // The newest is deleted at close once settled, and the spares go too.
     wal.settle(&all[(newest - 1) as usize..]);
     assert_eq!(wal.unsettled(), 0);
     wal.close();
-    assert!(segment_files(dir.path()).is_empty());
+    assert_eq!(log_files(dir.path()), (vec![], 0));
+}
+
+/// The log directory's files but its lock, by name, and their total length.
+fn log_files(dir: &Path) -> (Vec<String>, u64) {
+    let mut names = Vec::new();
+    let mut bytes = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().into_string().unwrap();
+        if name != LOCK_FILE {
+            bytes += entry.metadata().unwrap().len();
+            names.push(name);
+        }
+    }
+    names.sort();
+    (names, bytes)
+}
+
+/// Settled files are written over by later segments, and the log's byte count is what its
+/// files take on disk. A crash at any point replays exactly the readings not yet settled:
+/// none of a reused file's earlier records, wherever they lie after the new ones.
+#[tokio::test]
+async fn settled_files_are_written_over_and_a_crash_replays_only_what_is_unsettled() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = Wal::open(config(dir.path(), 1 << 30, 2048)).unwrap();
+    let mut seq: Seq = 1;
+    let mut settled_to: Seq = 1;
+    let mut reused = std::collections::BTreeSet::new();
+    for round in 0..12 {
+        let mut last = None;
+        // Records of one to ten readings: a reused file's earlier records seldom end where
+        // the new ones do.
+        for r in 0..7 {
+            let n = 1 + (round * 7 + r) % 10;
+            let items: Vec<_> = (0..n).map(|i| item(i, seq as i64 + i as i64)).collect();
+            last = Some(append(&wal, &items, seq));
+            seq += n as Seq;
+        }
+        wal.synced(last.unwrap()).await.unwrap();
+        // All but the newest 25 readings are stored.
+        let upto = seq - 25;
+        wal.settle(&(settled_to..upto).collect::<Vec<_>>());
+        settled_to = upto;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while wal.used_bytes() != log_files(dir.path()).1 {
+            assert!(Instant::now() < deadline, "the writer did not catch up");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let (files, _) = log_files(dir.path());
+        assert!(files.iter().filter(|f| f.ends_with(".spare")).count() <= SPARE_FILES);
+        for first in segment_files(dir.path()) {
+            let header = std::fs::read(segment::path_in(dir.path(), first)).unwrap();
+            if header[12..16] == 1u32.to_le_bytes() {
+                reused.insert(first);
+            }
+        }
+    }
+    assert!(reused.len() >= 3, "segments written over settled files: {reused:?}");
+
+    // A crash now: a copy of the directory as it is on disk.
+    let copy = tempfile::tempdir().unwrap();
+    for name in log_files(dir.path()).0 {
+        std::fs::copy(dir.path().join(&name), copy.path().join(&name)).unwrap();
+    }
+    let store = Arc::new(MemoryStore::new(BucketLimits::default()));
+    let (replayed, _, buffers, stop, task) = replay(copy.path(), store);
+    assert!(log_files(copy.path()).0.iter().all(|f| !f.ends_with(".spare")), "spares deleted");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while replayed.unsettled() < seq - segment_files(copy.path())[0]
+        || buffers.spilled_from().is_some()
+    {
+        assert!(Instant::now() < deadline, "the replay did not finish");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Every reading of the segments still there (the store here holds none of the settled
+    // ones the replay would skip), and nothing else.
+    let oldest = segment_files(copy.path())[0];
+    assert!(oldest <= settled_to);
+    let taken = buffers.take(crate::buffer::TakeMode::All, usize::MAX).unwrap();
+    let mut seqs: Vec<Seq> = taken.batches().iter().flat_map(|b| b.seqs()).collect();
+    seqs.sort();
+    assert_eq!(seqs, (oldest..seq).collect::<Vec<_>>());
+    stop.cancel();
+    task.await.unwrap();
+    wal.close();
+}
+
+/// A spare is room the log already has: an append the bytes bound would refuse starts the next
+/// segment over it instead, so a log whose store is down fills up to its bound.
+#[tokio::test]
+async fn a_full_log_writes_over_a_spare_before_refusing() {
+    let dir = tempfile::tempdir().unwrap();
+    let record_len = Record::encode(&[item(1, 1)]).unwrap().encoded_len() as u64;
+    let segment_len = HEADER_BYTES as u64 + 2 * record_len;
+    let limit = 2 * segment_len + HEADER_BYTES as u64 + record_len;
+    let (wal, _) = Wal::open(config(dir.path(), limit, segment_len)).unwrap();
+    let mut last = None;
+    for seq in 1..=5 {
+        last = Some(append(&wal, &[item(1, seq as i64)], seq));
+    }
+    wal.synced(last.unwrap()).await.unwrap();
+    assert_eq!(segment_files(dir.path()), vec![1, 3, 5]);
+    assert_eq!(wal.used_bytes(), limit);
+    // The first segment settles and becomes a spare: the bytes stay counted.
+    wal.settle(&[1, 2]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while segment_files(dir.path()) != vec![3, 5] {
+        assert!(Instant::now() < deadline, "the settled segment was not set aside");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(wal.used_bytes(), limit);
+    // Segment 5 has room for a record but the bound has not: 6 starts a segment over the spare.
+    let t = append(&wal, &[item(1, 6)], 6);
+    wal.synced(t).await.unwrap();
+    assert_eq!(segment_files(dir.path()), vec![3, 5, 6]);
+    assert_eq!(wal.used_bytes(), limit);
+    assert_eq!(log_files(dir.path()).1, limit);
+    // 7 fits in the file 6 was written over; after it, with no spare left, 8 is refused.
+    let t = append(&wal, &[item(1, 7)], 7);
+    wal.synced(t).await.unwrap();
+    assert_eq!(log_files(dir.path()).1, limit);
+    let refused = wal.append(&Record::encode(&[item(1, 8)]).unwrap(), 8).unwrap_err();
+    assert!(matches!(refused, WalError::Full { .. }), "{refused:?}");
+    wal.close();
 }
 
 /// A flush cycle settles each batch's first readings, their numbers read in place: a batch
