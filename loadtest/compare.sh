@@ -128,8 +128,14 @@ if [[ $SERVERS == *bucketd* ]]; then
   NOTE[bucketd]="verify: $(jq -c '.verify | {lost, duplicated, drained_after_ms}' "$OUT/bucketd.json" 2>/dev/null || echo failed) rc=$verify_rc"
   load_day bucketd http://127.0.0.1:18080 /write
   wait_http http://127.0.0.1:18080/health 5
-  # Let the flusher take the day, then time the query from the store.
-  sleep 3
+  # Time the query from the store: wait until the flusher has taken the day (its buffers are
+  # empty; idle buffers are written within about a second), at most 30 s.
+  for ((i = 0; i < 300; i++)); do
+    buffered=$(curl -s http://127.0.0.1:18080/metrics | awk '$1 == "bucketd_readings_buffered" {print $2}')
+    [[ $buffered == 0 ]] && break
+    sleep 0.1
+  done
+  [[ $buffered == 0 ]] || NOTE[bucketd]+=" (queried with $buffered readings still buffered)"
   url="http://127.0.0.1:18080/api/v1/readings?sensor=day%2Csensor%3Dd0&from=$DAY_START&to=$DAY_END&limit=100000&format=json"
   QUERY[bucketd]=$(median_time "$url")
   n=$(grep -o '"t":' "$OUT/query.body" | wc -l)

@@ -175,7 +175,8 @@ fn describe() {
     describe_gauge!(
         WAL_BYTES,
         Unit::Bytes,
-        "Bytes of write-ahead log on disk or queued for it (bounded by --wal-max-bytes)."
+        "Bytes of write-ahead log on disk or queued for it, settled files kept for reuse included \
+         (bounded by --wal-max-bytes)."
     );
     describe_gauge!(WAL_SEGMENTS, Unit::Count, "Write-ahead log segment files.");
     describe_counter!(WAL_SYNCS, Unit::Count, "Group commits (fsyncs) of the write-ahead log.");
