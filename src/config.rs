@@ -146,6 +146,12 @@ pub struct Config {
     #[arg(long, env = "BUCKETD_WAL_MAX_BYTES", default_value = "1GiB", value_parser = parse_byte_size)]
     pub wal_max_bytes: usize,
 
+    /// Where the log starts a new segment, instead of a sixteenth of `--wal-max-bytes` (within
+    /// 1-64 MiB); at most half the bound. Hidden: for tests that need many segments, and so
+    /// settled files written over, from little data.
+    #[arg(long, env = "BUCKETD_WAL_SEGMENT_BYTES", value_parser = parse_byte_size, hide = true)]
+    pub wal_segment_bytes: Option<usize>,
+
     /// On SIGTERM/ctrl-c: how long open requests and connections may take to finish, and then
     /// how long the final flush may take.
     #[arg(long, env = "BUCKETD_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
@@ -311,7 +317,10 @@ impl Config {
             // does not churn files: a sixteenth of the bound, within [1 MiB, 64 MiB], and at
             // most half the bound: only a segment no longer appended to is ever deleted, so a
             // log of one segment would stay full for good once it filled.
-            segment_bytes: (max_bytes / 16).clamp(1 << 20, 64 << 20).min(max_bytes / 2),
+            segment_bytes: self
+                .wal_segment_bytes
+                .map_or((max_bytes / 16).clamp(1 << 20, 64 << 20), |b| b as u64)
+                .min(max_bytes / 2),
         }
     }
 
@@ -467,6 +476,11 @@ mod tests {
             assert!(w.segment_bytes * 2 <= w.max_bytes, "{max}: {} segment bytes", w.segment_bytes);
         }
         assert_eq!(parse(&[]).unwrap().wal_config().segment_bytes, 64 << 20);
+        // The hidden test flag too.
+        let w = parse(&["--wal-segment-bytes", "64KiB"]).unwrap().wal_config();
+        assert_eq!(w.segment_bytes, 64 << 10);
+        let w = parse(&["--wal-segment-bytes", "4MiB", "--wal-max-bytes", "2MiB"]).unwrap();
+        assert_eq!(w.wal_config().segment_bytes, 1 << 20);
     }
 
     #[test]

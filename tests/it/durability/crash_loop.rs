@@ -284,12 +284,12 @@ async fn read_all(client: &reqwest::Client, base: &str) -> BTreeMap<i64, usize> 
     out
 }
 
-/// A log of 4 MiB has segments of 1 MiB: each round fills several, and the settled ones are
-/// written over by later ones, so kills land in reused files too.
+/// Segments of 64 KiB: each round fills a few dozen, and the settled ones are written over by
+/// later ones, so kills land in reused files too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_readings_survive_kill_9_exactly_once_embedded() {
     let dir = tempfile::tempdir().unwrap();
-    let args = ["--wal-max-bytes", "4MiB"];
+    let args = ["--wal-segment-bytes", "64KiB"];
     tokio::time::timeout(
         Duration::from_secs(240),
         crash_loop(dir.path(), &args, 6, Duration::ZERO),
