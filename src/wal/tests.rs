@@ -133,7 +133,7 @@ async fn twenty_synced_records(dir: &Path) -> (Arc<Wal>, Seq) {
 }
 
 #[tokio::test]
-async fn settled_segments_are_deleted_and_free_their_bytes() {
+async fn settled_segments_are_deleted_or_kept_as_spares() {
     let dir = tempfile::tempdir().unwrap();
     let (wal, seq) = twenty_synced_records(dir.path()).await;
     let before = segment_files(dir.path());
@@ -176,8 +176,9 @@ fn log_files(dir: &Path) -> (Vec<String>, u64) {
 }
 
 /// Settled files are written over by later segments, and the log's byte count is what its
-/// files take on disk. A crash at any point replays exactly the readings not yet settled:
-/// none of a reused file's earlier records, wherever they lie after the new ones.
+/// files take on disk. A crash replays exactly the readings of the segments still there (the
+/// store would skip the settled ones among them): none of a reused file's earlier records,
+/// wherever they lie after the new ones.
 #[tokio::test]
 async fn settled_files_are_written_over_and_a_crash_replays_only_what_is_unsettled() {
     let dir = tempfile::tempdir().unwrap();
