@@ -102,7 +102,7 @@ impl Columns {
     }
 
     fn shape_of(&self, row: usize) -> usize {
-        self.shape_of.get(row).copied().unwrap_or(0)
+        shape_at(&self.shape_of, row)
     }
 
     /// Per column, how many of its values belong to readings before `row`.
@@ -162,7 +162,7 @@ impl Columns {
             .collect();
         let Columns { ts, names, shapes, shape_of, lo, hi, .. } = self;
         (lo..hi).map(move |row| {
-            let shape = &shapes[shape_of.get(row).copied().unwrap_or(0)];
+            let shape = &shapes[shape_at(&shape_of, row)];
             let fields = shape
                 .iter()
                 .map(|&c| (names[c].clone(), values[c].next().expect("`new` counted the values")))
@@ -170,6 +170,11 @@ impl Columns {
             Reading { ts: ts[row], fields }
         })
     }
+}
+
+/// Row `row`'s shape, from a run's `shape_of`: none listed means every row has shape 0.
+fn shape_at(shape_of: &[usize], row: usize) -> usize {
+    shape_of.get(row).copied().unwrap_or(0)
 }
 
 /// Reads a run's readings one at a time, ascending or descending, without making a `Reading`

@@ -121,15 +121,30 @@ pub(super) fn write_json_value(buf: &mut Vec<u8>, v: &FieldValue) {
 
 /// `{"t": "...", "fields": {...}}`, the shape of one reading in JSON and NDJSON.
 pub(super) fn write_json_row(buf: &mut Vec<u8>, ts: &mut TsWriter, r: &Reading) {
+    write_json_object(buf, ts, r.ts, r.fields.len(), |buf, i| {
+        let (name, value) = &r.fields[i];
+        write_json_key(buf, name);
+        write_json_value(buf, value);
+    });
+}
+
+/// [`write_json_row`]'s object for a reading at `t` with `n` fields, `field(buf, i)` writing
+/// the `i`th as `"name":value`: for callers that hold the fields elsewhere than in a `Reading`.
+pub(super) fn write_json_object(
+    buf: &mut Vec<u8>,
+    ts: &mut TsWriter,
+    t: TimestampMs,
+    n: usize,
+    mut field: impl FnMut(&mut Vec<u8>, usize),
+) {
     buf.extend_from_slice(b"{\"t\":\"");
-    ts.write(buf, r.ts);
+    ts.write(buf, t);
     buf.extend_from_slice(b"\",\"fields\":{");
-    for (i, (name, value)) in r.fields.iter().enumerate() {
+    for i in 0..n {
         if i > 0 {
             buf.push(b',');
         }
-        write_json_key(buf, name);
-        write_json_value(buf, value);
+        field(buf, i);
     }
     buf.extend_from_slice(b"}}");
 }

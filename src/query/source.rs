@@ -10,7 +10,9 @@ use std::task::{Context, Poll, ready};
 
 use futures::stream::{BoxStream, StreamExt};
 
-use super::encode::{TsWriter, write_json_key, write_json_row, write_json_value};
+use super::encode::{
+    TsWriter, write_json_key, write_json_object, write_json_row, write_json_value,
+};
 use super::merge::unflushed_first;
 use crate::model::{ColumnsReader, Reading, TimestampMs};
 use crate::store::{Order, Run, StoreError};
@@ -147,17 +149,11 @@ impl Source {
                 Current::Readings(r) => write_json_row(buf, ts, &r.next().expect("found")),
                 Current::Columns { reader, keys } => {
                     let t = reader.advance().expect("found");
-                    buf.extend_from_slice(b"{\"t\":\"");
-                    ts.write(buf, t);
-                    buf.extend_from_slice(b"\",\"fields\":{");
-                    for (i, &c) in reader.shape().iter().enumerate() {
-                        if i > 0 {
-                            buf.push(b',');
-                        }
-                        buf.extend_from_slice(&keys[c]);
-                        write_json_value(buf, reader.value(c));
-                    }
-                    buf.extend_from_slice(b"}}");
+                    let shape = reader.shape();
+                    write_json_object(buf, ts, t, shape.len(), |buf, i| {
+                        buf.extend_from_slice(&keys[shape[i]]);
+                        write_json_value(buf, reader.value(shape[i]));
+                    });
                 }
             },
         }

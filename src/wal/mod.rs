@@ -866,22 +866,22 @@ impl Writer {
             return;
         }
         let dir = &self.shared.config.dir;
+        let remove = |path: PathBuf| {
+            let result = std::fs::remove_file(&path);
+            (path, result)
+        };
         for d in &doomed {
+            if let Doomed::Delete(first) | Doomed::Keep(first, _) = *d
+                && self.file.as_ref().is_some_and(|(seq, _)| *seq == first)
+            {
+                self.file = None;
+            }
             let (path, result) = match *d {
-                Doomed::Delete(first) | Doomed::Keep(first, _) => {
-                    if self.file.as_ref().is_some_and(|(seq, _)| *seq == first) {
-                        self.file = None;
-                    }
+                Doomed::Delete(first) => remove(segment::path_in(dir, first)),
+                Doomed::DeleteSpare(id) => remove(segment::spare_path(dir, id)),
+                Doomed::Keep(first, id) => {
                     let path = segment::path_in(dir, first);
-                    let result = match *d {
-                        Doomed::Keep(_, id) => std::fs::rename(&path, segment::spare_path(dir, id)),
-                        _ => std::fs::remove_file(&path),
-                    };
-                    (path, result)
-                }
-                Doomed::DeleteSpare(id) => {
-                    let path = segment::spare_path(dir, id);
-                    let result = std::fs::remove_file(&path);
+                    let result = std::fs::rename(&path, segment::spare_path(dir, id));
                     (path, result)
                 }
             };
