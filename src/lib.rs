@@ -22,11 +22,13 @@
 //!   one status table, InfluxDB's error shapes, token auth, the connection loop, route metrics.
 //! - [`listener`]: the accept loop both listeners share, with its connection limit.
 //! - [`metrics`]: metric names and the Prometheus recorder.
+//! - [`alloc`]: the allocator's upkeep: freed memory given back when a thread goes idle.
 //! - [`wire`]: varints, zigzag, strings and a bounds-checked reader: the primitives of the
 //!   log's records and the embedded store's values.
 //! - [`config`]: command-line flags and their environment twins.
 //! - [`server`]: wires everything together and runs until a shutdown signal.
 
+pub mod alloc;
 pub mod api;
 pub mod buffer;
 pub mod config;

@@ -252,6 +252,9 @@ impl Worker {
                     }
                 }
                 None => {
+                    // Nothing due: what the last writes freed can go back to the OS now
+                    // rather than when this thread next allocates.
+                    crate::alloc::release_freed();
                     tokio::select! {
                         _ = stop.cancelled() => {}
                         _ = tokio::time::sleep(self.tick) => {}

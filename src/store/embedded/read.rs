@@ -260,6 +260,14 @@ impl Visit for PieceSender<'_> {
 }
 
 fn produce(db: &Database, query: &RangeQuery, tx: &mpsc::Sender<Msg>) {
+    // The pool thread may now wait a long while: what this range freed goes back first.
+    struct ReleaseOnReturn;
+    impl Drop for ReleaseOnReturn {
+        fn drop(&mut self) {
+            crate::alloc::release_freed();
+        }
+    }
+    let _release = ReleaseOnReturn;
     let mut sender = PieceSender {
         tx,
         from: query.from,

@@ -1,0 +1,17 @@
+//! The allocator's upkeep. `main.rs` makes mimalloc the global allocator (it says why).
+//!
+//! mimalloc gives freed memory back to the OS after a delay (10 ms for pages, 100 ms for
+//! whole segments), and only from inside its own calls: what was freed just before the threads
+//! that freed it went quiet stays resident until one of them allocates again. So the flusher
+//! calls [`release_freed`] when nothing is due, and an embedded range reader when it returns.
+//! Measured on one core, the compare.sh load then `--verify` reading the 10,000 sensors back
+//! with four range queries at a time: peak RSS was 135-170 MiB, reached while verifying, 20-45
+//! MiB above the end of the load; with these calls 136-144 MiB, reached during the load.
+
+/// Gives back to the OS what mimalloc has freed and kept past its delay: a walk of the calling
+/// thread's heap and the purges due in its arenas. For a thread about to wait. With another
+/// global allocator (the test binaries) it tidies mimalloc's unused heap, which costs nothing.
+pub fn release_freed() {
+    // SAFETY: takes no pointers; any thread may call it at any time.
+    unsafe { libmimalloc_sys::mi_collect(false) }
+}
