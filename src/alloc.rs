@@ -5,8 +5,9 @@
 //! that freed it went quiet stays resident until one of them allocates again. So the flusher
 //! calls [`release_freed`] when nothing is due, and an embedded range reader when it returns.
 //! Measured on one core, the compare.sh load then `--verify` reading the 10,000 sensors back
-//! with four range queries at a time: peak RSS was 135-170 MiB, reached while verifying, 20-45
-//! MiB above the end of the load; with these calls 136-144 MiB, reached during the load.
+//! with four range queries at a time: peak RSS was 135-170 MiB, in five runs of six reached
+//! while verifying, 25-45 MiB above the end of the load; with these calls 136-144 MiB, reached
+//! during the load.
 
 /// Gives back to the OS what mimalloc has freed and kept past its delay: a walk of the calling
 /// thread's heap and the purges due in its arenas. For a thread about to wait. With another
