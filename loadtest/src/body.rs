@@ -79,21 +79,9 @@ impl Layout {
             out.push(b'[');
         }
         let (mut s, mut k) = self.locate(n0);
-        // The current `k`'s timestamp as the line ends with it (ns), or as JSON has it (ms).
         let mut ts_text = Vec::new();
-        let mut ts_of = None;
+        self.timestamp_text(proto, k, &mut ts_text);
         for n in n0..n1 {
-            if ts_of != Some(k) {
-                ts_text.clear();
-                if proto == Protocol::LineProtocol {
-                    ts_text.push(b' ');
-                }
-                push_u64(&mut ts_text, self.ts_ms(k) as u64);
-                if proto == Protocol::LineProtocol {
-                    ts_text.extend_from_slice(b"000000\n");
-                }
-                ts_of = Some(k);
-            }
             let temp = &self.temperatures[((s * 7 + k) % TEMP_SPAN) as usize];
             let hum = &self.humidities[((s + 3 * k) % HUM_SPAN) as usize];
             match proto {
@@ -123,10 +111,24 @@ impl Layout {
             if s == self.sensors() {
                 s = 0;
                 k += 1;
+                self.timestamp_text(proto, k, &mut ts_text);
             }
         }
         if proto == Protocol::Json {
             out.push(b']');
+        }
+    }
+
+    /// Sets `text` to the `k`th timestamp as a line ends with it (ns), or as JSON has it (ms).
+    fn timestamp_text(&self, proto: Protocol, k: u64, text: &mut Vec<u8>) {
+        text.clear();
+        match proto {
+            Protocol::LineProtocol => {
+                text.push(b' ');
+                push_u64(text, self.ts_ms(k) as u64);
+                text.extend_from_slice(b"000000\n");
+            }
+            Protocol::Json => push_u64(text, self.ts_ms(k) as u64),
         }
     }
 }

@@ -160,7 +160,12 @@ impl Stream for RangeStream {
                     let (db, query) = (db.clone(), query.clone());
                     let (tx, rx) = mpsc::channel(STREAM_CHANNEL_MESSAGES);
                     let (from, to, order) = (query.from, query.to, query.order);
-                    let reader = tokio::task::spawn_blocking(move || produce(&db, &query, &tx));
+                    let reader = tokio::task::spawn_blocking(move || {
+                        produce(&db, &query, &tx);
+                        // The pool thread may now wait a long while: what this range freed
+                        // goes back first.
+                        crate::alloc::release_freed();
+                    });
                     *this = RangeStream::Running(Box::new(Running {
                         rx,
                         reader,
@@ -260,14 +265,6 @@ impl Visit for PieceSender<'_> {
 }
 
 fn produce(db: &Database, query: &RangeQuery, tx: &mpsc::Sender<Msg>) {
-    // The pool thread may now wait a long while: what this range freed goes back first.
-    struct ReleaseOnReturn;
-    impl Drop for ReleaseOnReturn {
-        fn drop(&mut self) {
-            crate::alloc::release_freed();
-        }
-    }
-    let _release = ReleaseOnReturn;
     let mut sender = PieceSender {
         tx,
         from: query.from,
