@@ -548,16 +548,18 @@ impl Wal {
         offset: u64,
         max_readings: usize,
     ) -> Result<segment::Chunk, WalError> {
-        let (synced, bytes, final_size) = {
+        let (synced, bytes, final_size, recovered) = {
             let st = lock(&self.shared.state);
             match st.segments.get(&first) {
-                Some(s) => (s.synced, s.bytes, s.sealed || s.recovered),
+                Some(s) => (s.synced, s.bytes, s.sealed || s.recovered, s.recovered),
                 // Deleted: everything in it was settled.
                 None => return Ok(segment::Chunk { done: true, ..segment::Chunk::default() }),
             }
         };
         let path = segment::path_in(self.dir(), first);
-        let mut chunk = segment::read_chunk(&path, offset, synced, max_readings)
+        // A segment this process writes ends at its synced length; a recovered one's length is
+        // its file's, which a reused file's earlier use may extend.
+        let mut chunk = segment::read_chunk(&path, offset, synced, !recovered, max_readings)
             .map_err(|why| WalError::Open { dir: self.dir().to_owned(), why })?;
         // Done once nothing more can be appended and all of it has been read.
         chunk.done =

@@ -91,6 +91,9 @@ struct Cursor {
     offset: u64,
     /// Everything logged before this sequence number is in the buffers (or stored).
     through: Seq,
+    /// Where damage was last reported: a segment still written to is read again at the same
+    /// place until it is sealed, and the damage is reported once.
+    reported: Option<(Seq, u64)>,
 }
 
 impl Refill {
@@ -115,7 +118,9 @@ impl Refill {
             let c = match &mut cursor {
                 Some(c) => c,
                 None => match self.wal.segment_for(from) {
-                    Some(segment) => cursor.insert(Cursor { segment, offset: 0, through: from }),
+                    Some(segment) => {
+                        cursor.insert(Cursor { segment, offset: 0, through: from, reported: None })
+                    }
                     None => {
                         // Nothing logged at all: nothing to catch up with.
                         self.buffers.end_spill_if(|_| true);
@@ -140,11 +145,20 @@ impl Refill {
                     continue;
                 }
             };
-            if let Some(damage) = &chunk.damage {
-                tracing::warn!(segment = c.segment, %damage, "write-ahead log segment ends early (a torn record from a crash is the unacknowledged last group)");
+            let recovered = self.wal.is_recovered(c.segment);
+            if let Some(damage) = &chunk.damage
+                && c.reported.replace((c.segment, chunk.next_offset))
+                    != Some((c.segment, chunk.next_offset))
+            {
+                if recovered {
+                    tracing::warn!(segment = c.segment, %damage, "write-ahead log segment ends early (a torn record from a crash is the unacknowledged last group)");
+                } else {
+                    // Bytes this process wrote and synced do not read back: the disk lost
+                    // acknowledged readings, which the buffers do not hold (they spilled).
+                    tracing::error!(segment = c.segment, %damage, "write-ahead log damaged before its synced length: spilled readings after this point cannot be read back and are lost");
+                }
             }
             c.offset = chunk.next_offset;
-            let recovered = self.wal.is_recovered(c.segment);
             let mut items = Vec::new();
             for record in chunk.records {
                 let end = record.first_seq + record.items.len() as u64;

@@ -22,7 +22,10 @@
 //! earlier use. Two rules keep those from being read: a record numbered below the segment's
 //! name (its first sequence number) ends the segment, since every earlier use held only lower
 //! numbers; and in a reused file a record that fails its checksum or is cut short ends it
-//! quietly, as the earlier use's bytes seldom start where the last record ends. Version 3 exists
+//! quietly, as the earlier use's bytes seldom start where the last record ends. The second rule
+//! applies only where the earlier use's bytes can lie inside what is read: a segment this
+//! process writes is read up to its synced length, where its records end (`read_chunk`'s
+//! `exact`), so damage there is damage. Version 3 exists
 //! so that an older bucketd refuses such a log rather than replay the earlier use's records.
 //!
 //! File names are the segment's first sequence number, zero-padded to 20 digits, plus
@@ -220,7 +223,8 @@ pub(super) struct Chunk {
     pub next_offset: u64,
     /// Nothing more will ever be read from this segment.
     pub done: bool,
-    /// Why reading stopped early in a segment that will not grow.
+    /// Why reading stopped early in a segment that will not grow, or, in one this process
+    /// writes, inside what was synced.
     pub damage: Option<String>,
     /// The segment's records end here: what follows is its file's earlier use.
     pub ended: bool,
@@ -230,13 +234,17 @@ pub(super) struct Chunk {
 const CHUNK_READ_BYTES: u64 = 8 << 20;
 
 /// Reads the intact records in `[offset, limit)` of the segment file at `path`, up to about
-/// `max_readings` readings. `limit` is what is known to be on disk (synced). A file shorter
-/// than its header is a segment created just before a crash, before its header was written:
-/// nothing was acknowledged from it, and nothing is read. `path` must be a segment's name.
+/// `max_readings` readings. `limit` is what is known to be on disk (synced); `exact` when it
+/// is also where the segment's records end (a segment this process writes: its synced length),
+/// so that nothing of a reused file's earlier use lies before it and damage there is real. A
+/// file shorter than its header is a segment created just before a crash, before its header
+/// was written: nothing was acknowledged from it, and nothing is read. `path` must be a
+/// segment's name.
 pub(super) fn read_chunk(
     path: &Path,
     offset: u64,
     limit: u64,
+    exact: bool,
     max_readings: usize,
 ) -> Result<Chunk, String> {
     use std::io::{Read, Seek, SeekFrom};
@@ -275,9 +283,10 @@ pub(super) fn read_chunk(
             continue;
         }
         // Damage inside what is known to be durable is real, unless the file held an earlier
-        // segment, whose bytes follow the last record; a record cut by our own read size is not.
+        // segment whose bytes may follow the last record (only where `limit` is the file's
+        // length, not the segment's); a record cut by our own read size is not.
         let next_offset = offset + end as u64;
-        if whole && damage.is_some() && header.reused {
+        if whole && damage.is_some() && header.reused && !exact {
             return Ok(Chunk { records, next_offset, ended: true, ..Chunk::default() });
         }
         let damage = if whole { damage } else { None };
@@ -375,7 +384,7 @@ mod tests {
         let limit = data.len() as u64;
         let mut out = Replayed { records: Vec::new(), end: 0, damage: None, ended: false };
         loop {
-            let chunk = read_chunk(&path, out.end, limit, max_readings)?;
+            let chunk = read_chunk(&path, out.end, limit, false, max_readings)?;
             let progressed = chunk.next_offset > out.end.max(HEADER_BYTES as u64);
             out.records.extend(chunk.records);
             out.end = chunk.next_offset;
@@ -490,6 +499,32 @@ mod tests {
         let read = replay_named(dir.path(), 100, &data, usize::MAX).unwrap();
         assert_eq!(seqs(&read.records), vec![(100, 3)]);
         assert!(read.damage.is_none() && read.ended);
+    }
+
+    /// In a reused file that this process writes, the synced length is where the segment's
+    /// records end, so nothing of the earlier use lies before it: damage there is reported,
+    /// not taken for the earlier use's bytes.
+    #[test]
+    fn damage_before_the_synced_length_of_a_reused_file_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let (old, _) = segment(&(0..6).map(|i| (1 + 10 * i, items(3))).collect::<Vec<_>>());
+        let (fresh, ends) = segment_with(header(true), &[(100, items(2)), (110, items(2))]);
+        let mut data = old.clone();
+        data[..fresh.len()].copy_from_slice(&fresh);
+        data[ends[1] - 1] ^= 1;
+        let path = path_in(dir.path(), 100);
+        std::fs::write(&path, &data).unwrap();
+        let synced = fresh.len() as u64;
+        let chunk = read_chunk(&path, 0, synced, true, usize::MAX).unwrap();
+        assert_eq!(seqs(&chunk.records), vec![(100, 2)]);
+        assert_eq!(chunk.next_offset, ends[0] as u64);
+        assert!(!chunk.ended);
+        let damage = chunk.damage.expect("damage inside the synced length is reported");
+        assert!(damage.contains("checksum"), "{damage}");
+        // Read up to the file's length (a recovered segment), the same bytes end it quietly.
+        let chunk = read_chunk(&path, 0, data.len() as u64, false, usize::MAX).unwrap();
+        assert_eq!(seqs(&chunk.records), vec![(100, 2)]);
+        assert!(chunk.ended && chunk.damage.is_none());
     }
 
     /// Segments the previous release wrote (version 2, no flags) are read as before.

@@ -73,7 +73,7 @@ async fn appended_records_are_on_disk_once_synced() {
     assert_eq!(files, vec![100]);
     let path = segment::path_in(dir.path(), 100);
     let len = std::fs::metadata(&path).unwrap().len();
-    let read = segment::read_chunk(&path, 0, len, usize::MAX).unwrap();
+    let read = segment::read_chunk(&path, 0, len, false, usize::MAX).unwrap();
     assert!(read.damage.is_none());
     assert_eq!(read.next_offset, len);
     let got: Vec<(Seq, usize)> =
@@ -113,7 +113,7 @@ async fn appends_made_while_the_writer_is_busy_share_one_fsync_with(window: Dura
     assert_eq!(wal.shared.synced.borrow().group, tickets[0].0);
     let path = segment::path_in(dir.path(), 1);
     let len = std::fs::metadata(&path).unwrap().len();
-    let chunk = segment::read_chunk(&path, 0, len, usize::MAX).unwrap();
+    let chunk = segment::read_chunk(&path, 0, len, false, usize::MAX).unwrap();
     assert_eq!(chunk.records.len(), 201);
 }
 
@@ -242,6 +242,40 @@ async fn settled_files_are_written_over_and_a_crash_replays_only_what_is_unsettl
     assert_eq!(seqs, (oldest..seq).collect::<Vec<_>>());
     stop.cancel();
     task.await.unwrap();
+    wal.close();
+}
+
+/// A segment this process writes over a settled file ends at its synced length, which the
+/// refill reads up to: damage before it is reported, not taken for the earlier use's bytes.
+#[tokio::test]
+async fn damage_in_a_reused_segment_this_process_writes_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = Wal::open(config(dir.path(), 1 << 30, 2048)).unwrap();
+    let mut seq: Seq = 1;
+    let newest = loop {
+        assert!(seq < 100_000, "no segment was written over a settled file");
+        let items: Vec<_> = (0..5).map(|i| item(i, seq as i64 + i as i64)).collect();
+        wal.synced(append(&wal, &items, seq)).await.unwrap();
+        wal.settle(&(seq..seq + 5).collect::<Vec<_>>());
+        seq += 5;
+        let newest = *segment_files(dir.path()).last().unwrap();
+        let header = std::fs::read(segment::path_in(dir.path(), newest)).unwrap();
+        if header[12..16] == 1u32.to_le_bytes() {
+            break newest;
+        }
+    };
+    let intact = wal.read_at(newest, 0, usize::MAX).unwrap();
+    assert!(intact.damage.is_none() && !intact.ended && !intact.records.is_empty());
+    // One bit of the first record's payload, changed in place.
+    let path = segment::path_in(dir.path(), newest);
+    let at = HEADER_BYTES + segment::RECORD_HEADER_BYTES;
+    let byte = std::fs::read(&path).unwrap()[at] ^ 1;
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    std::os::unix::fs::FileExt::write_at(&file, &[byte], at as u64).unwrap();
+    let read = wal.read_at(newest, 0, usize::MAX).unwrap();
+    assert!(read.records.is_empty() && !read.ended, "{read:?}");
+    let damage = read.damage.expect("damage before the synced length is reported");
+    assert!(damage.contains("checksum"), "{damage}");
     wal.close();
 }
 
@@ -709,7 +743,7 @@ async fn a_full_disk_refuses_appends_and_the_log_resumes_once_there_is_room() {
         for first in segment_files(dir.path()) {
             let path = segment::path_in(dir.path(), first);
             let len = std::fs::metadata(&path).unwrap().len();
-            let read = segment::read_chunk(&path, 0, len, usize::MAX).unwrap();
+            let read = segment::read_chunk(&path, 0, len, false, usize::MAX).unwrap();
             assert!(read.damage.is_none(), "segment {first}: {:?}", read.damage);
             got.extend(read.records.iter().map(|r| (r.first_seq, r.items.len())));
         }
