@@ -149,6 +149,17 @@ fn check_header(path: &Path, data: &[u8]) -> Result<Header, String> {
     Ok(Header { version, reused: version == VERSION && flags & REUSED != 0 })
 }
 
+/// Whether the segment file at `path` was written over a settled one (its header's flag).
+#[cfg(test)]
+pub(super) fn is_reused(path: &Path) -> Result<bool, String> {
+    use std::io::Read;
+    let mut header = [0u8; HEADER_BYTES];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut header))
+        .map_err(|e| format!("read {}: {e}", path.display()))?;
+    Ok(check_header(path, &header)?.reused)
+}
+
 /// Why parsing stopped before the end of the data.
 enum Stop {
     /// Damage: a record cut short, failing its checksum, or not decoding.

@@ -209,8 +209,7 @@ async fn settled_files_are_written_over_and_a_crash_replays_only_what_is_unsettl
         let (files, _) = log_files(dir.path());
         assert!(files.iter().filter(|f| f.ends_with(".spare")).count() <= SPARE_FILES);
         for first in segment_files(dir.path()) {
-            let header = std::fs::read(segment::path_in(dir.path(), first)).unwrap();
-            if header[12..16] == 1u32.to_le_bytes() {
+            if segment::is_reused(&segment::path_in(dir.path(), first)).unwrap() {
                 reused.insert(first);
             }
         }
@@ -259,8 +258,7 @@ async fn damage_in_a_reused_segment_this_process_writes_is_reported() {
         wal.settle(&(seq..seq + 5).collect::<Vec<_>>());
         seq += 5;
         let newest = *segment_files(dir.path()).last().unwrap();
-        let header = std::fs::read(segment::path_in(dir.path(), newest)).unwrap();
-        if header[12..16] == 1u32.to_le_bytes() {
+        if segment::is_reused(&segment::path_in(dir.path(), newest)).unwrap() {
             break newest;
         }
     };
