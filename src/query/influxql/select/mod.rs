@@ -137,20 +137,31 @@ impl Window {
             if change != 0 && change.abs() < self.interval {
                 start += change;
             }
-            let change = zone - zone_offset_ms(z, end);
-            if change != 0 && change.abs() < self.interval {
+            let end_zone = zone_offset_ms(z, end);
+            let change = zone - end_zone;
+            // Clocks going back add time to this window. Clocks going forward skip time, which
+            // belongs to this window only when the switch lies before the shortened end: a
+            // window ending on the switch itself keeps its end, or the next window would be
+            // this one again.
+            if change != 0
+                && change.abs() < self.interval
+                && (change > 0 || zone_offset_ms(z, end + change) == end_zone)
+            {
                 end += change;
             }
         }
         (start + self.offset, end + self.offset)
     }
 
-    /// Every window start from the one holding `from` to the one holding `to - 1`.
+    /// Every window start from the one holding `from` to the one holding `to - 1`, each later
+    /// than the one before: a zone's rules can never make this repeat a window.
     fn starts(&self, from: TimestampMs, to: TimestampMs) -> impl Iterator<Item = TimestampMs> + '_ {
         let mut next = Some(self.bounds(from));
         std::iter::from_fn(move || {
             let (start, end) = next?;
-            next = (end < to && end > start).then(|| self.bounds(end));
+            next = (end < to && end > start)
+                .then(|| self.bounds(end))
+                .filter(|&(next_start, _)| next_start > start);
             Some(start)
         })
     }
@@ -698,6 +709,59 @@ mod tests {
             starts,
             [utc("2024-10-25T22:00:00Z"), utc("2024-10-26T22:00:00Z"), utc("2024-10-27T23:00:00Z")]
         );
+    }
+
+    /// InfluxDB 1.6's answers: `SELECT count(temp) … GROUP BY time(2h|3h) tz('Europe/Paris')`
+    /// over the night clocks went forward (2024-03-31, 01:00Z: 02:00 became 03:00 local).
+    #[test]
+    fn windows_across_clocks_going_forward_end_and_advance_as_influxdb_does() {
+        let paris = Some(Tz::Europe__Paris);
+        let w = Window { interval: 2 * 3_600_000, offset: 0, zone: paris };
+        // The window ending on the switch keeps its end; it used to end where it began.
+        let (start, end) = w.bounds(utc("2024-03-31T00:00:00Z"));
+        assert_eq!((start, end), (utc("2024-03-30T23:00:00Z"), utc("2024-03-31T01:00:00Z")));
+        let starts: Vec<_> =
+            w.starts(utc("2024-03-31T00:00:00Z"), utc("2024-03-31T04:00:00Z")).collect();
+        assert_eq!(
+            starts,
+            [utc("2024-03-30T23:00:00Z"), utc("2024-03-31T01:00:00Z"), utc("2024-03-31T02:00:00Z")]
+        );
+        let w = Window { interval: 3 * 3_600_000, offset: 0, zone: paris };
+        let starts: Vec<_> =
+            w.starts(utc("2024-03-30T23:00:00Z"), utc("2024-03-31T04:00:00Z")).collect();
+        assert_eq!(starts, [utc("2024-03-30T23:00:00Z"), utc("2024-03-31T01:00:00Z")]);
+    }
+
+    /// Zones with every kind of switch (forward and back, both hemispheres, half an hour,
+    /// a skipped day), window lengths dashboards ask for, across a year: the starts always
+    /// advance, so no statement can loop on a window.
+    #[test]
+    fn window_starts_always_advance_across_a_year_of_switches() {
+        let from = utc("2011-01-01T00:00:00Z");
+        let to = utc("2012-01-01T00:00:00Z");
+        let zones = [
+            Tz::Europe__Paris,
+            Tz::America__New_York,
+            Tz::America__Santiago,
+            Tz::Australia__Sydney,
+            Tz::Australia__Lord_Howe,
+            Tz::Pacific__Apia,
+            Tz::Asia__Tehran,
+            Tz::Africa__Casablanca,
+            Tz::Pacific__Chatham,
+        ];
+        for zone in zones {
+            for minutes in [30, 60, 90, 120, 180, 300, 1440] {
+                let w = Window { interval: minutes * 60_000, offset: 0, zone: Some(zone) };
+                let most = (to - from) / w.interval + 3;
+                let mut last = i64::MIN;
+                for (n, start) in w.starts(from, to).enumerate() {
+                    assert!(start > last, "{zone} {minutes}m: {start} after {last}");
+                    assert!((n as i64) < most, "{zone} {minutes}m: more windows than {most}");
+                    last = start;
+                }
+            }
+        }
     }
 
     #[test]
