@@ -119,7 +119,16 @@ impl Load {
                     while !stop.load(Ordering::SeqCst) {
                         let first = next.fetch_add(LINES_PER_REQUEST, Ordering::SeqCst);
                         ledger.lock().unwrap().sent.extend(first..first + LINES_PER_REQUEST);
-                        let r = client.post(&url).body(body(first)).send().await.unwrap();
+                        let r = match client.post(&url).body(body(first)).send().await {
+                            Ok(r) => r,
+                            // The server going away (a failed test tearing it down) ends the
+                            // writer; before that, the ledger's checks report it.
+                            Err(e) => {
+                                let refusal = (0, format!("no answer: {e}"));
+                                *ledger.lock().unwrap().refusals.entry(refusal).or_default() += 1;
+                                break;
+                            }
+                        };
                         let status = r.status();
                         if status == StatusCode::NO_CONTENT {
                             ledger.lock().unwrap().acked.extend(first..first + LINES_PER_REQUEST);
@@ -153,17 +162,44 @@ impl Load {
     }
 }
 
-/// Polls `check` every 50 ms until it holds; panics with `what` after `within`.
-async fn wait_for<F, Fut>(within: Duration, what: &str, mut check: F)
+/// How long a wait may see no progress before it gives up.
+const STALLED: Duration = Duration::from_secs(60);
+
+/// Polls `check` every 50 ms until it holds. Gives up, naming `what`, only once `progress`
+/// (a measure of the work the state waits for: bytes on the disk, acknowledged requests,
+/// readings still to replay) has not changed for [`STALLED`]: on a busy machine the disk
+/// fills more slowly, and a fixed deadline failed there although nothing was stuck. Every
+/// measure passed is bounded (the disk is small, the log holds so much), so a wait whose
+/// state never comes still ends.
+async fn wait_for<F, Fut>(what: &str, mut progress: impl FnMut() -> u64, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = Instant::now() + within;
+    let mut seen = progress();
+    let mut moved = Instant::now();
     while !check().await {
-        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        let now = progress();
+        if now != seen {
+            (seen, moved) = (now, Instant::now());
+        }
+        assert!(moved.elapsed() < STALLED, "no progress for {STALLED:?} and not yet: {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Bytes allocated to the files under `dir`: what the server has written to its disk.
+fn allocated_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => allocated_bytes(&e.path()),
+            Ok(m) => m.blocks() * 512,
+            Err(_) => 0,
+        })
+        .sum()
 }
 
 async fn get(client: &reqwest::Client, url: &str) -> (StatusCode, String) {
@@ -332,11 +368,17 @@ async fn fill_free_and_check(
     let base = server.base.clone();
     let next = Arc::new(AtomicI64::new(0));
     let load = Load::start(&client, &base, &next);
+    // Filling the disk: bytes on it and requests acknowledged, both bounded by its size.
+    let disk = ballast.parent().expect("the ballast lies on the small disk").to_owned();
+    let filling = {
+        let (acked, disk) = (load.acked.clone(), disk.clone());
+        move || allocated_bytes(&disk) + acked.load(Ordering::SeqCst) as u64
+    };
 
     // Full: the writers are being refused, and where the store's file filled, `/ready` says
     // so (with `--ack=buffered` the buffers also refuse while a flush merely lags).
     if expect.restart_needed == Restart::Always {
-        wait_for(Duration::from_secs(30), &format!("{name}: /ready asks for a restart"), || {
+        wait_for(&format!("{name}: /ready asks for a restart"), filling.clone(), || {
             let (client, base) = (client.clone(), base.clone());
             async move {
                 let (status, body) = get(&client, &format!("{base}/ready")).await;
@@ -347,7 +389,7 @@ async fn fill_free_and_check(
     }
     let refused = load.refused.clone();
     let refused_before = refused.load(Ordering::SeqCst);
-    wait_for(Duration::from_secs(30), &format!("{name}: writes refused on a full disk"), || {
+    wait_for(&format!("{name}: writes refused on a full disk"), filling.clone(), || {
         let refused = refused.clone();
         async move { refused.load(Ordering::SeqCst) >= refused_before + 20 }
     })
@@ -389,7 +431,7 @@ async fn fill_free_and_check(
     let acked_at_free = load.acked.load(Ordering::SeqCst);
     if expect.writes_recover {
         let acked = load.acked.clone();
-        wait_for(Duration::from_secs(15), &format!("{name}: writes taken again"), || {
+        wait_for(&format!("{name}: writes taken again"), filling.clone(), || {
             let acked = acked.clone();
             async move { acked.load(Ordering::SeqCst) > acked_at_free }
         })
@@ -409,7 +451,7 @@ async fn fill_free_and_check(
         }
     };
     if restart_needed {
-        wait_for(Duration::from_secs(15), &format!("{name}: /ready asks for a restart"), || {
+        wait_for(&format!("{name}: /ready asks for a restart"), filling.clone(), || {
             let (client, base) = (client.clone(), base.clone());
             async move {
                 let (status, body) = get(&client, &format!("{base}/ready")).await;
@@ -447,7 +489,12 @@ async fn fill_free_and_check(
     // (spilled readings are not visible to queries until then).
     let reader_base = reader.base.clone();
     let logged = expect.buffered_may_lose.is_none();
-    wait_for(Duration::from_secs(30), "the replay stores what the log holds", || {
+    // Replaying: the store's file grows and the log's segments go.
+    let replaying = {
+        let dirs = [data_dir.to_owned(), disk.clone()];
+        move || dirs.iter().map(|d| allocated_bytes(d)).sum()
+    };
+    wait_for("the replay stores what the log holds", replaying, || {
         let (client, base) = (client.clone(), reader_base.clone());
         async move {
             let (_, m) = get(&client, &format!("{base}/metrics")).await;
