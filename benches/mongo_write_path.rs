@@ -211,7 +211,7 @@ async fn running_flusher() {
         .expect("connect through the counting proxy");
     counts.take();
     let buffers = Buffers::new(config.buffer_config());
-    let flusher = Flusher::spawn(buffers.clone(), Arc::new(store), config.flush_config(W));
+    let flusher = Flusher::spawn(buffers.clone(), Arc::new(store), config.flush_config(W, None));
     let hour = 1_700_000_000_000 - 1_700_000_000_000 % HOUR_MS;
     let start = tokio::time::Instant::now();
     for second in 0..SECONDS {

@@ -10,6 +10,7 @@ use clap::{Parser, ValueEnum};
 
 use crate::buffer::BufferConfig;
 use crate::flush::FlushConfig;
+use crate::flush::dead_letter::{DeadLetterError, DeadLetters};
 pub use crate::ingest::intake::AckMode;
 use crate::ingest::validate::{InputLimits, KnownSeries, SeriesLimit};
 use crate::model::WriterId;
@@ -123,6 +124,17 @@ pub struct Config {
     /// Directory of the write-ahead log. Default: `<data-dir>/wal` (also with MongoDB).
     #[arg(long, env = "BUCKETD_WAL_DIR")]
     pub wal_dir: Option<PathBuf>,
+
+    /// Directory where readings the store refuses for good are kept, in line protocol with the
+    /// store's reason, until `POST /api/v1/dead-letters/replay` writes them back. Default:
+    /// `<data-dir>/dead-letters` (also with MongoDB).
+    #[arg(long, env = "BUCKETD_DEAD_LETTER_DIR")]
+    pub dead_letter_dir: Option<PathBuf>,
+
+    /// Bound on the dead-letter directory's size. Refused batches that do not fit stay in the
+    /// buffers (and the log) for retry, as while the store is down. Accepts suffixes.
+    #[arg(long, env = "BUCKETD_DEAD_LETTER_MAX_BYTES", default_value = "1GiB", value_parser = parse_byte_size)]
+    pub dead_letter_max_bytes: usize,
 
     /// The write-ahead log directory was moved or restored, not copied: keep the writer
     /// identity it carries and record its new place. Without it, a directory whose identity was
@@ -324,9 +336,27 @@ impl Config {
         }
     }
 
-    /// `writer`: this process's identity (`wal::identity`), which the flusher writes under.
-    pub fn flush_config(&self, writer: WriterId) -> FlushConfig {
-        FlushConfig { writer, min_backoff: FLUSH_MIN_BACKOFF, max_backoff: FLUSH_MAX_BACKOFF }
+    /// `writer`: this process's identity (`wal::identity`), which the flusher writes under;
+    /// `dead_letters`: where it keeps what the store refuses.
+    pub fn flush_config(
+        &self,
+        writer: WriterId,
+        dead_letters: Option<Arc<DeadLetters>>,
+    ) -> FlushConfig {
+        FlushConfig {
+            writer,
+            min_backoff: FLUSH_MIN_BACKOFF,
+            max_backoff: FLUSH_MAX_BACKOFF,
+            dead_letters,
+        }
+    }
+
+    /// Opens the dead-letter directory (`--dead-letter-dir`, bounded by
+    /// `--dead-letter-max-bytes`).
+    pub fn dead_letters(&self) -> Result<DeadLetters, DeadLetterError> {
+        let dir =
+            self.dead_letter_dir.clone().unwrap_or_else(|| self.data_dir.join("dead-letters"));
+        DeadLetters::open(dir, self.dead_letter_max_bytes as u64)
     }
 
     /// The input limits, with a fresh series bound: call once per server, since the bound

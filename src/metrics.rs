@@ -15,6 +15,8 @@ pub const FLUSH_READINGS: &str = "bucketd_flush_readings"; // histogram, reading
 pub const STORE_ERRORS: &str = "bucketd_store_errors_total"; // {kind}
 pub const BUCKETS_CREATED: &str = "bucketd_buckets_created_total";
 pub const READINGS_DROPPED: &str = "bucketd_readings_dropped_total"; // {reason}
+pub const DEAD_LETTER_READINGS: &str = "bucketd_dead_letter_readings_total";
+pub const DEAD_LETTER_BYTES: &str = "bucketd_dead_letter_bytes"; // gauge
 pub const HTTP_REQUESTS: &str = "bucketd_http_requests_total"; // {route, status}
 pub const HTTP_REQUEST_DURATION: &str = "bucketd_http_request_duration_seconds"; // {route}
 pub const TCP_CONNECTIONS: &str = "bucketd_tcp_connections_total"; // {result}
@@ -142,6 +144,16 @@ fn describe() {
         READINGS_DROPPED,
         Unit::Count,
         "Accepted readings that never reached the store, by reason."
+    );
+    describe_counter!(
+        DEAD_LETTER_READINGS,
+        Unit::Count,
+        "Readings the store refused for good, kept in the dead-letter directory."
+    );
+    describe_gauge!(
+        DEAD_LETTER_BYTES,
+        Unit::Bytes,
+        "Bytes the dead-letter directory's files take (until replayed)."
     );
     describe_counter!(
         HTTP_REQUESTS,

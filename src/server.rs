@@ -26,10 +26,11 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::status::{StatusCounts, StatusSource, WalCounts};
+use crate::api::status::{DeadLetterStatus, StatusCounts, StatusSource, WalCounts};
 use crate::api::{OpsState, Surfaces};
 use crate::buffer::Buffers;
 use crate::config::Config;
+use crate::flush::dead_letter::DeadLetters;
 use crate::flush::{Flusher, Settle, ShutdownReport};
 use crate::http::auth::{AuthPolicy, AuthTokens};
 use crate::http::serve::ServeConfig;
@@ -152,6 +153,7 @@ struct ServerStatus {
     buffers: Arc<Buffers>,
     wal: Option<Arc<Wal>>,
     flush_errors: Arc<AtomicU64>,
+    dead_letters: Arc<DeadLetters>,
 }
 
 impl StatusSource for ServerStatus {
@@ -167,6 +169,15 @@ impl StatusSource for ServerStatus {
                 max_bytes: w.max_bytes(),
             }),
             flush_errors_total: self.flush_errors.load(Ordering::Relaxed),
+            dead_letters: {
+                let c = self.dead_letters.counts();
+                DeadLetterStatus {
+                    files: c.files,
+                    bytes: c.bytes,
+                    readings_total: c.readings_total,
+                    last_reason: c.last_reason,
+                }
+            },
         }
     }
 }
@@ -187,6 +198,7 @@ pub struct Server {
     /// Segments an earlier process left, to replay.
     recovered: Vec<Seq>,
     identity: Identity,
+    dead_letters: Arc<DeadLetters>,
 }
 
 impl Server {
@@ -221,6 +233,7 @@ impl Server {
         let buffers = Buffers::new(config.buffer_config());
         let identity = open_identity(&config).await?;
         let (wal, recovered) = open_wal(&config).await?;
+        let dead_letters = Arc::new(config.dead_letters()?);
         Ok(Server {
             config,
             store,
@@ -233,6 +246,7 @@ impl Server {
             wal,
             recovered,
             identity,
+            dead_letters,
         })
     }
 
@@ -267,6 +281,7 @@ impl Server {
             wal,
             recovered,
             identity,
+            dead_letters,
         } = self;
         tracing::info!(store = store.name(), ack = ?config.ack, writer = %identity.writer, "starting");
         let closing = store.clone();
@@ -274,7 +289,7 @@ impl Server {
         let flusher = Flusher::spawn_settling(
             buffers.clone(),
             store.clone(),
-            config.flush_config(identity.writer),
+            config.flush_config(identity.writer, Some(dead_letters.clone())),
             settle,
         );
         let stop = CancellationToken::new();
@@ -319,6 +334,7 @@ impl Server {
                     max_concurrent_writes: config.max_concurrent_writes,
                     max_buffered_readings: config.max_buffered_readings,
                 },
+                dead_letters: Some(dead_letters.clone()),
             },
             query: QueryState::new(store.clone(), buffers.clone()),
             ops: OpsState {
@@ -329,6 +345,7 @@ impl Server {
                     buffers: buffers.clone(),
                     wal: wal.clone(),
                     flush_errors: flusher.errors(),
+                    dead_letters: dead_letters.clone(),
                 }),
             },
             auth,

@@ -33,6 +33,7 @@ use crate::query::sensors::{SensorJson, SensorsResponse};
         crate::ingest::http::readings::write_readings,
         crate::ingest::http::influx::write_v1,
         crate::ingest::http::influx::write_v2,
+        crate::ingest::http::dead_letters::replay,
         crate::ingest::http::influx::ping,
         crate::query::influxql::query,
         super::ops::health,
@@ -61,6 +62,8 @@ use crate::query::sensors::{SensorJson, SensorsResponse};
         super::status::StoreStatus,
         super::status::BufferedStatus,
         super::status::WalStatus,
+        super::status::DeadLetterStatus,
+        crate::ingest::http::dead_letters::ReplayBody,
     )),
     tags(
         (name = "query", description = "Reading data back."),

@@ -19,7 +19,7 @@ use super::ops::OpsState;
 const STATUS_PING_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The counts the server keeps, read at one moment (each on its own: not one snapshot).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StatusCounts {
     pub readings_accepted_total: u64,
     pub buffered_readings: u64,
@@ -29,6 +29,7 @@ pub struct StatusCounts {
     /// `None` when no write-ahead log is open (`--ack=buffered`).
     pub wal: Option<WalCounts>,
     pub flush_errors_total: u64,
+    pub dead_letters: DeadLetterStatus,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -66,6 +67,22 @@ pub struct StatusResponse {
     pub flush_errors_total: u64,
     /// Sensors holding buffered (not yet stored) readings.
     pub series: u64,
+    pub dead_letters: DeadLetterStatus,
+}
+
+/// Readings the store refused for good, kept on disk until replayed
+/// (`POST /api/v1/dead-letters/replay`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct DeadLetterStatus {
+    /// Files waiting for a replay.
+    pub files: u64,
+    /// Bytes they take (bound: `--dead-letter-max-bytes`).
+    pub bytes: u64,
+    /// Readings kept there since the server started.
+    pub readings_total: u64,
+    /// The store's reason for the latest refusal since start; absent when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_reason: Option<String>,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -124,5 +141,6 @@ pub(crate) async fn get_status(State(state): State<OpsState>) -> Json<StatusResp
         }),
         flush_errors_total: c.flush_errors_total,
         series: c.buffered_sensors,
+        dead_letters: c.dead_letters,
     })
 }

@@ -27,6 +27,7 @@
 //! the write-ahead log until its bound (or, with `--ack=buffered`, are refused), which is the
 //! intended backpressure. A permanent error drops that batch only.
 
+pub mod dead_letter;
 #[cfg(test)]
 mod fake_store;
 #[cfg(test)]
@@ -44,10 +45,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::buffer::{Buffers, Outcome, TakeMode, Taken};
 use crate::metrics::{
-    BUCKETS_CREATED, FLUSH_DURATION, FLUSH_READINGS, FLUSHES, READINGS_DROPPED, STORE_ERRORS,
+    BUCKETS_CREATED, DEAD_LETTER_READINGS, FLUSH_DURATION, FLUSH_READINGS, FLUSHES,
+    READINGS_DROPPED, STORE_ERRORS,
 };
 use crate::model::{SettledRun, WriterId};
 use crate::store::{Marks, Store, StoreError, high_water_until_answered};
+use dead_letter::DeadLetters;
 
 /// Told which readings have left the buffers for good: stored, or dropped as rejected. The
 /// write-ahead log deletes a segment once every reading in it has been settled. Called once per
@@ -73,6 +76,9 @@ pub struct FlushConfig {
     /// First retry delay after a retriable store failure; doubles up to `max_backoff`.
     pub min_backoff: Duration,
     pub max_backoff: Duration,
+    /// Where batches the store refuses for good go. `None` drops them (counted and logged):
+    /// tests and tools only; the server always keeps them.
+    pub dead_letters: Option<Arc<DeadLetters>>,
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -126,7 +132,9 @@ impl Flusher {
             written: written.clone(),
             errors: errors.clone(),
             settle,
+            dead_letters: config.dead_letters,
             rejected_log: LogLimiter::default(),
+            dead_letter_log: LogLimiter::default(),
             retry_log: LogLimiter::default(),
             check_log: LogLimiter::default(),
         };
@@ -232,7 +240,10 @@ struct Worker {
     written: Arc<AtomicUsize>,
     errors: Arc<AtomicU64>,
     settle: Option<Arc<dyn Settle>>,
+    dead_letters: Option<Arc<DeadLetters>>,
     rejected_log: LogLimiter,
+    /// Failures to keep refused batches in the dead-letter directory.
+    dead_letter_log: LogLimiter,
     retry_log: LogLimiter,
     check_log: LogLimiter,
 }
@@ -310,6 +321,7 @@ impl Worker {
         let (mut spilled, mut dropped_readings) = (0u64, 0u64);
         let mut first_rejected: Option<(String, String)> = None;
         let mut first_retry: Option<String> = None;
+        let mut refused: Vec<(usize, String)> = Vec::new();
         for (i, batch) in batches.iter().enumerate() {
             match results.get(i).unwrap_or(&missing) {
                 Ok(report) => {
@@ -333,7 +345,45 @@ impl Worker {
                     ::metrics::counter!(STORE_ERRORS, "kind" => e.kind()).increment(1);
                     self.errors.fetch_add(1, Ordering::Relaxed);
                     first_rejected.get_or_insert_with(|| (batch.series.key.clone(), e.to_string()));
+                    refused.push((i, e.to_string()));
                     outcomes.push(Outcome::Drop);
+                }
+            }
+        }
+        let mut dead_lettered = false;
+        if let Some(dead_letters) = &self.dead_letters
+            && !refused.is_empty()
+        {
+            let blocks: Vec<(&crate::model::Batch, &str)> =
+                refused.iter().map(|(i, reason)| (&batches[*i], reason.as_str())).collect();
+            match dead_letters.write(self.store.name(), &blocks) {
+                Ok(()) => {
+                    ::metrics::counter!(DEAD_LETTER_READINGS).increment(dropped_readings);
+                    dropped_readings = 0;
+                    dead_lettered = true;
+                }
+                Err(e) => {
+                    // Not kept, not dropped: the batches wait in the buffers (and the log)
+                    // like a store outage's, until there is room for them.
+                    for (i, _) in &refused {
+                        outcomes[*i] = Outcome::Retry { landed: 0 };
+                    }
+                    retried += rejected;
+                    rejected = 0;
+                    dropped_readings = 0;
+                    first_rejected = None;
+                    let readings: usize = refused.iter().map(|(i, _)| batches[*i].len()).sum();
+                    if let Some(suppressed) =
+                        self.dead_letter_log.allow(Instant::now(), retried, readings)
+                    {
+                        tracing::error!(
+                            error = %e,
+                            readings,
+                            suppressed_batches = suppressed.0,
+                            "cannot keep batches the store refused; they are kept for retry"
+                        );
+                    }
+                    first_retry.get_or_insert_with(|| e.to_string());
                 }
             }
         }
@@ -373,6 +423,12 @@ impl Worker {
         if let Some((sensor, reason)) = first_rejected
             && let Some(suppressed) = self.rejected_log.allow(now, rejected, released.dropped)
         {
+            let message = if dead_lettered {
+                "store rejected batches permanently; their readings are in the dead-letter \
+                 directory (replay: POST /api/v1/dead-letters/replay)"
+            } else {
+                "store rejected batches permanently; their readings are dropped"
+            };
             tracing::error!(
                 batches = rejected,
                 readings = released.dropped,
@@ -380,7 +436,7 @@ impl Worker {
                 reason = %reason,
                 suppressed_batches = suppressed.0,
                 suppressed_readings = suppressed.1,
-                "store rejected batches permanently; their readings are dropped"
+                "{message}"
             );
         }
         if retried == 0 {

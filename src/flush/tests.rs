@@ -31,6 +31,7 @@ fn setup(
             writer: WriterId(1),
             min_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(1),
+            dead_letters: None,
         },
     );
     (buffers, store, flusher)
@@ -207,6 +208,70 @@ async fn a_permanent_rejection_drops_only_that_batch_and_counts_it() {
     assert_eq!(m.get(FLUSH_READINGS, &[]), 1.0, "one histogram sample per write call");
     assert_eq!(m.get(crate::metrics::READINGS_BUFFERED, &[]), 0.0);
     assert!(buffers.unflushed("bad", 0, 100).is_empty());
+}
+
+fn setup_with_dead_letters(
+    store: FakeStore,
+    dead_letters: Arc<DeadLetters>,
+) -> (Arc<Buffers>, Arc<FakeStore>, Flusher) {
+    let buffers = Buffers::new(BufferConfig {
+        max_buffered_readings: 1000,
+        max_batch_readings: 1000,
+        flush_interval: Duration::from_millis(100),
+    });
+    let store = Arc::new(store);
+    let config = FlushConfig {
+        writer: WriterId(1),
+        min_backoff: Duration::from_millis(100),
+        max_backoff: Duration::from_secs(1),
+        dead_letters: Some(dead_letters),
+    };
+    let flusher = Flusher::spawn(buffers.clone(), store.clone(), config);
+    (buffers, store, flusher)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permanent_rejection_keeps_the_batch_as_dead_letters_with_the_reason() {
+    let recorder = DebuggingRecorder::new();
+    let m = MetricReader::new(&recorder);
+    let _guard = ::metrics::set_default_local_recorder(&recorder);
+    let dir = tempfile::tempdir().unwrap();
+    let dead_letters = Arc::new(DeadLetters::open(dir.path().to_owned(), 1 << 20).unwrap());
+
+    let store = FakeStore::new();
+    store.reject_sensor("bad");
+    let (buffers, store, _flusher) = setup_with_dead_letters(store, dead_letters.clone());
+    let mut items: Vec<_> = (0..10).map(|i| item("good", i, i)).collect();
+    items.extend((10..15).map(|i| item("bad", i, i)));
+    buffers.push(items).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || buffers.buffered() == 0).await);
+
+    assert_eq!(store.written().len(), 1);
+    let files = dead_letters.files().unwrap();
+    assert_eq!(files.len(), 1);
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    let blocks: Vec<_> = dead_letter::blocks(&text, 0).collect();
+    assert_eq!(blocks.len(), 1, "{text}");
+    assert_eq!(blocks[0].lines.lines().count(), 5, "{text}");
+    assert!(text.starts_with("# rejected ") && text.contains("by fake: "), "{text}");
+    assert_eq!(dead_letters.counts().readings_total, 5);
+    assert_eq!(m.get(DEAD_LETTER_READINGS, &[]), 5.0);
+    assert_eq!(m.get(READINGS_DROPPED, &[("reason", "rejected")]), 0.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_batch_with_no_room_for_its_dead_letters_is_kept_for_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    // Room for nothing: every block is refused.
+    let dead_letters = Arc::new(DeadLetters::open(dir.path().to_owned(), 10).unwrap());
+    let store = FakeStore::new();
+    store.reject_sensor("bad");
+    let (buffers, store, _flusher) = setup_with_dead_letters(store, dead_letters.clone());
+    buffers.push((0..5).map(|i| item("bad", i, i)).collect()).unwrap();
+    // The store is asked again and again (with backoff), and the readings stay.
+    assert!(wait_until(Duration::from_secs(5), || store.calls().len() >= 3).await);
+    assert_eq!(buffers.buffered(), 5);
+    assert!(dead_letters.files().unwrap().is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -418,6 +483,7 @@ proptest! {
                 writer: WriterId(1),
                 min_backoff: Duration::from_millis(1),
                 max_backoff: Duration::from_millis(50),
+                dead_letters: None,
             });
             let mut expected: BTreeMap<(String, TimestampMs), Vec<i64>> = BTreeMap::new();
             let mut seq = 0i64;

@@ -71,6 +71,9 @@ pub enum ApiError {
     NotReady { store: &'static str, reason: String },
     #[error("no such endpoint")]
     NotFound,
+    /// The request would run beside another that must run alone.
+    #[error("{0}")]
+    Conflict(String),
     #[error("unknown sensor {0:?}")]
     UnknownSensor(String),
     /// The store cannot be reached; the request may succeed later.
@@ -120,6 +123,7 @@ impl ApiError {
             ApiError::DiskFull { .. } => StatusCode::INSUFFICIENT_STORAGE,
             ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::NotFound | ApiError::UnknownSensor(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Internal(_) | ApiError::WalFailed(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

@@ -10,6 +10,8 @@ pub enum Protocol {
     Ndjson,
     LpHttp,
     LpTcp,
+    /// Dead letters written back (`POST /api/v1/dead-letters/replay`).
+    DeadLetters,
 }
 
 impl Protocol {
@@ -19,6 +21,7 @@ impl Protocol {
             Protocol::Ndjson => "ndjson",
             Protocol::LpHttp => "lp_http",
             Protocol::LpTcp => "lp_tcp",
+            Protocol::DeadLetters => "dead_letters",
         }
     }
 }

@@ -668,6 +668,7 @@ async fn the_refill_keeps_the_memory_bound() {
             writer: IDENTITY.writer,
             min_backoff: Duration::from_millis(10),
             max_backoff: Duration::from_millis(100),
+            dead_letters: None,
         },
         Some(wal.clone() as Arc<dyn crate::flush::Settle>),
     );

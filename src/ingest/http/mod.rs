@@ -20,10 +20,12 @@
 //! # Layout
 //! - [`readings`]: bucketd's JSON/NDJSON endpoint.
 //! - [`influx`]: InfluxDB's write endpoints and `/ping`.
+//! - [`dead_letters`]: `POST /api/v1/dead-letters/replay`, what the store refused written back.
 //! - `body`: reading bodies, gzip.
 //! - [`schemas`]: the ingest bodies' shapes, for the OpenAPI document.
 
 mod body;
+pub mod dead_letters;
 pub mod influx;
 pub mod readings;
 pub mod schemas;
@@ -40,6 +42,7 @@ use tower::limit::GlobalConcurrencyLimitLayer;
 
 pub use body::gunzip_limited;
 
+use crate::flush::dead_letter::DeadLetters;
 use crate::http::ApiError;
 use crate::ingest::intake::Intake;
 use crate::ingest::metrics::{Protocol, count_accepted, count_rejected};
@@ -57,6 +60,8 @@ pub struct IngestState {
     pub intake: Arc<Intake>,
     pub limits: Arc<InputLimits>,
     pub http: HttpLimits,
+    /// Where the flusher keeps what the store refused; `None`: nothing to replay.
+    pub dead_letters: Option<Arc<DeadLetters>>,
 }
 
 /// Limits of the HTTP write endpoints.
@@ -101,6 +106,7 @@ pub fn router(state: IngestState) -> Router {
         .route("/api/v1/readings", post(readings::write_readings))
         .route("/write", post(influx::write_v1))
         .route("/api/v2/write", post(influx::write_v2))
+        .route("/api/v1/dead-letters/replay", post(dead_letters::replay))
         .route_layer(guard)
         .route("/ping", get(influx::ping))
         .with_state(state)

@@ -2,6 +2,7 @@
 //! full disks and logs, schema upgrades, and MongoDB faults.
 
 mod crash_loop;
+mod dead_letters;
 mod disk_full;
 mod embedded_crash;
 mod mongo;

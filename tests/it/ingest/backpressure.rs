@@ -353,6 +353,7 @@ async fn with_ack_buffered_a_store_down_past_the_deadline_is_reported_as_loss() 
 async fn with_the_wal_a_store_down_past_the_deadline_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let wal = dir.path().join("wal");
+    let dead = dir.path().join("dead-letters");
     let args = |addr: &str| {
         Config::from_args([
             "bucketd",
@@ -364,6 +365,8 @@ async fn with_the_wal_a_store_down_past_the_deadline_loses_nothing() {
             "10ms",
             "--wal-dir",
             wal.to_str().unwrap(),
+            "--dead-letter-dir",
+            dead.to_str().unwrap(),
         ])
         .unwrap()
     };

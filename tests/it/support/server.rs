@@ -32,6 +32,8 @@ pub struct TestServer {
     task: JoinHandle<anyhow::Result<ShutdownReport>>,
     /// The write-ahead log's directory, unless the test chose one.
     _wal_dir: Option<tempfile::TempDir>,
+    /// The dead-letter directory, unless the test chose one.
+    _dead_letter_dir: Option<tempfile::TempDir>,
 }
 
 impl TestServer {
@@ -58,6 +60,12 @@ impl TestServer {
         if let Some(path) = &wal_path {
             all.extend(["--wal-dir", path.as_str()]);
         }
+        // The same for the dead-letter directory (`<data-dir>/dead-letters` by default).
+        let dead_dir = (!args.contains(&"--dead-letter-dir")).then(|| tempfile::tempdir().unwrap());
+        let dead_path = dead_dir.as_ref().map(|d| d.path().to_str().unwrap().to_owned());
+        if let Some(path) = &dead_path {
+            all.extend(["--dead-letter-dir", path.as_str()]);
+        }
         let config = Config::from_args(all).expect("test flags parse");
         let server = Server::bind(config, store).await.expect("server binds");
         let http = server.http_addr();
@@ -72,7 +80,16 @@ impl TestServer {
             .no_gzip()
             .build()
             .unwrap();
-        TestServer { http, tcp, buffers, client, stop, task, _wal_dir: wal_dir }
+        TestServer {
+            http,
+            tcp,
+            buffers,
+            client,
+            stop,
+            task,
+            _wal_dir: wal_dir,
+            _dead_letter_dir: dead_dir,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -234,6 +251,8 @@ pub struct FlakyStore {
     pub failed_writes: AtomicUsize,
     /// While true, writes wait: a store that is writing, only slowly.
     hold: tokio::sync::watch::Sender<bool>,
+    /// Sensor keys whose batches are refused for good (`StoreError::Rejected`).
+    refuse: std::sync::Mutex<BTreeSet<String>>,
 }
 
 impl FlakyStore {
@@ -243,7 +262,13 @@ impl FlakyStore {
             down: AtomicBool::new(false),
             failed_writes: AtomicUsize::new(0),
             hold: tokio::sync::watch::Sender::new(false),
+            refuse: Default::default(),
         })
+    }
+
+    /// Refuses every batch of these sensors for good from now on (an empty list: none).
+    pub fn refuse(&self, sensors: &[&str]) {
+        *self.refuse.lock().unwrap() = sensors.iter().map(|s| (*s).to_owned()).collect();
     }
 
     /// While on, every write waits (without failing) until it is switched off.
@@ -284,7 +309,19 @@ impl Store for FlakyStore {
             return batches.iter().map(|_| Err(e.clone())).collect();
         }
         let _ = self.hold.subscribe().wait_for(|held| !held).await;
-        self.inner.write(writer, batches).await
+        let refused = self.refuse.lock().unwrap().clone();
+        if refused.is_empty() {
+            return self.inner.write(writer, batches).await;
+        }
+        let mut outcomes = Vec::with_capacity(batches.len());
+        for batch in batches {
+            if refused.contains(&batch.series.key) {
+                outcomes.push(Err(StoreError::Rejected("test: this sensor is refused".into())));
+            } else {
+                outcomes.extend(self.inner.write(writer, std::slice::from_ref(batch)).await);
+            }
+        }
+        outcomes
     }
 
     async fn high_water(

@@ -876,6 +876,15 @@
     const fe = $('[data-status="flush-errors"]');
     fe.textContent = fmtInt(s.flush_errors_total);
     fe.className = s.flush_errors_total > 0 ? 'state-bad' : '';
+    // Refused readings waiting for POST /api/v1/dead-letters/replay.
+    const dl = s.dead_letters;
+    const dlEl = $('[data-status="dead-letters"]');
+    dlEl.textContent = dl.files > 0
+      ? dl.files + (dl.files === 1 ? ' file, ' : ' files, ') + fmtBytes(dl.bytes)
+      : 'none';
+    dlEl.className = dl.files > 0 ? 'state-bad' : '';
+    dlEl.title = (dl.readings_total ? fmtInt(dl.readings_total) + ' readings refused since start' : '')
+      + (dl.last_reason ? ': ' + dl.last_reason : '');
   }
 
   function drawSpark() {
