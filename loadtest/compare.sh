@@ -3,7 +3,9 @@
 # one after the other in this one run, each server pinned to core 0 and the load generator to
 # core 1. Every server gets the same line-protocol bodies on /write (10,000 sensors, 5,000 lines
 # per request), then one sensor's day at 1 Hz (86,400 readings) is loaded and its range query
-# timed. Prints a Markdown table; the raw loadtest summaries stay in $OUT.
+# timed. Prints a Markdown table (with each data directory's size per reading accepted, measured
+# after the load and, for bucketd, once everything is stored); the raw loadtest summaries stay
+# in $OUT.
 #
 # Usage: loadtest/compare.sh            (from the repository root)
 #   DURATION=20s CONNECTIONS=4 SENSORS=10000 BATCH=5000 QUERY_RUNS=5 OUT=/tmp/x loadtest/compare.sh
@@ -91,7 +93,7 @@ median_time() { # url [expect-substring-count-check cmd]; prints median seconds 
   printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
 }
 
-declare -A ACCEPTED LANDED SLICES P50 P99 RSS QUERY NOTE
+declare -A ACCEPTED LANDED SLICES P50 P99 RSS QUERY NOTE DISK
 
 stop() { # pid
   kill "$1" 2>/dev/null || true
@@ -110,6 +112,13 @@ record() { # name pid
   RSS[$name]=$(( $(peak_rss_kib "$pid") / 1024 ))
 }
 
+disk_per_reading() { # name dir: every file under the server's data directory, per reading accepted
+  local bytes accepted
+  bytes=$(du -sb "$2" | awk '{print $1}')
+  accepted=$(jq -r '.accepted' "$OUT/$1.json")
+  DISK[$1]=$(awk -v b="$bytes" -v n="$accepted" 'BEGIN { if (n > 0) printf "%.1f", b / n }')
+}
+
 # ------------------------------------------------------------------------------------------
 if [[ $SERVERS == *bucketd* ]]; then
   echo "== bucketd" >&2
@@ -125,6 +134,7 @@ if [[ $SERVERS == *bucketd* ]]; then
   verify_rc=0
   load bucketd http://127.0.0.1:18080 /write --verify || verify_rc=$?
   record bucketd "$pid"
+  disk_per_reading bucketd "$WORK/bucketd"
   NOTE[bucketd]="verify: $(jq -c '.verify | {lost, duplicated, drained_after_ms}' "$OUT/bucketd.json" 2>/dev/null || echo failed) rc=$verify_rc"
   load_day bucketd http://127.0.0.1:18080 /write
   wait_http http://127.0.0.1:18080/health 5
@@ -152,6 +162,8 @@ if [[ $SERVERS == *victoria* ]]; then
   wait_http http://127.0.0.1:18428/health 30
   load victoria-metrics http://127.0.0.1:18428 /write
   record victoria-metrics "$pid"
+  curl -sf http://127.0.0.1:18428/internal/force_flush >/dev/null
+  disk_per_reading victoria-metrics "$WORK/vm"
   load_day victoria-metrics http://127.0.0.1:18428 /write
   curl -sf http://127.0.0.1:18428/internal/force_flush >/dev/null
   sleep 2
@@ -182,11 +194,11 @@ echo
 pace=$([ "$RATE" = 0 ] && echo "flat out" || echo "$RATE readings/s per sensor")
 echo "Load: $SENSORS sensors, $pace, $BATCH lines/request, $CONNECTIONS connections, $DURATION; server on CPU $SERVER_CPU, load on CPU $LOAD_CPU"
 echo
-echo "| server | accepted readings/s | landed readings/s | accepted per $SLICE slice | p50 ms | p99 ms | peak RSS MiB | 86,400-reading range query s (median of $QUERY_RUNS) | notes |"
-echo "|---|---:|---:|---|---:|---:|---:|---:|---|"
+echo "| server | accepted readings/s | landed readings/s | accepted per $SLICE slice | p50 ms | p99 ms | peak RSS MiB | data dir B/reading | 86,400-reading range query s (median of $QUERY_RUNS) | notes |"
+echo "|---|---:|---:|---|---:|---:|---:|---:|---:|---|"
 for name in bucketd victoria-metrics influxdb; do
   [ -n "${ACCEPTED[$name]:-}" ] || continue
-  echo "| $name | ${ACCEPTED[$name]} | ${LANDED[$name]:-} | ${SLICES[$name]:-} | ${P50[$name]} | ${P99[$name]} | ${RSS[$name]} | ${QUERY[$name]:-} | ${NOTE[$name]:-} |"
+  echo "| $name | ${ACCEPTED[$name]} | ${LANDED[$name]:-} | ${SLICES[$name]:-} | ${P50[$name]} | ${P99[$name]} | ${RSS[$name]} | ${DISK[$name]:-} | ${QUERY[$name]:-} | ${NOTE[$name]:-} |"
 done
 if [ -n "${LANDED[bucketd]:-}" ] && [ -n "${ACCEPTED[victoria-metrics]:-}" ]; then
   echo

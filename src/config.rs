@@ -184,6 +184,12 @@ pub struct Config {
     #[arg(long, env = "BUCKETD_REQUEST_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub request_timeout: Duration,
 
+    /// How long one InfluxQL statement on `/query` may run; past it the statement fails with
+    /// an error of its own (the request's other statements still run), so no statement can
+    /// keep the server busy.
+    #[arg(long, env = "BUCKETD_QUERY_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub query_timeout: Duration,
+
     /// Write requests handled at once; more are refused with 503 and Retry-After.
     #[arg(
         long,

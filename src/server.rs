@@ -336,7 +336,11 @@ impl Server {
                 },
                 dead_letters: Some(dead_letters.clone()),
             },
-            query: QueryState::new(store.clone(), buffers.clone()),
+            query: {
+                let mut query = QueryState::new(store.clone(), buffers.clone());
+                query.limits.statement_time = config.query_timeout;
+                query
+            },
             ops: OpsState {
                 store,
                 metrics,

@@ -81,6 +81,9 @@ pub struct QueryLimits {
     pub max_rollup_steps: u64,
     /// Length of the range when `from` is absent.
     pub default_range_ms: i64,
+    /// How long one InfluxQL statement may run (`--query-timeout`); past it the statement
+    /// fails with its own error and the others of the request still run.
+    pub statement_time: std::time::Duration,
 }
 
 impl Default for QueryLimits {
@@ -92,6 +95,7 @@ impl Default for QueryLimits {
             max_sensors: 10_000,
             max_rollup_steps: 10_000,
             default_range_ms: HOUR_MS,
+            statement_time: std::time::Duration::from_secs(30),
         }
     }
 }

@@ -149,12 +149,15 @@ impl FieldKind {
     }
 }
 
-/// What every statement of one request shares.
+/// What a statement runs with: what every statement of one request shares, and its own
+/// deadline.
 pub struct Ctx<'a> {
     pub state: &'a QueryState,
     /// `now()`, fixed for the whole request as in InfluxDB.
     pub now_ns: i64,
     pub epoch: Epoch,
+    /// When the statement's time budget (`QueryLimits::statement_time`) runs out.
+    pub deadline: std::time::Instant,
 }
 
 impl Ctx<'_> {
@@ -171,8 +174,25 @@ impl Ctx<'_> {
         }
     }
 
-    /// Runs one statement.
+    /// Fails once the statement's time budget is spent. Called by the loops that run once per
+    /// reading or window, where an expensive statement spends its time without awaiting.
+    pub fn check_deadline(&self) -> Result<(), ExecError> {
+        if std::time::Instant::now() < self.deadline {
+            return Ok(());
+        }
+        Err(over_time(self.state.limits.statement_time))
+    }
+
+    /// Runs one statement within its time budget: past it, at its next await or its next
+    /// [`Ctx::check_deadline`], whichever comes first, it fails with an error of its own.
     pub async fn run(&self, statement: &Statement) -> Result<Vec<Series>, ExecError> {
+        let left = self.deadline.saturating_duration_since(std::time::Instant::now());
+        tokio::time::timeout(left, self.run_unbounded(statement))
+            .await
+            .unwrap_or_else(|_| Err(over_time(self.state.limits.statement_time)))
+    }
+
+    async fn run_unbounded(&self, statement: &Statement) -> Result<Vec<Series>, ExecError> {
         match statement {
             Statement::Select(s) => select::select(self, s).await,
             Statement::CreateDatabase(_) => Ok(Vec::new()),
@@ -328,6 +348,14 @@ impl Ctx<'_> {
         }
         Ok(None)
     }
+}
+
+fn over_time(budget: std::time::Duration) -> ExecError {
+    ExecError::new(format!(
+        "the statement ran longer than its time budget of {} (--query-timeout): narrow the \
+         time range, use a longer GROUP BY time interval, or name fewer series",
+        humantime::format_duration(budget)
+    ))
 }
 
 fn too_many_series() -> ExecError {

@@ -157,9 +157,10 @@ pub async fn query(
         return refused(format!("more than {MAX_STATEMENTS} statements in one query"));
     }
     let now_ns = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
-    let ctx = Ctx { state: &state, now_ns, epoch };
     let mut results = Vec::with_capacity(parsed.statements.len());
     for (statement_id, statement) in parsed.statements.iter().enumerate() {
+        let deadline = std::time::Instant::now() + state.limits.statement_time;
+        let ctx = Ctx { state: &state, now_ns, epoch, deadline };
         results.push(match ctx.run(statement).await {
             Ok(mut series) => {
                 series.iter_mut().for_each(whole_floats_as_go_writes_them);

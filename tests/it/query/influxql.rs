@@ -429,3 +429,64 @@ async fn hour_groups_outlive_the_readings_retention_deletes() {
     let (_, body) = q(&app, &format!("SELECT count(v) FROM temp WHERE {}", range(5, 6))).await;
     assert_eq!(body["results"][0]["series"][0]["values"][0][1], 3 * 60);
 }
+
+/// Streams the store's readings, then never ends: a statement reading it can only stop at its
+/// time budget.
+struct Stalling(Arc<MemoryStore>);
+
+#[async_trait]
+impl Store for Stalling {
+    fn name(&self) -> &'static str {
+        "stalling"
+    }
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.0.ping().await
+    }
+    async fn write(&self, w: WriterId, b: &[Batch]) -> Vec<Result<WriteReport, StoreError>> {
+        self.0.write(w, b).await
+    }
+    async fn high_water(
+        &self,
+        w: WriterId,
+        keys: &[(String, TimestampMs)],
+    ) -> Result<Vec<Seq>, StoreError> {
+        self.0.high_water(w, keys).await
+    }
+    fn readings(&self, query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {
+        self.0.readings(query).chain(futures::stream::pending()).boxed()
+    }
+    async fn rollups(&self, query: RollupQuery) -> Result<Vec<RollupRow>, StoreError> {
+        self.0.rollups(query).await
+    }
+    async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError> {
+        self.0.sensors(query).await
+    }
+}
+
+#[tokio::test]
+async fn a_statement_past_its_time_budget_fails_alone_and_the_next_one_runs() {
+    let store = Arc::new(MemoryStore::new(BucketLimits::default()));
+    let unflushed = Arc::new(FakeUnflushed::default());
+    let state = bucketd::query::QueryState {
+        store: Arc::new(Stalling(store.clone())),
+        unflushed: unflushed.clone(),
+        limits: bucketd::query::QueryLimits {
+            statement_time: std::time::Duration::from_millis(200),
+            ..Default::default()
+        },
+    };
+    let app = App { store, unflushed, router: bucketd::query::router(state) };
+    fixture(&app).await;
+    let stalls =
+        format!("SELECT mean(v) FROM temp WHERE {} AND v > -1000 GROUP BY time(1h)", range(0, 6));
+    // Bounded here too, so that a missing budget fails the test instead of hanging it.
+    let both = format!("{stalls}; SHOW MEASUREMENTS");
+    let asked = q(&app, &both);
+    let (status, body) = tokio::time::timeout(std::time::Duration::from_secs(60), asked)
+        .await
+        .expect("the statement's budget ended it");
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let error = body["results"][0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("time budget of 200ms (--query-timeout)"), "{body}");
+    assert_eq!(body["results"][1]["series"][0]["values"], json!([["temp"]]), "{body}");
+}

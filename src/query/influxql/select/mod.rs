@@ -343,8 +343,13 @@ async fn readings_of(
     mut each: impl FnMut(&Reading) -> Result<(), ExecError>,
 ) -> Result<(), ExecError> {
     let mut stream = ctx.readings(&info.key, st.range.from, st.range.to, Order::Asc);
+    let mut n = 0u32;
     while let Some(r) = stream.next().await {
         let r = r?;
+        n = n.wrapping_add(1);
+        if n.is_multiple_of(4096) {
+            ctx.check_deadline()?;
+        }
         if st.condition.is_some_and(|c| !c.matches(&info.tags, &m.tag_keys, &r)) {
             continue;
         }
