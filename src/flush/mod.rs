@@ -25,7 +25,8 @@
 //! a cycle without retriable failures resets it. Readings are never dropped for a retriable
 //! error: while the store is down the buffers fill to their bound, and then pushes spill into
 //! the write-ahead log until its bound (or, with `--ack=buffered`, are refused), which is the
-//! intended backpressure. A permanent error drops that batch only.
+//! intended backpressure. A permanent error takes that batch only out of the buffers, into the
+//! dead-letter directory ([`dead_letter`]); a batch that cannot be kept there is retried.
 
 pub mod dead_letter;
 #[cfg(test)]
@@ -374,7 +375,7 @@ impl Worker {
                     first_rejected = None;
                     let readings: usize = refused.iter().map(|(i, _)| batches[*i].len()).sum();
                     if let Some(suppressed) =
-                        self.dead_letter_log.allow(Instant::now(), retried, readings)
+                        self.dead_letter_log.allow(Instant::now(), refused.len() as u64, readings)
                     {
                         tracing::error!(
                             error = %e,
