@@ -84,6 +84,9 @@ pub struct QueryLimits {
     /// How long one InfluxQL statement may run (`--query-timeout`); past it the statement
     /// fails with its own error and the others of the request still run.
     pub statement_time: std::time::Duration,
+    /// Most (function, field, window) accumulators one InfluxQL statement may hold: bounds
+    /// its memory the way `MAX_POINTS` bounds the readings it keeps.
+    pub max_cells: usize,
 }
 
 impl Default for QueryLimits {
@@ -96,6 +99,7 @@ impl Default for QueryLimits {
             max_rollup_steps: 10_000,
             default_range_ms: HOUR_MS,
             statement_time: std::time::Duration::from_secs(30),
+            max_cells: 2_000_000,
         }
     }
 }

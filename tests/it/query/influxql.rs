@@ -490,3 +490,32 @@ async fn a_statement_past_its_time_budget_fails_alone_and_the_next_one_runs() {
     assert!(error.contains("time budget of 200ms (--query-timeout)"), "{body}");
     assert_eq!(body["results"][1]["series"][0]["values"], json!([["temp"]]), "{body}");
 }
+
+#[tokio::test]
+async fn a_statement_past_its_window_budget_fails_with_a_clear_error() {
+    let store = Arc::new(MemoryStore::new(BucketLimits::default()));
+    let unflushed = Arc::new(FakeUnflushed::default());
+    let state = bucketd::query::QueryState {
+        store: store.clone(),
+        unflushed: unflushed.clone(),
+        limits: bucketd::query::QueryLimits { max_cells: 100, ..Default::default() },
+    };
+    let app = App { store, unflushed, router: bucketd::query::router(state) };
+    fixture(&app).await;
+    // Six hours of one reading a minute per site: 360 windows a site at one minute.
+    let (status, body) =
+        q(&app, &format!("SELECT mean(v) FROM temp WHERE {} GROUP BY time(1m)", range(0, 6))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let error = body["results"][0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("more than 100 windows of its functions"), "{body}");
+    // Hours fit, from the statistics and from the readings alike.
+    for condition in ["", " AND v > -1000"] {
+        let statement = format!(
+            "SELECT mean(v) FROM temp WHERE {}{condition} GROUP BY time(1h), site",
+            range(0, 6)
+        );
+        let (status, body) = q(&app, &statement).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert!(body["results"][0]["series"].as_array().is_some_and(|s| s.len() == 3), "{body}");
+    }
+}

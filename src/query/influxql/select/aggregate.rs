@@ -2,6 +2,7 @@
 //! stores' rollups (hour statistics for whole hours); then `fill(…)`, arithmetic, and one row
 //! per window.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -64,6 +65,7 @@ pub(super) async fn run(
         && plan.calls.iter().all(|c| c.func.from_rollups());
 
     let mut held = 0usize;
+    let mut cells = Cells { made: 0, limit: ctx.state.limits.max_cells };
     let mut fields_seen: Vec<BTreeSet<String>> = vec![BTreeSet::new(); plan.calls.len()];
     let mut scanned: Vec<Vec<Group>> = Vec::new();
     for m in measurements {
@@ -73,7 +75,9 @@ pub(super) async fn run(
             let mut g =
                 Group { accs: vec![BTreeMap::new(); plan.calls.len()], aux: BTreeMap::new() };
             for info in members {
-                if by_rollups && from_rollups(ctx, st, info, &mut g, &mut fields_seen).await? {
+                if by_rollups
+                    && from_rollups(ctx, st, info, &mut g, &mut fields_seen, &mut cells).await?
+                {
                     continue;
                 }
                 readings_of(ctx, st, m, info, |r| {
@@ -97,11 +101,14 @@ pub(super) async fn run(
                             if !fields_seen[i].contains(name.as_str()) {
                                 fields_seen[i].insert(name.to_string());
                             }
-                            let acc = g.accs[i]
-                                .entry(name.to_string())
-                                .or_default()
-                                .entry(w)
-                                .or_insert_with(|| Acc::new(call.func));
+                            let windows = g.accs[i].entry(name.to_string()).or_default();
+                            let acc = match windows.entry(w) {
+                                Entry::Occupied(e) => e.into_mut(),
+                                Entry::Vacant(e) => {
+                                    cells.add()?;
+                                    e.insert(Acc::new(call.func))
+                                }
+                            };
                             if matches!(acc, Acc::Values(_) | Acc::Distinct(_) | Acc::Mode(_)) {
                                 held += 1;
                                 if held > super::MAX_POINTS {
@@ -243,6 +250,7 @@ async fn from_rollups(
     info: &Arc<SensorInfo>,
     g: &mut Group,
     fields_seen: &mut [BTreeSet<String>],
+    cells: &mut Cells,
 ) -> Result<bool, ExecError> {
     let Some(w) = st.window else { return Ok(false) };
     // Without a kept reading in range (none, or all past --retention) the types are unknown:
@@ -275,16 +283,42 @@ async fn from_rollups(
                     .as_ref()
                     .is_some_and(|k| k.get(name.as_str()) == Some(&FieldKind::Integer));
                 fields_seen[i].insert(name.clone());
-                g.accs[i]
-                    .entry(name.clone())
-                    .or_default()
-                    .entry(start)
-                    .or_insert_with(|| Acc::new(call.func))
-                    .push_stats(stats, integer, start);
+                let windows = g.accs[i].entry(name.clone()).or_default();
+                let acc = match windows.entry(start) {
+                    Entry::Occupied(e) => e.into_mut(),
+                    Entry::Vacant(e) => {
+                        cells.add()?;
+                        e.insert(Acc::new(call.func))
+                    }
+                };
+                acc.push_stats(stats, integer, start);
             }
         }
     }
     Ok(true)
+}
+
+/// The (function, field, window) cells a statement folds into: each holds an accumulator,
+/// so their number is what a statement's memory grows with (a window for every reading
+/// under `fill(none)`, a group for every series under `GROUP BY *`).
+struct Cells {
+    made: usize,
+    limit: usize,
+}
+
+impl Cells {
+    fn add(&mut self) -> Result<(), ExecError> {
+        self.made += 1;
+        if self.made > self.limit {
+            return Err(ExecError::new(format!(
+                "the statement would keep more than {} windows of its functions in memory: \
+                 narrow the time range, use a longer GROUP BY time interval, or group fewer \
+                 series",
+                self.limit
+            )));
+        }
+        Ok(())
+    }
 }
 
 fn calls_of(e: &ColExpr) -> Vec<usize> {
