@@ -320,7 +320,6 @@ impl Worker {
         let mut outcomes = Vec::with_capacity(batches.len());
         let (mut ok, mut retried, mut rejected) = (0u64, 0u64, 0u64);
         let (mut spilled, mut dropped_readings) = (0u64, 0u64);
-        let mut first_rejected: Option<(String, String)> = None;
         let mut first_retry: Option<String> = None;
         let mut refused: Vec<(usize, String)> = Vec::new();
         for (i, batch) in batches.iter().enumerate() {
@@ -345,7 +344,6 @@ impl Worker {
                     dropped_readings += batch.len() as u64;
                     ::metrics::counter!(STORE_ERRORS, "kind" => e.kind()).increment(1);
                     self.errors.fetch_add(1, Ordering::Relaxed);
-                    first_rejected.get_or_insert_with(|| (batch.series.key.clone(), e.to_string()));
                     refused.push((i, e.to_string()));
                     outcomes.push(Outcome::Drop);
                 }
@@ -372,7 +370,6 @@ impl Worker {
                     retried += rejected;
                     rejected = 0;
                     dropped_readings = 0;
-                    first_rejected = None;
                     let readings: usize = refused.iter().map(|(i, _)| batches[*i].len()).sum();
                     if let Some(suppressed) =
                         self.dead_letter_log.allow(Instant::now(), refused.len() as u64, readings)
@@ -417,6 +414,12 @@ impl Worker {
                 .collect();
             settle.settle(&settled);
         }
+        // The first refusal stands for the cycle's (none when they were all kept for retry),
+        // named before `complete` takes the batches.
+        let first_rejected = refused
+            .first()
+            .filter(|_| rejected > 0)
+            .map(|(i, reason)| (batches[*i].series.key.clone(), reason));
         let released = self.buffers.complete(taken, &outcomes);
         self.written.fetch_add(released.written, Ordering::AcqRel);
 

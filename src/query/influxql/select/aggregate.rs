@@ -102,13 +102,7 @@ pub(super) async fn run(
                                 fields_seen[i].insert(name.to_string());
                             }
                             let windows = g.accs[i].entry(name.to_string()).or_default();
-                            let acc = match windows.entry(w) {
-                                Entry::Occupied(e) => e.into_mut(),
-                                Entry::Vacant(e) => {
-                                    cells.add()?;
-                                    e.insert(Acc::new(call.func))
-                                }
-                            };
+                            let acc = cells.acc(windows, w, call.func)?;
                             if matches!(acc, Acc::Values(_) | Acc::Distinct(_) | Acc::Mode(_)) {
                                 held += 1;
                                 if held > super::MAX_POINTS {
@@ -284,14 +278,7 @@ async fn from_rollups(
                     .is_some_and(|k| k.get(name.as_str()) == Some(&FieldKind::Integer));
                 fields_seen[i].insert(name.clone());
                 let windows = g.accs[i].entry(name.clone()).or_default();
-                let acc = match windows.entry(start) {
-                    Entry::Occupied(e) => e.into_mut(),
-                    Entry::Vacant(e) => {
-                        cells.add()?;
-                        e.insert(Acc::new(call.func))
-                    }
-                };
-                acc.push_stats(stats, integer, start);
+                cells.acc(windows, start, call.func)?.push_stats(stats, integer, start);
             }
         }
     }
@@ -307,17 +294,29 @@ struct Cells {
 }
 
 impl Cells {
-    fn add(&mut self) -> Result<(), ExecError> {
-        self.made += 1;
-        if self.made > self.limit {
-            return Err(ExecError::new(format!(
-                "the statement would keep more than {} windows of its functions in memory: \
-                 narrow the time range, use a longer GROUP BY time interval, or group fewer \
-                 series",
-                self.limit
-            )));
+    /// The accumulator of window `start` among a field's `windows`, made (and counted) when
+    /// the window has none yet.
+    fn acc<'w>(
+        &mut self,
+        windows: &'w mut BTreeMap<TimestampMs, Acc>,
+        start: TimestampMs,
+        func: Func,
+    ) -> Result<&'w mut Acc, ExecError> {
+        match windows.entry(start) {
+            Entry::Occupied(e) => Ok(e.into_mut()),
+            Entry::Vacant(e) => {
+                self.made += 1;
+                if self.made > self.limit {
+                    return Err(ExecError::new(format!(
+                        "the statement would keep more than {} windows of its functions in \
+                         memory: narrow the time range, use a longer GROUP BY time interval, \
+                         or group fewer series",
+                        self.limit
+                    )));
+                }
+                Ok(e.insert(Acc::new(func)))
+            }
         }
-        Ok(())
     }
 }
 
