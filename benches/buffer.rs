@@ -43,6 +43,7 @@ fn run(iters: u64, threads: usize, sensors: usize) -> Duration {
     while done < iters {
         let n = PUSHES_PER_ROUND.min(iters - done);
         let buffers = Buffers::new(BufferConfig {
+            max_buffered_bytes: usize::MAX,
             max_buffered_readings: usize::MAX / 2,
             max_batch_readings: usize::MAX,
             flush_interval: Duration::from_secs(3600),

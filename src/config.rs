@@ -78,7 +78,7 @@ pub struct Config {
     /// `10s`. Buffers are written sooner when they hold a bucket's worth of readings, when
     /// memory runs short, or when no write came in for a while; waiting longer makes fewer,
     /// larger store writes (the log keeps the readings safe and queries see them meanwhile).
-    #[arg(long, env = "BUCKETD_FLUSH_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "BUCKETD_FLUSH_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     pub flush_interval: Duration,
 
     /// A bucket document holds at most this many readings (1 to 1,048,576); a buffer this
@@ -100,19 +100,19 @@ pub struct Config {
     )]
     pub bucket_max_bytes: u32,
 
-    /// Memory bound: readings held in buffers (including those being flushed). Past it, HTTP
-    /// writes get 503 with Retry-After and TCP connections stop being read. A buffered reading
-    /// takes 8 bytes plus 8 per field (8 more while its sensor's fields vary). From half of it
-    /// on, the larger buffers are written early. The default keeps a flat-out server at about
-    /// 1,500,000 readings held, in 5-18 MiB less peak RSS than 4,000,000 at the same rate,
-    /// and takes 200,000 sensors at 1 reading/s, written a little early (loadtest/README.md).
-    #[arg(
-        long,
-        env = "BUCKETD_MAX_BUFFERED_READINGS",
-        default_value_t = 3_000_000,
-        value_parser = parse_positive_usize
-    )]
-    pub max_buffered_readings: usize,
+    /// The memory budget, in bytes: what the buffers hold (readings waiting to be written and
+    /// being written) and what write requests being parsed hold. Three quarters go to the
+    /// buffers, one quarter to request bodies and their parsed readings. Past it, HTTP writes
+    /// get 503 with Retry-After and TCP connections stop being read; nothing acknowledged is
+    /// dropped. From three quarters of the buffers' share on, the larger buffers are written
+    /// early. The process's RSS is this plus the store's cache, the series index and the
+    /// runtime (docs/performance.md). Accepts suffixes: `512MiB`, `2GiB`.
+    #[arg(long, env = "BUCKETD_MEMORY_BUDGET", default_value = "512MiB", value_parser = parse_byte_size)]
+    pub memory_budget: usize,
+
+    /// An optional second bound on the buffers, in readings held (buffered or being written).
+    #[arg(long, env = "BUCKETD_MAX_BUFFERED_READINGS", value_parser = parse_positive_usize, hide = true)]
+    pub max_buffered_readings: Option<usize>,
 
     /// What a 2xx on a write means. `wal`: the readings are in the write-ahead log, fsync'd
     /// (they survive kill -9 and power loss). `buffered`: they are in memory only (lower
@@ -316,9 +316,20 @@ impl Config {
         BucketLimits { max_readings: self.bucket_max_readings, max_bytes: self.bucket_max_bytes }
     }
 
+    /// The buffers' share of `--memory-budget`.
+    pub fn buffer_budget(&self) -> usize {
+        self.memory_budget - self.request_budget()
+    }
+
+    /// The share of `--memory-budget` that write requests being read and parsed may hold.
+    pub fn request_budget(&self) -> usize {
+        self.memory_budget / 4
+    }
+
     pub fn buffer_config(&self) -> BufferConfig {
         BufferConfig {
-            max_buffered_readings: self.max_buffered_readings,
+            max_buffered_bytes: self.buffer_budget(),
+            max_buffered_readings: self.max_buffered_readings.unwrap_or(usize::MAX),
             // A buffer that already fills a bucket gains nothing by waiting.
             max_batch_readings: self.bucket_max_readings as usize,
             flush_interval: self.flush_interval,
@@ -527,9 +538,11 @@ mod tests {
         assert_eq!(c.data_dir, PathBuf::from("./bucketd-data"));
         assert_eq!(c.mongodb_database, "bucketd");
         assert_eq!(c.retention, None);
-        assert_eq!(c.flush_interval, Duration::from_secs(10));
+        assert_eq!(c.flush_interval, Duration::from_secs(60));
         assert_eq!(c.bucket_limits(), BucketLimits { max_readings: 1000, max_bytes: 128_000 });
-        assert_eq!(c.max_buffered_readings, 3_000_000);
+        assert_eq!(c.max_buffered_readings, None);
+        assert_eq!(c.memory_budget, 512 << 20);
+        assert_eq!((c.buffer_budget(), c.request_budget()), (384 << 20, 128 << 20));
         assert_eq!(c.wal_sync_interval, Duration::ZERO);
         assert_eq!(c.shutdown_timeout, Duration::from_secs(30));
         assert_eq!(c.max_body_bytes, 32 << 20);

@@ -9,6 +9,7 @@ pub const READINGS_REJECTED: &str = "bucketd_readings_rejected_total"; // {proto
 pub const RECEIVED_BYTES: &str = "bucketd_received_bytes_total"; // {protocol}
 pub const READINGS_BUFFERED: &str = "bucketd_readings_buffered"; // gauge
 pub const READINGS_BUFFERED_PEAK: &str = "bucketd_buffered_readings_peak"; // gauge
+pub const BUFFERED_BYTES: &str = "bucketd_buffered_bytes"; // gauge
 pub const FLUSHES: &str = "bucketd_flushes_total"; // {result}
 pub const FLUSH_DURATION: &str = "bucketd_flush_duration_seconds"; // histogram
 pub const FLUSH_READINGS: &str = "bucketd_flush_readings"; // histogram, readings per flush
@@ -125,7 +126,12 @@ fn describe() {
     describe_gauge!(
         READINGS_BUFFERED_PEAK,
         Unit::Count,
-        "Most readings ever held in memory at once since start (never above --max-buffered-readings, unless one push alone is larger)."
+        "Most readings ever held in memory at once since start."
+    );
+    describe_gauge!(
+        BUFFERED_BYTES,
+        Unit::Bytes,
+        "Bytes the buffers hold, buffered or being flushed, as the memory budget counts them."
     );
     describe_counter!(FLUSHES, Unit::Count, "Store writes by the flusher, by result.");
     describe_histogram!(FLUSH_DURATION, Unit::Seconds, "Duration of one flusher store write.");

@@ -34,7 +34,7 @@ use crate::flush::dead_letter::DeadLetters;
 use crate::flush::{Flusher, Settle, ShutdownReport};
 use crate::http::auth::{AuthPolicy, AuthTokens};
 use crate::http::serve::ServeConfig;
-use crate::ingest::http::{HttpLimits, IngestState};
+use crate::ingest::http::{HttpLimits, IngestState, RequestMemory};
 use crate::ingest::intake::{AckMode, Intake};
 use crate::ingest::tcp::{self, TCP_MAX_LINE_BYTES, TCP_MAX_PUSH_READINGS, TcpConfig};
 use crate::model::Seq;
@@ -161,7 +161,8 @@ impl StatusSource for ServerStatus {
         StatusCounts {
             readings_accepted_total: self.intake.accepted_total(),
             buffered_readings: self.buffers.buffered() as u64,
-            buffered_bound: self.buffers.bound() as u64,
+            buffered_bytes: self.buffers.buffered_bytes() as u64,
+            buffered_bound_bytes: self.buffers.bound_bytes() as u64,
             buffered_sensors: self.buffers.sensors() as u64,
             wal: self.wal.as_ref().map(|w| WalCounts {
                 unsettled_readings: w.unsettled(),
@@ -332,8 +333,9 @@ impl Server {
                     max_body_bytes: config.max_body_bytes,
                     request_timeout: config.request_timeout,
                     max_concurrent_writes: config.max_concurrent_writes,
-                    max_buffered_readings: config.max_buffered_readings,
+                    max_buffered_readings: config.max_buffered_readings.unwrap_or(usize::MAX),
                 },
+                memory: RequestMemory::new(config.request_budget()),
                 dead_letters: Some(dead_letters.clone()),
             },
             query: {
@@ -367,7 +369,8 @@ impl Server {
                 max_connections_per_ip: config.max_tcp_connections_per_ip,
                 max_line_bytes: TCP_MAX_LINE_BYTES,
                 idle_timeout: config.tcp_idle_timeout,
-                max_push_readings: TCP_MAX_PUSH_READINGS.min(config.max_buffered_readings),
+                max_push_readings: TCP_MAX_PUSH_READINGS
+                    .min(config.max_buffered_readings.unwrap_or(usize::MAX)),
             };
             tokio::spawn(tcp::serve(listener, intake.clone(), limits.clone(), config, stop.clone()))
         });

@@ -23,7 +23,8 @@ const STATUS_PING_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct StatusCounts {
     pub readings_accepted_total: u64,
     pub buffered_readings: u64,
-    pub buffered_bound: u64,
+    pub buffered_bytes: u64,
+    pub buffered_bound_bytes: u64,
     /// Sensors with buffered readings.
     pub buffered_sensors: u64,
     /// `None` when no write-ahead log is open (`--ack=buffered`).
@@ -101,8 +102,10 @@ pub struct StoreStatus {
 pub struct BufferedStatus {
     /// Readings held in memory: buffered or being written.
     pub readings: u64,
-    /// The bound, `--max-buffered-readings`.
-    pub bound: u64,
+    /// What they hold, in bytes, as the memory budget counts it.
+    pub bytes: u64,
+    /// The buffers' bound in bytes: their share of `--memory-budget`.
+    pub bound_bytes: u64,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -133,7 +136,11 @@ pub(crate) async fn get_status(State(state): State<OpsState>) -> Json<StatusResp
     Json(StatusResponse {
         store: StoreStatus { name: state.store.name().to_owned(), ready, reason },
         readings_accepted_total: c.readings_accepted_total,
-        buffered: BufferedStatus { readings: c.buffered_readings, bound: c.buffered_bound },
+        buffered: BufferedStatus {
+            readings: c.buffered_readings,
+            bytes: c.buffered_bytes,
+            bound_bytes: c.buffered_bound_bytes,
+        },
         wal: c.wal.map(|w| WalStatus {
             unsettled_readings: w.unsettled_readings,
             bytes: w.bytes,

@@ -12,11 +12,16 @@
 //! its entry instead of removing and re-creating it (and cloning its key) every cycle.
 //!
 //! # The memory bound
-//! `held` counts readings buffered plus readings taken by the flusher whose write has not
-//! returned (and readings put back after a retriable failure). A push reserves its whole count
-//! with one compare-exchange before it touches the map; the flusher releases a batch's count
-//! only when the store confirmed it written or rejected it for good. Nothing else changes
-//! `held`, so reserved and released counts match exactly whatever the store does.
+//! `held_bytes` counts, in bytes, what the buffers hold: the rows of every buffer
+//! ([`Rows::heap_bytes`]), the rows taken by the flusher whose write has not returned (and
+//! those put back after a retriable failure), a fixed share per sensor entry, hour buffer and
+//! batch in flight, and the estimate of pushes staged but not yet merged. A push reserves its
+//! estimate ([`Packed::estimated_bytes`]) with one compare-exchange before it touches the map;
+//! the merge replaces the estimate by what the rows really grew by; the flusher releases a
+//! batch's bytes only when the store confirmed it written or rejected it for good. Every change
+//! is measured on the same rows it is later released from, so what is added and released
+//! matches exactly whatever the store does. `held` counts the same readings (the gauge, and an
+//! optional cap in readings).
 //!
 //! # Visibility of in-flight readings
 //! The flusher moves a due buffer's readings into a [`Batch`] of the current cycle and leaves a
@@ -61,7 +66,7 @@ use dashmap::DashMap;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::metrics::{READINGS_BUFFERED, READINGS_BUFFERED_PEAK};
+use crate::metrics::{BUFFERED_BYTES, READINGS_BUFFERED, READINGS_BUFFERED_PEAK};
 use crate::model::{Batch, HOUR_MS, Item, Packed, Reading, Rows, Seq, Series, TimestampMs};
 use crate::store::SensorInfo;
 use span::Span;
@@ -71,7 +76,10 @@ use stage::{Gaps, Seqs, Stage};
 
 #[derive(Clone, Debug)]
 pub struct BufferConfig {
-    /// The memory bound: readings held in buffers plus readings being flushed.
+    /// The memory bound, in bytes: what the buffers hold plus what is being flushed (module
+    /// doc).
+    pub max_buffered_bytes: usize,
+    /// An optional second bound, in readings (`usize::MAX`: none).
     pub max_buffered_readings: usize,
     /// A buffer holding this many readings is due at once (and wakes the flusher).
     pub max_batch_readings: usize,
@@ -85,13 +93,21 @@ const MAX_TICK: Duration = Duration::from_millis(250);
 /// See [`Buffers::quiet_after`].
 const QUIET_AT_MOST: Duration = Duration::from_secs(2);
 
+/// What the budget counts for a sensor's map entry (with its first hour buffer, inline, and
+/// the table's own word), for each hour buffer, and for each batch in flight, beside rows.
+const ENTRY_BYTES: usize = size_of::<(SensorKey, SensorBuffers)>() + size_of::<usize>();
+const HOUR_BYTES: usize = size_of::<HourBuffer>();
+const BATCH_BYTES: usize = size_of::<Batch>() + size_of::<InFlight>();
+
 /// Full-policy: the caller is told, nothing is dropped. HTTP turns this into 503 with
 /// `Retry-After`; TCP waits for room instead (see [`Buffers::push_when_room`]).
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("buffers are full: {buffered} readings buffered, limit {limit}")]
+#[error("buffers are full: {buffered} {unit} held, limit {limit}")]
 pub struct BufferFull {
     pub buffered: usize,
     pub limit: usize,
+    /// What `buffered` and `limit` count: `bytes` or `readings`.
+    pub unit: &'static str,
 }
 
 /// The per-(sensor, hour) buffers and their memory bound.
@@ -102,7 +118,9 @@ pub struct BufferFull {
 pub struct Buffers {
     config: BufferConfig,
     map: DashMap<SensorKey, SensorBuffers, span::BuildHasher>,
-    /// Readings buffered or in flight; see the module doc.
+    /// Bytes buffered or in flight; see the module doc.
+    held_bytes: AtomicUsize,
+    /// Readings buffered or in flight.
     held: AtomicUsize,
     /// The most `held` has ever been: kept here, at the one place `held` grows, so that no
     /// overshoot of the bound can slip between two samples of the gauge.
@@ -259,6 +277,7 @@ pub(crate) enum TakeMode {
 impl Buffers {
     pub fn new(config: BufferConfig) -> Arc<Buffers> {
         let config = BufferConfig {
+            max_buffered_bytes: config.max_buffered_bytes.max(1),
             max_buffered_readings: config.max_buffered_readings.max(1),
             max_batch_readings: config.max_batch_readings.max(1),
             ..config
@@ -267,9 +286,11 @@ impl Buffers {
         // replay, say) reads 0 rather than finding the gauges missing.
         ::metrics::gauge!(READINGS_BUFFERED).set(0.0);
         ::metrics::gauge!(READINGS_BUFFERED_PEAK).set(0.0);
+        ::metrics::gauge!(BUFFERED_BYTES).set(0.0);
         Arc::new(Buffers {
             config,
             map: DashMap::with_hasher(span::BuildHasher::default()),
+            held_bytes: AtomicUsize::new(0),
             held: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
             peak_publish: Mutex::new(()),
@@ -292,8 +313,9 @@ impl Buffers {
     /// get the first ones until the sensor's buffers empty).
     pub fn push(&self, items: Vec<Item>) -> Result<usize, BufferFull> {
         let n = items.len();
-        self.reserve(n, false)?;
-        self.number_and_insert(items);
+        let readings = Packed::new(items);
+        self.reserve(n, readings.estimated_bytes(), false)?;
+        self.number_and_insert(readings);
         Ok(n)
     }
 
@@ -301,8 +323,9 @@ impl Buffers {
     /// whole bound is accepted once the buffers are empty, so this cannot wait forever.
     pub async fn push_when_room(&self, items: Vec<Item>) -> usize {
         let n = items.len();
-        self.wait_and_reserve(n).await;
-        self.number_and_insert(items);
+        let readings = Packed::new(items);
+        self.wait_and_reserve(n, readings.estimated_bytes()).await;
+        self.number_and_insert(readings);
         n
     }
 
@@ -328,11 +351,12 @@ impl Buffers {
         // Packed outside the mutex, which every push waits for; wasted only if this push
         // spills (then the log alone keeps it).
         let readings = Packed::new(items);
+        let bytes = readings.estimated_bytes();
         // One hold of the mutex from the decision to the insert: a push deciding to buffer must
         // not overtake one that spills.
         let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
         let buffered = order.spilled_from.is_none()
-            && match self.reserve(n, false) {
+            && match self.reserve(n, bytes, false) {
                 Ok(()) => true,
                 Err(full) if !self.store_failing.load(Ordering::Acquire) => return Err(full.into()),
                 Err(_) => false,
@@ -343,14 +367,14 @@ impl Buffers {
             Err(e) => {
                 drop(order);
                 if buffered {
-                    self.release(n);
+                    self.release(n, bytes);
                 }
                 return Err(e);
             }
         };
         order.next = first + n as Seq;
         if buffered {
-            self.stage(readings, Seqs::From(first), false);
+            self.stage(readings, bytes, Seqs::From(first), false);
             drop(order);
             self.merge_if_large();
             return Ok((logged, Placement::Buffered));
@@ -366,7 +390,12 @@ impl Buffers {
     /// push cost as much as one accepted.
     pub fn refuses_push_of(&self, n: usize, spill: bool) -> bool {
         let held = self.held.load(Ordering::Acquire);
-        if held.saturating_add(n.max(1)) <= self.config.max_buffered_readings {
+        // The bytes of the smallest readings there are: a head and one field.
+        let least = n.max(1).saturating_mul(2 * size_of::<u64>());
+        let fits = held.saturating_add(n.max(1)) <= self.config.max_buffered_readings
+            && self.held_bytes.load(Ordering::Acquire).saturating_add(least)
+                <= self.config.max_buffered_bytes;
+        if fits {
             return false;
         }
         !spill
@@ -417,7 +446,7 @@ impl Buffers {
     pub async fn push_recovered(&self, mut items: Vec<Item>, mut seqs: Vec<Seq>) {
         assert_eq!(items.len(), seqs.len(), "one sequence number per recovered reading");
         while !items.is_empty() {
-            let n = self.wait_and_reserve_some(items.len()).await;
+            let (n, bytes) = self.wait_and_reserve_some(&items).await;
             let (piece, piece_seqs) = if n == items.len() {
                 (std::mem::take(&mut items), std::mem::take(&mut seqs))
             } else {
@@ -428,33 +457,38 @@ impl Buffers {
             if let Some(&max) = piece_seqs.iter().max() {
                 order.next = order.next.max(max + 1);
             }
-            self.stage(piece, Seqs::Each(piece_seqs), true);
+            self.stage(piece, bytes, Seqs::Each(piece_seqs), true);
             drop(order);
             self.merge_if_large();
         }
     }
 
-    /// Waits for room for at least one reading, then reserves as many as fit, up to `n`.
-    async fn wait_and_reserve_some(&self, n: usize) -> usize {
+    /// Waits for room for at least the first of `items`, then reserves as many of the first
+    /// as fit: how many, and their bytes.
+    async fn wait_and_reserve_some(&self, items: &[Item]) -> (usize, usize) {
+        let costs: Vec<usize> = items.iter().map(|(_, r)| estimated_bytes(r)).collect();
         loop {
             let notified = self.room.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let mut cur = self.held.load(Ordering::Acquire);
-            while cur < self.config.max_buffered_readings {
-                let k = n.min(self.config.max_buffered_readings - cur);
-                match self.held.compare_exchange_weak(
-                    cur,
-                    cur + k,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => {
-                        self.grew(k, cur + k);
-                        return k;
-                    }
-                    Err(actual) => cur = actual,
-                }
+            let room_readings =
+                self.config.max_buffered_readings.saturating_sub(self.held.load(Ordering::Acquire));
+            let room_bytes = self
+                .config
+                .max_buffered_bytes
+                .saturating_sub(self.held_bytes.load(Ordering::Acquire));
+            let (mut k, mut bytes) = (0, 0);
+            while k < costs.len().min(room_readings) && bytes + costs[k] <= room_bytes {
+                bytes += costs[k];
+                k += 1;
+            }
+            // A reading larger than the whole bound gets in once nothing else is held.
+            let alone = k == 0 && self.held_bytes.load(Ordering::Acquire) == 0;
+            if alone {
+                (k, bytes) = (1, costs[0]);
+            }
+            if k > 0 && self.reserve(k, bytes, alone).is_ok() {
+                return (k, bytes);
             }
             notified.await;
         }
@@ -477,7 +511,7 @@ impl Buffers {
         self.peak.load(Ordering::Acquire)
     }
 
-    async fn wait_and_reserve(&self, n: usize) {
+    async fn wait_and_reserve(&self, n: usize, bytes: usize) {
         if n == 0 {
             return;
         }
@@ -487,32 +521,50 @@ impl Buffers {
             let notified = self.room.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.reserve(n, true).is_ok() {
+            if self.reserve(n, bytes, true).is_ok() {
                 return;
             }
             notified.await;
         }
     }
 
-    /// Numbers reserved `items` and stages them, under the order mutex.
-    fn number_and_insert(&self, items: Vec<Item>) {
-        let n = items.len();
-        let readings = Packed::new(items);
+    /// Numbers reserved `readings` and stages them, under the order mutex.
+    fn number_and_insert(&self, readings: Packed) {
+        let n = readings.len();
+        let bytes = readings.estimated_bytes();
         let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
         // Spills happen only through `push_or_spill`, whose callers never mix in this path.
         debug_assert!(order.spilled_from.is_none(), "an unlogged push while readings are spilled");
         let first = order.next.max(wall_clock_nanos());
         order.next = first + n as Seq;
-        self.stage(readings, Seqs::From(first), false);
+        self.stage(readings, bytes, Seqs::From(first), false);
         drop(order);
         self.merge_if_large();
     }
 
-    fn release(&self, n: usize) {
+    fn release(&self, n: usize, bytes: usize) {
         if n > 0 {
             self.held.fetch_sub(n, Ordering::AcqRel);
             ::metrics::gauge!(READINGS_BUFFERED).decrement(n as f64);
+        }
+        if bytes > 0 {
+            self.held_bytes.fetch_sub(bytes, Ordering::AcqRel);
+            ::metrics::gauge!(BUFFERED_BYTES).decrement(bytes as f64);
+        }
+        if n > 0 || bytes > 0 {
             self.room.notify_waiters();
+        }
+    }
+
+    /// Counts what the buffers now hold beyond (or short of) what was reserved: `grown` bytes
+    /// more, `shrunk` bytes less. Past the bound is allowed here: it is memory already in use.
+    fn rebalance(&self, grown: usize, shrunk: usize) {
+        if grown > shrunk {
+            let d = grown - shrunk;
+            self.held_bytes.fetch_add(d, Ordering::AcqRel);
+            ::metrics::gauge!(BUFFERED_BYTES).increment(d as f64);
+        } else if shrunk > grown {
+            self.release(0, shrunk - grown);
         }
     }
 
@@ -521,9 +573,14 @@ impl Buffers {
         self.held.load(Ordering::Acquire)
     }
 
-    /// The memory bound, `--max-buffered-readings`.
-    pub fn bound(&self) -> usize {
-        self.config.max_buffered_readings
+    /// Bytes currently held, as the budget counts them (module doc).
+    pub fn buffered_bytes(&self) -> usize {
+        self.held_bytes.load(Ordering::Acquire)
+    }
+
+    /// The memory bound in bytes: the buffers' share of `--memory-budget`.
+    pub fn bound_bytes(&self) -> usize {
+        self.config.max_buffered_bytes
     }
 
     /// Sensors with buffers now (merging the stage first, as a query does); a sensor whose
@@ -640,40 +697,54 @@ impl Buffers {
         }
     }
 
-    /// From this many readings held on, the flusher writes the larger buffers before they are
-    /// due, so that the bound is reached only when the store cannot keep up.
-    fn pressure_level(&self) -> usize {
-        (self.config.max_buffered_readings / 2).max(1)
+    /// Whether the flusher writes the larger buffers before they are due: from half of either
+    /// bound on, so that the bound is reached only when the store cannot keep up (the other
+    /// half is room for what arrives while the early writes run).
+    fn under_pressure(&self) -> bool {
+        self.held_bytes.load(Ordering::Relaxed) >= self.config.max_buffered_bytes / 2
+            || self.held.load(Ordering::Relaxed) >= (self.config.max_buffered_readings / 2).max(1)
     }
 
-    /// Reserves room for `n` readings, all or nothing. With `oversize`, a push larger than the
-    /// whole bound is let in when nothing is held.
-    fn reserve(&self, n: usize, oversize: bool) -> Result<(), BufferFull> {
+    /// Reserves room for `n` readings of `bytes`, all or nothing. With `oversize`, a push
+    /// larger than the whole bound is let in when nothing is held.
+    fn reserve(&self, n: usize, bytes: usize, oversize: bool) -> Result<(), BufferFull> {
         if n == 0 {
             return Ok(());
         }
-        let limit = self.config.max_buffered_readings;
-        let mut cur = self.held.load(Ordering::Acquire);
-        loop {
-            let fits = cur.checked_add(n).is_some_and(|t| t <= limit) || (oversize && cur == 0);
-            if !fits {
-                return Err(BufferFull { buffered: cur, limit });
+        let empty = self.held.load(Ordering::Acquire) == 0;
+        bounded_add(&self.held_bytes, bytes, self.config.max_buffered_bytes, oversize && empty)
+            .map_err(|buffered| BufferFull {
+                buffered,
+                limit: self.config.max_buffered_bytes,
+                unit: "bytes",
+            })?;
+        match bounded_add(&self.held, n, self.config.max_buffered_readings, oversize && empty) {
+            Ok(now) => {
+                self.grew(n, now);
+                ::metrics::gauge!(BUFFERED_BYTES).increment(bytes as f64);
+                Ok(())
             }
-            match self.held.compare_exchange_weak(cur, cur + n, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    self.grew(n, cur + n);
-                    return Ok(());
-                }
-                Err(actual) => cur = actual,
+            Err(buffered) => {
+                self.held_bytes.fetch_sub(bytes, Ordering::AcqRel);
+                Err(BufferFull {
+                    buffered,
+                    limit: self.config.max_buffered_readings,
+                    unit: "readings",
+                })
             }
         }
     }
 
     /// Takes the buffers `mode` selects, oldest readings first, at most `max_readings` in all
-    /// (a buffer may be split). `None` when nothing is to be taken. Await-free: see the module
-    /// doc on why the scan must not be interrupted between the first marker and publishing.
-    pub(crate) fn take(&self, mode: TakeMode, max_readings: usize) -> Option<Taken> {
+    /// (a buffer may be split), and no more buffers once `max_bytes` are taken. `None` when
+    /// nothing is to be taken. Await-free: see the module doc on why the scan must not be
+    /// interrupted between the first marker and publishing.
+    pub(crate) fn take(
+        &self,
+        mode: TakeMode,
+        max_readings: usize,
+        max_bytes: usize,
+    ) -> Option<Taken> {
         self.merge();
         let now = Instant::now();
         let batch_size = self.config.max_batch_readings;
@@ -686,25 +757,30 @@ impl Buffers {
         };
         let held = self.held.load(Ordering::Relaxed);
         // Under pressure, a buffer at least as long as the average sensor's is due.
-        let pressing = if held >= self.pressure_level() {
-            (held / self.map.len().max(1)).max(1)
-        } else {
-            usize::MAX
-        };
+        let pressing =
+            if self.under_pressure() { (held / self.map.len().max(1)).max(1) } else { usize::MAX };
         let mode = if quiet { TakeMode::All } else { mode };
         let cycle: Arc<Cycle> = Arc::new(OnceLock::new());
         // Publishes on drop, so even an unwinding scan never leaves a query waiting forever.
         let mut publish = Publish { cycle: &cycle, taken: Vec::new() };
         let mut total = 0usize;
+        let mut total_bytes = 0usize;
+        // Bytes the scan frees (idle buffers dropped, rows split) and adds (split rows,
+        // batches in flight), settled with the count at its end.
+        let (mut grown, mut shrunk) = (0usize, 0usize);
         let mut idle: Vec<SensorKey> = Vec::new();
         'scan: for mut entry in self.map.iter_mut() {
             let (key, sensor) = entry.pair_mut();
             // Buffers taken whole stay for a flush interval, so a sensor that keeps sending
             // keeps its map entry; one that received nothing since is dropped.
             sensor.hours.retain(|hb| {
-                !hb.readings.is_empty()
+                let keep = !hb.readings.is_empty()
                     || hb.in_flight.is_some()
-                    || now.saturating_duration_since(hb.since) < interval
+                    || now.saturating_duration_since(hb.since) < interval;
+                if !keep {
+                    shrunk += HOUR_BYTES + hb.readings.heap_bytes();
+                }
+                keep
             });
             if sensor.hours.is_empty() {
                 idle.push(key.clone());
@@ -724,20 +800,26 @@ impl Buffers {
                 if !due {
                     continue;
                 }
-                if total >= max_readings {
+                if total >= max_readings || total_bytes >= max_bytes {
                     break 'scan;
                 }
                 let k = len.min(max_readings - total);
                 let since = hb.since;
                 let (taken, span) = if k == len {
                     hb.since = now;
+                    total_bytes += hb.readings.heap_bytes();
                     (std::mem::take(&mut hb.readings), std::mem::replace(&mut hb.span, Span::EMPTY))
                 } else {
+                    shrunk += hb.readings.heap_bytes();
                     let taken = hb.readings.split_front(k);
+                    let taken_bytes = taken.heap_bytes();
+                    grown += taken_bytes + hb.readings.heap_bytes();
+                    total_bytes += taken_bytes;
                     hb.span = Span::of(hb.readings.timestamps());
                     let span = Span::of(taken.timestamps());
                     (taken, span)
                 };
+                grown += BATCH_BYTES;
                 hb.in_flight = Some(Box::new(InFlight {
                     cycle: cycle.clone(),
                     index: publish.taken.len(),
@@ -753,14 +835,17 @@ impl Buffers {
         drop(publish);
         for key in idle {
             // Re-checked under the shard lock: a push may have refilled it meanwhile.
-            self.map.remove_if(&key, |_, s| s.hours.is_empty());
+            if self.map.remove_if(&key, |_, s| s.hours.is_empty()).is_some() {
+                shrunk += ENTRY_BYTES;
+            }
         }
+        self.rebalance(grown, shrunk);
         if !took && mode == TakeMode::Due && pressing != usize::MAX {
             // Under pressure nothing was as long as the average sensor's: its readings are
             // spread over several hours (every sensor crossed into a new one). Writing nothing
             // would leave the buffers full, refusing every write until the oldest are due by
             // age, so write what there is.
-            return self.take(TakeMode::All, max_readings);
+            return self.take(TakeMode::All, max_readings, max_bytes);
         }
         took.then_some(Taken { cycle, readings: total })
     }
@@ -773,8 +858,12 @@ impl Buffers {
         let batches = taken.batches();
         assert_eq!(outcomes.len(), batches.len(), "one outcome per batch");
         let mut released = Released::default();
+        let (mut grown, mut shrunk) = (0usize, 0usize);
         for (index, (batch, &outcome)) in batches.iter().zip(outcomes).enumerate() {
             let n = batch.len();
+            // The batch's rows and share go whatever became of it; what is put back is counted
+            // again as its buffer grows.
+            shrunk += batch.rows().heap_bytes() + BATCH_BYTES;
             let landed = match outcome {
                 Outcome::Written => n,
                 Outcome::Drop => 0,
@@ -808,7 +897,9 @@ impl Buffers {
                 // Copied because the cycle's batches stay shared until every marker is
                 // gone; this costs one copy per failed attempt, which backoff spaces out.
                 hb.since = if hb.readings.is_empty() { f.since } else { hb.since.min(f.since) };
+                shrunk += hb.readings.heap_bytes();
                 hb.readings.prepend(batch.rows(), landed);
+                grown += hb.readings.heap_bytes();
                 hb.span.merge(if landed == 0 {
                     f.span
                 } else {
@@ -817,7 +908,8 @@ impl Buffers {
             }
             // An emptied buffer stays until a take finds it idle for a flush interval.
         }
-        self.release(released.written + released.dropped);
+        self.release(released.written + released.dropped, 0);
+        self.rebalance(grown, shrunk);
         released
     }
 }
@@ -840,6 +932,35 @@ impl Drop for Publish<'_> {
 
 #[cfg(test)]
 pub(crate) mod tests;
+
+/// Adds `n` to `held` if the sum stays within `limit` (or `always`); returns the new sum, or
+/// what `held` was when it did not fit.
+fn bounded_add(held: &AtomicUsize, n: usize, limit: usize, always: bool) -> Result<usize, usize> {
+    let mut cur = held.load(Ordering::Acquire);
+    loop {
+        let fits = cur.checked_add(n).is_some_and(|t| t <= limit) || (always && cur == 0);
+        if !fits {
+            return Err(cur);
+        }
+        match held.compare_exchange_weak(cur, cur + n, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Ok(cur + n),
+            Err(actual) => cur = actual,
+        }
+    }
+}
+
+/// [`Packed::estimated_bytes`] for one reading not yet packed.
+fn estimated_bytes(reading: &Reading) -> usize {
+    let strs: usize = reading
+        .fields
+        .iter()
+        .map(|(_, v)| match v {
+            crate::model::FieldValue::Str(s) => s.capacity() + size_of::<String>(),
+            _ => 0,
+        })
+        .sum();
+    (1 + reading.fields.len()) * size_of::<u64>() + strs
+}
 
 /// Where sequence numbers start: see the module doc.
 fn wall_clock_nanos() -> Seq {

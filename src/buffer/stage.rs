@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::span::{self, Span};
-use super::{Buffers, HourBuffer, SensorBuffers, SensorKey};
+use super::{Buffers, ENTRY_BYTES, HOUR_BYTES, HourBuffer, SensorBuffers, SensorKey};
 use crate::model::{Packed, Rows, Seq, Series, TimestampMs, hour_start};
 
 /// A push that leaves this many readings staged merges the stage (see `Buffers::merge`). A
@@ -16,7 +16,7 @@ use crate::model::{Packed, Rows, Seq, Series, TimestampMs, hour_start};
 /// landed about 10% more, flat out. Packed, that many take about 3 MiB.
 pub(crate) const STAGE_READINGS: usize = 65_536;
 
-/// Bounded by the memory bound: a push's readings are reserved before they are staged, and a
+/// Bounded by the memory bound: a push's bytes are reserved before they are staged, and a
 /// push that finds twice `STAGE_READINGS` staged waits for a merge (`merge_if_large`).
 #[derive(Default)]
 pub(super) struct Stage {
@@ -67,6 +67,8 @@ impl Gaps {
 /// taken, not regrouped.
 pub(super) struct Staged {
     readings: Packed,
+    /// What was reserved for it: the merge replaces this by what its rows grew by.
+    bytes: usize,
     seqs: Seqs,
     /// When the push arrived (a flush interval earlier for readings the log kept).
     arrived: Instant,
@@ -93,7 +95,7 @@ impl Buffers {
     /// Puts a reserved, numbered push in the stage. `overdue`: the readings waited elsewhere
     /// already (the log), so their buffers are due at once. Runs under the order mutex: cheap,
     /// no map.
-    pub(super) fn stage(&self, readings: Packed, seqs: Seqs, overdue: bool) {
+    pub(super) fn stage(&self, readings: Packed, bytes: usize, seqs: Seqs, overdue: bool) {
         let now = Instant::now();
         let arrived =
             if overdue { now.checked_sub(self.config.flush_interval).unwrap_or(now) } else { now };
@@ -102,10 +104,10 @@ impl Buffers {
         if !overdue {
             stage.gaps.push(now);
         }
-        stage.pushes.push(Staged { readings, seqs, arrived });
+        stage.pushes.push(Staged { readings, bytes, seqs, arrived });
         self.staged.fetch_add(n, Ordering::Relaxed);
         drop(stage);
-        if overdue || self.held.load(Ordering::Relaxed) >= self.pressure_level() {
+        if overdue || self.under_pressure() {
             self.due.notify_one();
         }
     }
@@ -144,8 +146,13 @@ impl Buffers {
         let mut sensor_of: Vec<u32> = Vec::with_capacity(n);
         let mut sensors = 0usize;
         {
+            // Sized for one sensor per reading (a fleet of slow sensors): growing it rehashed
+            // every merge.
             let mut ids: std::collections::HashMap<&str, u32, span::BuildHasher> =
-                std::collections::HashMap::with_hasher(span::BuildHasher::default());
+                std::collections::HashMap::with_capacity_and_hasher(
+                    n,
+                    span::BuildHasher::default(),
+                );
             let mut last: Option<(&Series, u32)> = None;
             let all =
                 pushes.iter().flat_map(|p| (0..p.readings.len()).map(|i| p.readings.series(i)));
@@ -185,15 +192,19 @@ impl Buffers {
         }
         let batch = self.config.max_batch_readings;
         let mut wake = false;
+        let reserved: usize = pushes.iter().map(|p| p.bytes).sum();
+        let (mut grown, mut shrunk) = (0usize, reserved);
         for run in starts.windows(2).map(|w| &order[w[0] as usize..w[1] as usize]) {
             let (p0, i0) = run[0];
             let meta = pushes[p0 as usize].readings.series(i0 as usize);
             let mut entry = match self.map.get_mut(meta.key.as_str()) {
                 Some(entry) => entry,
-                None => self
-                    .map
-                    .entry(SensorKey(meta.clone()))
-                    .or_insert_with(|| SensorBuffers { hours: Default::default() }),
+                None => {
+                    grown += ENTRY_BYTES;
+                    self.map
+                        .entry(SensorKey(meta.clone()))
+                        .or_insert_with(|| SensorBuffers { hours: Default::default() })
+                }
             };
             let hours = &mut entry.hours;
             // Lengths before and after the sensor's readings, not after every reading: the
@@ -207,6 +218,7 @@ impl Buffers {
                 let h = match hours.binary_search_by_key(&hour, |h| h.hour) {
                     Ok(h) => h,
                     Err(h) => {
+                        grown += HOUR_BYTES;
                         hours.insert(
                             h,
                             HourBuffer {
@@ -225,13 +237,23 @@ impl Buffers {
                     hb.since = push.arrived;
                 }
                 hb.span.include(ts);
-                push.readings.append_to(i as usize, &mut hb.readings, push.seqs.of(i as usize));
+                let before = hb.readings.word_bytes();
+                let strs =
+                    push.readings.append_to(i as usize, &mut hb.readings, push.seqs.of(i as usize));
+                // A relayout may leave less slack than the rows had: count either way.
+                let after = hb.readings.word_bytes() + strs;
+                if after >= before {
+                    grown += after - before;
+                } else {
+                    shrunk += before - after;
+                }
             }
             wake |= hours.iter().any(|hb| {
                 let was = before.iter().find(|b| b.0 == hb.hour).map_or(0, |b| b.1);
                 was < batch && hb.readings.len() >= batch
             });
         }
+        self.rebalance(grown, shrunk);
         if wake {
             self.due.notify_one();
         }

@@ -74,6 +74,7 @@ impl MetricReader {
 
 fn config(max: usize, batch: usize) -> BufferConfig {
     BufferConfig {
+        max_buffered_bytes: usize::MAX,
         max_buffered_readings: max,
         max_batch_readings: batch,
         flush_interval: Duration::from_secs(1),
@@ -81,7 +82,7 @@ fn config(max: usize, batch: usize) -> BufferConfig {
 }
 
 fn settle_all(b: &Buffers, outcome: Outcome) -> Released {
-    let taken = b.take(TakeMode::All, usize::MAX).expect("something to take");
+    let taken = b.take(TakeMode::All, usize::MAX, usize::MAX).expect("something to take");
     let outcomes = vec![outcome; taken.batches().len()];
     b.complete(taken, &outcomes)
 }
@@ -174,7 +175,7 @@ fn take_groups_by_sensor_and_hour_and_interns_series() {
     // A late reading for an earlier hour, after newer ones.
     b.push(vec![item("a", 5, 100)]).unwrap();
 
-    let taken = b.take(TakeMode::All, usize::MAX).unwrap();
+    let taken = b.take(TakeMode::All, usize::MAX, usize::MAX).unwrap();
     let mut got: Vec<(String, TimestampMs, Vec<i64>)> = taken
         .batches()
         .iter()
@@ -233,7 +234,7 @@ fn merges_keep_each_sensor_and_hour_in_sequence_order_across_pushes() {
         b.push(items).unwrap();
     }
     assert_eq!(b.unflushed("s7", i64::MIN, i64::MAX).len(), 3 * per_push / 1000);
-    let taken = b.take(TakeMode::All, usize::MAX).unwrap();
+    let taken = b.take(TakeMode::All, usize::MAX, usize::MAX).unwrap();
     assert_eq!(taken.readings(), 3 * per_push);
     let mut seen = std::collections::HashSet::new();
     for batch in taken.batches() {
@@ -250,7 +251,7 @@ fn merges_keep_each_sensor_and_hour_in_sequence_order_across_pushes() {
 async fn a_buffer_taken_whole_stays_until_idle_for_an_interval() {
     let b = Buffers::new(config(1000, 1000));
     b.push((0..5).map(|i| item("a", i, i)).collect()).unwrap();
-    let taken = b.take(TakeMode::All, usize::MAX).unwrap();
+    let taken = b.take(TakeMode::All, usize::MAX, usize::MAX).unwrap();
     b.push(vec![item("a", 10, 10)]).unwrap();
     assert_eq!(seqs(&b.unflushed("a", 0, HOUR_MS)), vec![0, 1, 2, 3, 4, 10], "in flight first");
     b.complete(taken, &[Outcome::Written]);
@@ -260,16 +261,16 @@ async fn a_buffer_taken_whole_stays_until_idle_for_an_interval() {
     assert_eq!(seqs(&b.unflushed("a", 0, HOUR_MS)), vec![10, 11, 12, 13, 14]);
 
     tokio::time::advance(Duration::from_secs(1)).await;
-    let taken = b.take(TakeMode::Due, usize::MAX).unwrap();
+    let taken = b.take(TakeMode::Due, usize::MAX, usize::MAX).unwrap();
     b.complete(taken, &[Outcome::Written]);
     assert!(b.map.contains_key("a"), "emptied, not yet idle");
     assert!(b.unflushed_sensors().is_empty(), "an empty buffer is not an unflushed sensor");
 
     tokio::time::advance(Duration::from_millis(999)).await;
-    assert!(b.take(TakeMode::Due, usize::MAX).is_none());
+    assert!(b.take(TakeMode::Due, usize::MAX, usize::MAX).is_none());
     assert!(b.map.contains_key("a"), "idle for less than the interval");
     tokio::time::advance(Duration::from_millis(1)).await;
-    assert!(b.take(TakeMode::Due, usize::MAX).is_none());
+    assert!(b.take(TakeMode::Due, usize::MAX, usize::MAX).is_none());
     assert!(b.map.is_empty(), "idle for the interval: dropped");
 
     b.push(vec![item("a", 20, 20)]).unwrap();
@@ -282,11 +283,11 @@ async fn a_buffer_is_due_by_size_at_once_and_by_age_within_a_tick_of_the_interva
     let tick = b.tick();
     assert_eq!(tick, Duration::from_millis(25), "a fortieth of the 1 s interval");
     b.push((0..9).map(|i| item("a", i, i)).collect()).unwrap();
-    assert!(b.take(TakeMode::Due, usize::MAX).is_none(), "neither full nor old");
+    assert!(b.take(TakeMode::Due, usize::MAX, usize::MAX).is_none(), "neither full nor old");
     assert!(b.due_notified().now_or_never().is_none(), "no early wake-up below the size");
 
     b.push(vec![item("a", 9, 9)]).unwrap();
-    let taken = b.take(TakeMode::Due, usize::MAX).expect("due by size");
+    let taken = b.take(TakeMode::Due, usize::MAX, usize::MAX).expect("due by size");
     assert_eq!(batch_seqs(&taken.batches()[0]), (0..10).collect::<Vec<_>>());
     b.complete(taken, &[Outcome::Written]);
 
@@ -298,15 +299,19 @@ async fn a_buffer_is_due_by_size_at_once_and_by_age_within_a_tick_of_the_interva
         tokio::time::advance(Duration::from_millis(50)).await;
         waited += Duration::from_millis(50);
         b.push(vec![item("c", 0, 0)]).unwrap();
-        assert!(b.take(TakeMode::Due, usize::MAX).is_none(), "b is not due at {waited:?}");
+        assert!(
+            b.take(TakeMode::Due, usize::MAX, usize::MAX).is_none(),
+            "b is not due at {waited:?}"
+        );
     }
     tokio::time::advance(Duration::from_secs(1) - tick - waited).await;
     b.push(vec![item("c", 0, 0)]).unwrap();
-    let taken = b.take(TakeMode::Due, usize::MAX).expect("b is due a tick before the interval");
+    let taken =
+        b.take(TakeMode::Due, usize::MAX, usize::MAX).expect("b is due a tick before the interval");
     assert_eq!(taken.batches().len(), 1, "c is younger");
     assert_eq!(taken.batches()[0].series.key, "b");
     b.complete(taken, &[Outcome::Written]);
-    assert!(b.take(TakeMode::All, usize::MAX).is_some(), "All ignores age");
+    assert!(b.take(TakeMode::All, usize::MAX, usize::MAX).is_some(), "All ignores age");
 }
 
 #[tokio::test(start_paused = true)]
@@ -314,9 +319,10 @@ async fn a_quiet_server_writes_everything_it_holds() {
     let b = Buffers::new(config(1000, 1000));
     b.push(vec![item("a", 0, 0), item("b", 0, 1)]).unwrap();
     tokio::time::advance(Duration::from_millis(199)).await;
-    assert!(b.take(TakeMode::Due, usize::MAX).is_none(), "a push came 199 ms ago");
+    assert!(b.take(TakeMode::Due, usize::MAX, usize::MAX).is_none(), "a push came 199 ms ago");
     tokio::time::advance(Duration::from_millis(1)).await;
-    let taken = b.take(TakeMode::Due, usize::MAX).expect("quiet for a fifth of the interval");
+    let taken =
+        b.take(TakeMode::Due, usize::MAX, usize::MAX).expect("quiet for a fifth of the interval");
     assert_eq!(taken.readings(), 2);
     b.complete(taken, &[Outcome::Written, Outcome::Written]);
 }
@@ -331,9 +337,9 @@ async fn a_load_that_stops_is_quiet_after_twice_its_longest_gap() {
     }
     b.push(vec![item("a", 99, 99)]).unwrap();
     tokio::time::advance(Duration::from_millis(59)).await;
-    assert!(b.take(TakeMode::Due, usize::MAX).is_none(), "59 ms: not yet");
+    assert!(b.take(TakeMode::Due, usize::MAX, usize::MAX).is_none(), "59 ms: not yet");
     tokio::time::advance(Duration::from_millis(1)).await;
-    let taken = b.take(TakeMode::Due, usize::MAX).expect("60 ms of silence: quiet");
+    let taken = b.take(TakeMode::Due, usize::MAX, usize::MAX).expect("60 ms of silence: quiet");
     assert_eq!(taken.readings(), 5);
     b.complete(taken, &[Outcome::Written]);
 
@@ -345,7 +351,10 @@ async fn a_load_that_stops_is_quiet_after_twice_its_longest_gap() {
     for i in 0..4 {
         b.push(vec![item("a", i, i)]).unwrap();
         tokio::time::advance(Duration::from_millis(190)).await;
-        assert!(b.take(TakeMode::Due, usize::MAX).is_none(), "a steady load at push {i}");
+        assert!(
+            b.take(TakeMode::Due, usize::MAX, usize::MAX).is_none(),
+            "a steady load at push {i}"
+        );
         tokio::time::advance(Duration::from_millis(810)).await;
     }
 }
@@ -356,10 +365,10 @@ fn under_memory_pressure_the_longer_buffers_are_due() {
     b.push((0..40).map(|i| item("a", i, i)).collect()).unwrap();
     b.push(vec![item("b", 0, 40)]).unwrap();
     assert!(b.due_notified().now_or_never().is_none(), "41 of 100: no pressure yet");
-    assert!(b.take(TakeMode::Due, usize::MAX).is_none());
+    assert!(b.take(TakeMode::Due, usize::MAX, usize::MAX).is_none());
     b.push((0..9).map(|i| item("c", i, 41 + i)).collect()).unwrap();
     assert!(b.due_notified().now_or_never().is_some(), "half the bound held wakes the flusher");
-    let taken = b.take(TakeMode::Due, usize::MAX).expect("50 of 100 held");
+    let taken = b.take(TakeMode::Due, usize::MAX, usize::MAX).expect("50 of 100 held");
     let keys: Vec<&str> = taken.batches().iter().map(|t| t.series.key.as_str()).collect();
     assert_eq!(keys, vec!["a"], "only a holds at least the average (50 / 3 sensors)");
     b.complete(taken, &[Outcome::Written]);
@@ -390,7 +399,7 @@ fn unflushed_is_ascending_with_ties_in_arrival_order_and_half_open() {
 fn in_flight_readings_stay_visible_until_written_and_precede_newer_ones() {
     let b = Buffers::new(config(1000, 1000));
     b.push(vec![item("a", 10, 0), item("a", 20, 1)]).unwrap();
-    let taken = b.take(TakeMode::All, usize::MAX).unwrap();
+    let taken = b.take(TakeMode::All, usize::MAX, usize::MAX).unwrap();
     b.push(vec![item("a", 10, 2), item("a", 5, 3)]).unwrap();
     assert_eq!(seqs(&b.unflushed("a", 0, 100)), vec![3, 0, 2, 1]);
     assert_eq!(b.buffered(), 4);
@@ -398,7 +407,10 @@ fn in_flight_readings_stay_visible_until_written_and_precede_newer_ones() {
     assert_eq!(info.len(), 1);
     assert_eq!((info[0].first, info[0].last), (5, 20));
     assert_eq!(info[0].tags, vec![("host".to_string(), "a".to_string())]);
-    assert!(b.take(TakeMode::All, usize::MAX).is_none(), "hour with a write in flight waits");
+    assert!(
+        b.take(TakeMode::All, usize::MAX, usize::MAX).is_none(),
+        "hour with a write in flight waits"
+    );
 
     b.complete(taken, &[Outcome::Written]);
     assert_eq!(seqs(&b.unflushed("a", 0, 100)), vec![3, 2]);
@@ -411,7 +423,7 @@ fn in_flight_readings_stay_visible_until_written_and_precede_newer_ones() {
 fn a_retried_batch_goes_back_ahead_of_newer_readings() {
     let b = Buffers::new(config(1000, 1000));
     b.push(vec![item("a", 1, 0), item("a", 2, 1), item("b", 1, 2)]).unwrap();
-    let taken = b.take(TakeMode::All, usize::MAX).unwrap();
+    let taken = b.take(TakeMode::All, usize::MAX, usize::MAX).unwrap();
     b.push(vec![item("a", 0, 3)]).unwrap();
     let outcomes: Vec<Outcome> =
         taken
@@ -429,7 +441,7 @@ fn a_retried_batch_goes_back_ahead_of_newer_readings() {
     assert_eq!(released, Released { written: 1, dropped: 0, retried: 2 });
     assert_eq!(b.buffered(), 3);
 
-    let taken = b.take(TakeMode::All, usize::MAX).unwrap();
+    let taken = b.take(TakeMode::All, usize::MAX, usize::MAX).unwrap();
     assert_eq!(taken.batches().len(), 1);
     assert_eq!(batch_seqs(&taken.batches()[0]), vec![0, 1, 3], "arrival order, not ts order");
     assert_eq!(b.complete(taken, &[Outcome::Drop]).dropped, 3);
@@ -442,10 +454,12 @@ async fn a_retried_batch_keeps_its_age() {
     let b = Buffers::new(config(1000, 1000));
     b.push(vec![item("a", 1, 0)]).unwrap();
     tokio::time::advance(Duration::from_secs(1)).await;
-    let taken = b.take(TakeMode::Due, usize::MAX).unwrap();
+    let taken = b.take(TakeMode::Due, usize::MAX, usize::MAX).unwrap();
     b.push(vec![item("a", 2, 1)]).unwrap();
     b.complete(taken, &[Outcome::Retry { landed: 0 }]);
-    let again = b.take(TakeMode::Due, usize::MAX).expect("still due: its oldest reading is old");
+    let again = b
+        .take(TakeMode::Due, usize::MAX, usize::MAX)
+        .expect("still due: its oldest reading is old");
     assert_eq!(batch_seqs(&again.batches()[0]), vec![0, 1]);
 }
 
@@ -453,15 +467,15 @@ async fn a_retried_batch_keeps_its_age() {
 fn take_caps_the_readings_per_cycle_splitting_a_buffer_in_order() {
     let b = Buffers::new(config(1000, 1000));
     b.push((0..10).map(|i| item("a", i, i)).collect()).unwrap();
-    let first = b.take(TakeMode::All, 4).unwrap();
+    let first = b.take(TakeMode::All, 4, usize::MAX).unwrap();
     assert_eq!(batch_seqs(&first.batches()[0]), vec![0, 1, 2, 3]);
     assert_eq!(seqs(&b.unflushed("a", 0, 100)), (0..10).collect::<Vec<_>>());
     b.complete(first, &[Outcome::Written]);
-    let second = b.take(TakeMode::All, 4).unwrap();
+    let second = b.take(TakeMode::All, 4, usize::MAX).unwrap();
     assert_eq!(batch_seqs(&second.batches()[0]), vec![4, 5, 6, 7]);
     assert_eq!(b.unflushed_sensors()[0].first, 4);
     b.complete(second, &[Outcome::Written]);
-    let third = b.take(TakeMode::All, 4).unwrap();
+    let third = b.take(TakeMode::All, 4, usize::MAX).unwrap();
     assert_eq!(batch_seqs(&third.batches()[0]), vec![8, 9]);
     b.complete(third, &[Outcome::Written]);
     assert_eq!(b.buffered(), 0);
@@ -473,10 +487,10 @@ fn take_stops_at_the_cap_across_buffers() {
     for key in ["a", "b", "c"] {
         b.push((0..3).map(|i| item(key, i, i)).collect()).unwrap();
     }
-    let first = b.take(TakeMode::All, 6).unwrap();
+    let first = b.take(TakeMode::All, 6, usize::MAX).unwrap();
     assert_eq!(first.readings(), 6);
     assert_eq!(first.batches().len(), 2);
-    let rest = b.take(TakeMode::All, 6).unwrap();
+    let rest = b.take(TakeMode::All, 6, usize::MAX).unwrap();
     assert_eq!(rest.readings(), 3);
 }
 
@@ -490,7 +504,7 @@ fn the_gauge_follows_reservations_and_releases() {
         b.push((0..3).map(|i| item("b", i, i)).collect()).unwrap();
         assert!(b.push((0..95).map(|i| item("b", i, i)).collect()).is_err());
         assert_eq!(m.get(READINGS_BUFFERED, &[]), 10.0);
-        let taken = b.take(TakeMode::All, usize::MAX).unwrap();
+        let taken = b.take(TakeMode::All, usize::MAX, usize::MAX).unwrap();
         let outcomes: Vec<Outcome> = taken
             .batches()
             .iter()
@@ -581,9 +595,87 @@ fn under_pressure_something_is_always_due_even_when_sensors_span_two_hours() {
     b.push((0..20).map(|i| item("a", i, i)).collect()).unwrap();
     b.push((0..20).map(|i| item("a", HOUR_MS + i, 20 + i)).collect()).unwrap();
     b.push((0..10).map(|i| item("b", HOUR_MS + i, 40 + i)).collect()).unwrap();
-    let taken = b.take(TakeMode::Due, usize::MAX).expect("pressure always writes something");
+    let taken =
+        b.take(TakeMode::Due, usize::MAX, usize::MAX).expect("pressure always writes something");
     assert_eq!(taken.readings(), 50);
     let outcomes = vec![Outcome::Written; taken.batches().len()];
     b.complete(taken, &outcomes);
     assert_eq!(b.buffered(), 0);
+}
+
+/// A reading of `key` at `ts` with a string field of `len` bytes beside the marker.
+fn item_with_text(key: &str, ts: TimestampMs, seq: i64, len: usize) -> Item {
+    let (series, mut reading) = item(key, ts, seq);
+    reading.fields.push(("text".into(), FieldValue::Str("x".repeat(len))));
+    (series, reading)
+}
+
+/// Every way bytes enter and leave the count (merges, relayouts, splits, retries with part
+/// landed, drops, idle buffers and entries dropped) adds and releases the same amounts: once
+/// everything is written and idle, the count is back at zero.
+#[tokio::test(start_paused = true)]
+async fn the_byte_count_returns_to_zero_whatever_became_of_the_readings() {
+    let b = Buffers::new(config(usize::MAX, 1000));
+    for round in 0..3i64 {
+        let mut items: Vec<Item> = (0..40).map(|i| item("a", round * 100 + i, i)).collect();
+        // Strings, and a field that appears late (every row is laid out anew).
+        items.extend((0..10).map(|i| item_with_text("b", round * 100 + i, i, 100 + i as usize)));
+        items.push((item("c", HOUR_MS + round, 0).0, {
+            let mut r = item("c", HOUR_MS + round, 0).1;
+            r.fields.push((format!("late{round}").as_str().into(), FieldValue::Float(1.0)));
+            r
+        }));
+        b.push(items).unwrap();
+        assert!(b.buffered_bytes() > 0);
+        // Split buffers (a cap inside one), a retry with part landed, then a drop.
+        let taken = b.take(TakeMode::All, 25, usize::MAX).unwrap();
+        let n = taken.batches().len();
+        b.complete(taken, &vec![Outcome::Retry { landed: 10 }; n]);
+        let taken = b.take(TakeMode::All, usize::MAX, usize::MAX).unwrap();
+        let n = taken.batches().len();
+        let mut outcomes = vec![Outcome::Written; n];
+        outcomes[0] = Outcome::Drop;
+        b.complete(taken, &outcomes);
+        assert_eq!(b.buffered(), 0);
+        assert!(b.buffered_bytes() > 0, "the entries and emptied buffers are still there");
+    }
+    // Idle for an interval: the emptied buffers and then the entries go.
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert!(b.take(TakeMode::All, usize::MAX, usize::MAX).is_none());
+    assert_eq!(b.sensors(), 0);
+    assert_eq!(b.buffered_bytes(), 0);
+}
+
+#[test]
+fn the_byte_bound_refuses_what_would_not_fit_and_counts_strings() {
+    let b = Buffers::new(BufferConfig { max_buffered_bytes: 64 << 10, ..config(usize::MAX, 1000) });
+    // 4 KiB strings: fifteen fit in 64 KiB with their rows, not twenty.
+    let big = |n: i64| (0..n).map(|i| item_with_text("s", i, i, 4096)).collect::<Vec<_>>();
+    assert!(matches!(b.push(big(20)), Err(BufferFull { unit: "bytes", .. })));
+    assert_eq!(b.buffered_bytes(), 0, "a refused push leaves nothing counted");
+    b.push(big(15)).unwrap();
+    b.merge();
+    let held = b.buffered_bytes();
+    assert!((15 * 4096..=64 << 10).contains(&held), "{held}");
+    assert!(b.push(big(1)).is_err(), "full");
+    assert!(b.refuses_push_of(4096, false), "not even the smallest readings fit");
+    let taken = b.take(TakeMode::All, usize::MAX, usize::MAX).unwrap();
+    b.complete(taken, &[Outcome::Written]);
+    assert!(
+        b.buffered_bytes() < 1024,
+        "only the entry and its emptied buffer: {}",
+        b.buffered_bytes()
+    );
+    b.push(big(1)).unwrap();
+}
+
+#[test]
+fn take_stops_at_its_byte_cap() {
+    let b = Buffers::new(config(usize::MAX, 1000));
+    let items: Vec<Item> =
+        (0..10).map(|s| item_with_text(&format!("s{s}"), 0, s, 10_000)).collect();
+    b.push(items).unwrap();
+    let taken = b.take(TakeMode::All, usize::MAX, 25_000).unwrap();
+    assert_eq!(taken.batches().len(), 3, "buffers are taken until 25,000 bytes are reached");
+    b.complete(taken, &[Outcome::Written; 3]);
 }

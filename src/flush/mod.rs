@@ -250,11 +250,18 @@ struct Worker {
 }
 
 impl Worker {
+    /// Bytes of rows per `Store::write` call at most: an eighth of the buffers' bound, since a
+    /// store holds a write's encoding beside its rows (large strings would otherwise let
+    /// `MAX_READINGS_PER_WRITE` readings be most of the budget).
+    fn max_write_bytes(&self) -> usize {
+        (self.buffers.bound_bytes() / 8).max(1)
+    }
+
     async fn run(mut self, stop: CancellationToken, abandon: CancellationToken) {
         // Periodic phase. A write in progress is never cancelled by `stop`: it finishes and
         // its outcome is settled before the drain starts.
         while !stop.is_cancelled() {
-            match self.buffers.take(TakeMode::Due, MAX_READINGS_PER_WRITE) {
+            match self.buffers.take(TakeMode::Due, MAX_READINGS_PER_WRITE, self.max_write_bytes()) {
                 Some(taken) => {
                     if let Some(delay) = self.write(taken).await {
                         tokio::select! {
@@ -277,7 +284,8 @@ impl Worker {
         }
         // Drain: everything, due or not, until empty; `shutdown` enforces the deadline.
         while !abandon.is_cancelled()
-            && let Some(taken) = self.buffers.take(TakeMode::All, MAX_READINGS_PER_WRITE)
+            && let Some(taken) =
+                self.buffers.take(TakeMode::All, MAX_READINGS_PER_WRITE, self.max_write_bytes())
         {
             if let Some(delay) = self.write(taken).await {
                 tokio::select! {
@@ -484,6 +492,7 @@ impl Worker {
             &keys,
             || backoff.next(),
             |e| {
+                ::metrics::counter!(STORE_ERRORS, "kind" => e.kind()).increment(1);
                 if let Some(suppressed) = check_log.allow(Instant::now(), unclear.len() as u64, 0) {
                     tracing::warn!(
                         batches = unclear.len(),

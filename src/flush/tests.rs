@@ -19,6 +19,7 @@ fn setup(
     store: FakeStore,
 ) -> (Arc<Buffers>, Arc<FakeStore>, Flusher) {
     let buffers = Buffers::new(BufferConfig {
+        max_buffered_bytes: usize::MAX,
         max_buffered_readings: bound,
         max_batch_readings: batch,
         flush_interval: interval,
@@ -215,6 +216,7 @@ fn setup_with_dead_letters(
     dead_letters: Arc<DeadLetters>,
 ) -> (Arc<Buffers>, Arc<FakeStore>, Flusher) {
     let buffers = Buffers::new(BufferConfig {
+        max_buffered_bytes: usize::MAX,
         max_buffered_readings: 1000,
         max_batch_readings: 1000,
         flush_interval: Duration::from_millis(100),
@@ -475,6 +477,7 @@ proptest! {
             store.fail_next_calls(failing_calls);
             store.script_batches(failures);
             let buffers = Buffers::new(BufferConfig {
+                max_buffered_bytes: usize::MAX,
                 max_buffered_readings: bound,
                 max_batch_readings: batch,
                 flush_interval: Duration::from_millis(100),
@@ -574,12 +577,13 @@ async fn an_unanswered_high_water_question_holds_the_batch() {
 #[tokio::test]
 async fn a_partly_landed_batch_is_retried_from_its_high_water_mark() {
     let buffers = Buffers::new(BufferConfig {
+        max_buffered_bytes: usize::MAX,
         max_buffered_readings: 100,
         max_batch_readings: 100,
         flush_interval: Duration::ZERO,
     });
     buffers.push((0..10).map(|i| item("a", i, i)).collect()).unwrap();
-    let taken = buffers.take(TakeMode::All, 100).unwrap();
+    let taken = buffers.take(TakeMode::All, 100, usize::MAX).unwrap();
     let seqs_taken = taken.batches()[0].seqs();
     assert_eq!(seqs_taken.len(), 10);
     assert!(seqs_taken.windows(2).all(|w| w[0] < w[1]), "increasing: {seqs_taken:?}");
@@ -587,7 +591,7 @@ async fn a_partly_landed_batch_is_retried_from_its_high_water_mark() {
     assert_eq!(released.written, 4);
     assert_eq!(released.retried, 6);
     assert_eq!(buffers.buffered(), 6);
-    let again = buffers.take(TakeMode::All, 100).unwrap();
+    let again = buffers.take(TakeMode::All, 100, usize::MAX).unwrap();
     assert_eq!(batch_seqs(&again.batches()[0]), (4..10).collect::<Vec<_>>());
     assert_eq!(again.batches()[0].seqs(), seqs_taken[4..]);
     buffers.complete(again, &[Outcome::Written]);

@@ -65,6 +65,12 @@ pub enum ApiError {
     WalFailed(String),
     #[error("too many write requests in progress; retry in {RETRY_AFTER_SECS} s")]
     Overloaded,
+    /// The write requests being read and parsed hold their whole share of `--memory-budget`.
+    #[error(
+        "write requests in progress hold their share of --memory-budget; retry in \
+         {RETRY_AFTER_SECS} s"
+    )]
+    MemoryBudget,
     #[error("request did not complete within {0:?}")]
     Timeout(Duration),
     #[error("store {store} is not ready: {reason}")]
@@ -118,6 +124,7 @@ impl ApiError {
             ApiError::BuffersFull { .. }
             | ApiError::WalFull { .. }
             | ApiError::Overloaded
+            | ApiError::MemoryBudget
             | ApiError::NotReady { .. }
             | ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::DiskFull { .. } => StatusCode::INSUFFICIENT_STORAGE,

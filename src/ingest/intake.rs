@@ -169,7 +169,7 @@ mod tests {
     fn each_refusal_has_its_status_and_its_reason() {
         let cases = [
             (
-                IntakeError::BuffersFull(BufferFull { buffered: 1, limit: 1 }),
+                IntakeError::BuffersFull(BufferFull { buffered: 1, limit: 1, unit: "bytes" }),
                 StatusCode::SERVICE_UNAVAILABLE,
                 "buffers_full",
             ),

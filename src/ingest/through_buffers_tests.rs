@@ -118,6 +118,7 @@ fn by_buffer<'a>(items: impl Iterator<Item = (&'a str, Reading)>) -> BTreeMap<Ke
 
 fn through_buffers(requests: Vec<Vec<Item>>) -> BTreeMap<Key, Vec<Row>> {
     let b = Buffers::new(BufferConfig {
+        max_buffered_bytes: usize::MAX,
         max_buffered_readings: 1_000_000,
         max_batch_readings: 1_000_000,
         flush_interval: Duration::from_secs(3600),
@@ -125,7 +126,7 @@ fn through_buffers(requests: Vec<Vec<Item>>) -> BTreeMap<Key, Vec<Row>> {
     for items in requests {
         b.push(items).unwrap();
     }
-    let taken = b.take(TakeMode::All, usize::MAX).expect("something buffered");
+    let taken = b.take(TakeMode::All, usize::MAX, usize::MAX).expect("something buffered");
     let out = by_buffer(
         taken
             .batches()

@@ -94,15 +94,28 @@ impl Packed {
     }
 
     /// Appends reading `i` to `rows` as number `seq`, moving its strings out: each reading is
-    /// appended once.
-    pub fn append_to(&mut self, i: usize, rows: &mut Rows, seq: Seq) {
+    /// appended once. Returns the bytes the strings moved bring to the rows' heap
+    /// ([`Rows::heap_bytes`]).
+    pub fn append_to(&mut self, i: usize, rows: &mut Rows, seq: Seq) -> usize {
         let (shape, at) = self.slots[i];
         let shape = &self.shapes[shape as usize];
         let bits = &self.words[at as usize..at as usize + shape.names.len()];
         let strs = &mut self.strs;
+        let mut moved = 0;
         rows.push_slots(self.ts[i], seq, &shape.names, &shape.kinds, bits, |s| {
-            std::mem::take(&mut strs[s as usize])
+            let s = std::mem::take(&mut strs[s as usize]);
+            moved += s.capacity() + size_of::<String>();
+            s
         });
+        moved
+    }
+
+    /// What the buffers' memory budget reserves for these readings before they are merged:
+    /// about what their rows will hold (a word for the head, one per field, the strings),
+    /// which the merge then replaces by what the rows really grew by.
+    pub fn estimated_bytes(&self) -> usize {
+        let strs: usize = self.strs.iter().map(|s| s.capacity() + size_of::<String>()).sum();
+        (self.ts.len() + self.words.len()) * size_of::<u64>() + strs
     }
 
     /// Whether reading `i` has a string value (tests).

@@ -205,6 +205,27 @@ impl Rows {
         self.len as usize
     }
 
+    /// What these rows hold on the heap as the buffers' memory budget counts it: their words,
+    /// their names once more than fit inline, and their strings (each string's capacity and
+    /// its `String`). Not the small bookkeeping around them (`More`'s vectors). Exact for the
+    /// budget's purpose: the same rows always count the same, so what the buffers add and
+    /// later release matches.
+    pub fn heap_bytes(&self) -> usize {
+        self.word_bytes()
+            + self.strs().iter().map(|s| s.capacity() + size_of::<String>()).sum::<usize>()
+    }
+
+    /// The words' and names' share of [`Rows::heap_bytes`], read without leaving this struct:
+    /// the merge reads it before and after every reading it appends, so that a push's cost
+    /// (the rows it adds, a relayout, a new block) is counted as it happens.
+    pub fn word_bytes(&self) -> usize {
+        let stride = self.stride();
+        let full_rows = self.len() - self.tail.len() / stride;
+        let names =
+            if self.names.spilled() { self.names.capacity() * size_of::<FieldName>() } else { 0 };
+        (full_rows * stride + self.tail.capacity()) * size_of::<u64>() + names
+    }
+
     pub fn is_empty(&self) -> bool {
         self.tail.is_empty()
     }
@@ -458,26 +479,34 @@ impl Rows {
     }
 
     /// Moves the first `k` readings out, in order. Copies the rows: a buffer is split only
-    /// when a flush cycle's room ends inside it, once per cycle.
+    /// when a flush cycle's room ends inside it, once per cycle. Each half keeps only its own
+    /// strings (moved, not copied), so a split never holds a string twice.
     pub fn split_front(&mut self, k: usize) -> Rows {
-        let old = std::mem::take(self);
-        // Strings stay where they are indexed; both halves keep the list. Both keep the
-        // layout, so that the rows are copied as they are.
-        let empty = || Rows {
-            names: old.names.clone(),
-            tail: Vec::new(),
-            len: 0,
-            more: old
-                .more
-                .as_ref()
-                .filter(|m| !m.strs.is_empty())
-                .map(|m| Box::new(More { full: Vec::new(), strs: m.strs.clone() })),
-            ..old
-        };
+        let mut old = std::mem::take(self);
+        let mut strs = old.more.as_mut().map(|m| std::mem::take(&mut m.strs)).unwrap_or_default();
+        // Both halves keep the layout, so that the rows are copied as they are.
+        let empty =
+            || Rows { names: old.names.clone(), tail: Vec::new(), len: 0, more: None, ..old };
         let (mut front, mut rest) = (empty(), empty());
+        let layout = old.layout();
+        let mut words: Vec<u64> = Vec::new();
         for (i, row) in old.rows().enumerate() {
             let half = if i < k { &mut front } else { &mut rest };
-            half.append_row().copy_from_slice(row);
+            if strs.is_empty() {
+                half.append_row().copy_from_slice(row);
+                continue;
+            }
+            words.clear();
+            words.extend_from_slice(row);
+            for c in 0..layout.fields {
+                if old.kind_of(layout, row, c) == STR {
+                    let slot = &mut words[layout.values() + c];
+                    let held = &mut half.more_mut().strs;
+                    held.push(std::mem::take(&mut strs[*slot as usize]));
+                    *slot = (held.len() - 1) as u64;
+                }
+            }
+            half.append_row().copy_from_slice(&words);
         }
         *self = rest;
         front
@@ -678,6 +707,13 @@ pub(super) mod tests {
             let mut rest = rows.clone();
             let front = rest.split_front(k);
             prop_assert_eq!(front.seqs().chain(rest.seqs()).collect::<Vec<_>>(), seqs.clone());
+            prop_assert_eq!(
+                front.readings().chain(rest.readings()).collect::<Vec<_>>(),
+                readings.clone()
+            );
+            // Each half holds its own strings only.
+            let strings = |r: &Rows| r.strs().iter().map(String::len).sum::<usize>();
+            prop_assert_eq!(strings(&front) + strings(&rest), strings(&rows));
             let mut back = fill(k, readings.len());
             back.prepend(&fill(0, k), k / 2);
             prop_assert_eq!(back.seqs().collect::<Vec<_>>(), seqs[k / 2..].to_vec());

@@ -235,7 +235,7 @@ async fn settled_files_are_written_over_and_a_crash_replays_only_what_is_unsettl
     // ones the replay would skip), and nothing else.
     let oldest = segment_files(copy.path())[0];
     assert!(oldest <= settled_to);
-    let taken = buffers.take(crate::buffer::TakeMode::All, usize::MAX).unwrap();
+    let taken = buffers.take(crate::buffer::TakeMode::All, usize::MAX, usize::MAX).unwrap();
     let mut seqs: Vec<Seq> = taken.batches().iter().flat_map(|b| b.seqs()).collect();
     seqs.sort();
     assert_eq!(seqs, (oldest..seq).collect::<Vec<_>>());
@@ -406,6 +406,7 @@ fn replay(
 ) {
     let (wal, recovered) = Wal::open(config(dir, 1 << 20, 1 << 20)).unwrap();
     let buffers = Buffers::new(BufferConfig {
+        max_buffered_bytes: usize::MAX,
         max_buffered_readings: 100,
         max_batch_readings: 100,
         flush_interval: Duration::from_secs(3600),
@@ -441,6 +442,7 @@ async fn the_replay_skips_readings_older_than_the_retention() {
     let store = Arc::new(MemoryStore::new(BucketLimits::default()));
     let (wal, recovered) = Wal::open(config(dir.path(), 1 << 20, 1 << 20)).unwrap();
     let buffers = Buffers::new(BufferConfig {
+        max_buffered_bytes: usize::MAX,
         max_buffered_readings: 100,
         max_batch_readings: 100,
         flush_interval: Duration::from_secs(3600),
@@ -511,7 +513,7 @@ async fn the_refill_replays_what_the_store_lacks_before_newer_pushes() {
     assert_eq!(wal.unsettled(), 9);
 
     // Flushing them settles the recovered segment, which is then deleted.
-    let taken = buffers.take(crate::buffer::TakeMode::All, 100).unwrap();
+    let taken = buffers.take(crate::buffer::TakeMode::All, 100, usize::MAX).unwrap();
     let mut seqs: Vec<Seq> = taken.batches().iter().flat_map(|b| b.seqs()).collect();
     seqs.sort();
     assert_eq!(seqs[..8], [1001, 1003, 1004, 1005, 1006, 1007, 1008, 1009]);
@@ -539,6 +541,7 @@ async fn full_buffers_spill_into_the_log_and_come_back_in_order() {
     let (wal, _) = Wal::open(config(dir.path(), 1 << 30, 4096)).unwrap();
     let store = Arc::new(MemoryStore::new(BucketLimits::default()));
     let buffers = Buffers::new(BufferConfig {
+        max_buffered_bytes: usize::MAX,
         max_buffered_readings: 10,
         max_batch_readings: 1000,
         flush_interval: Duration::from_secs(3600),
@@ -566,7 +569,7 @@ async fn full_buffers_spill_into_the_log_and_come_back_in_order() {
     let mut seen = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(10);
     while seen.len() < 40 && Instant::now() < deadline {
-        if let Some(taken) = buffers.take(crate::buffer::TakeMode::All, 1000) {
+        if let Some(taken) = buffers.take(crate::buffer::TakeMode::All, 1000, usize::MAX) {
             for b in taken.batches() {
                 seen.extend(b.readings().map(|r| r.ts));
                 wal.settle(&b.seqs());
@@ -657,6 +660,7 @@ async fn the_refill_keeps_the_memory_bound() {
     let store = Arc::new(MemoryStore::new(BucketLimits::default()));
     let (wal, recovered) = Wal::open(config(dir.path(), 1 << 30, 1 << 20)).unwrap();
     let buffers = Buffers::new(BufferConfig {
+        max_buffered_bytes: usize::MAX,
         max_buffered_readings: BOUND,
         max_batch_readings: 20,
         flush_interval: Duration::from_millis(10),

@@ -126,7 +126,10 @@ async fn write_line_protocol(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<StatusCode, ApiError> {
-    let bytes = read_body(body, headers, state.http.max_body_bytes, Protocol::LpHttp).await?;
+    let read = read_body(body, headers, state.http.max_body_bytes, &state.memory, Protocol::LpHttp)
+        .await?;
+    // Held until the readings are pushed: the body and then its readings are its share.
+    let (bytes, _held) = (read.bytes, read.held);
     // At most this many readings: one per line.
     let lines = memchr::memchr_iter(b'\n', &bytes).count() + 1;
     if state.intake.refuses_push_of(lines) {

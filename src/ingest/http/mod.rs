@@ -40,7 +40,7 @@ use axum::{BoxError, Router};
 use tower::ServiceBuilder;
 use tower::limit::GlobalConcurrencyLimitLayer;
 
-pub use body::gunzip_limited;
+pub use body::{RequestMemory, gunzip_limited};
 
 use crate::flush::dead_letter::DeadLetters;
 use crate::http::ApiError;
@@ -60,6 +60,8 @@ pub struct IngestState {
     pub intake: Arc<Intake>,
     pub limits: Arc<InputLimits>,
     pub http: HttpLimits,
+    /// The share of the memory budget that bodies being read and parsed hold.
+    pub memory: RequestMemory,
     /// Where the flusher keeps what the store refused; `None`: nothing to replay.
     pub dead_letters: Option<Arc<DeadLetters>>,
 }

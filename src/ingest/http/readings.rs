@@ -143,8 +143,11 @@ pub(crate) async fn write_readings(
 ) -> Result<Response, ApiError> {
     match json_body_kind(&headers)? {
         JsonBody::Document => {
-            let bytes =
-                read_body(body, &headers, state.http.max_body_bytes, Protocol::Json).await?;
+            let read =
+                read_body(body, &headers, state.http.max_body_bytes, &state.memory, Protocol::Json)
+                    .await?;
+            // Held until the readings are pushed (see `write_line_protocol`).
+            let (bytes, _held) = (read.bytes, read.held);
             if bytes.iter().all(u8::is_ascii_whitespace) {
                 return Err(ApiError::BadRequest(
                     "empty body: send one JSON reading, an array of them, or NDJSON".into(),

@@ -108,7 +108,9 @@ async fn the_status_follows_writes_flushes_and_store_failures() {
     let before = status(&server).await;
     assert_eq!(before["store"], json!({"name": "flaky", "ready": true}));
     assert_eq!(before["readings_accepted_total"], 0);
-    assert_eq!(before["buffered"], json!({"readings": 0, "bound": 1000}));
+    assert_eq!(before["buffered"]["readings"], 0);
+    assert_eq!(before["buffered"]["bytes"], 0);
+    assert_eq!(before["buffered"]["bound_bytes"], 384 << 20, "three quarters of the default");
     assert_eq!(before["wal"]["unsettled_readings"], 0);
     assert_eq!(before["flush_errors_total"], 0);
 

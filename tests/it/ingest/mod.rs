@@ -6,5 +6,6 @@ mod json;
 mod limits;
 mod line_protocol;
 mod line_protocol_conformance;
+mod memory_budget;
 mod mongo;
 mod tcp;

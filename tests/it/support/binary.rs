@@ -81,6 +81,25 @@ impl Bucketd {
 
     /// Waits until bucketd has said where it listens and `/ready` answers 200.
     pub async fn wait_ready(&mut self, client: &reqwest::Client) {
+        self.wait_listening().await;
+        // A guard against a hang, not a performance bound.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("bucketd exited before it was ready: {status}");
+            }
+            if let Ok(r) = client.get(format!("{}/ready", self.base)).send().await
+                && r.status() == StatusCode::OK
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "bucketd not ready within 60 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until the process listens (ready or not: its store may be down).
+    pub async fn wait_listening(&mut self) {
         // A guard against a hang, not a performance bound.
         let deadline = Instant::now() + Duration::from_secs(60);
         while self.base.is_empty() {
@@ -95,18 +114,17 @@ impl Bucketd {
             assert!(Instant::now() < deadline, "bucketd did not listen within 60 s");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("bucketd exited before it was ready: {status}");
-            }
-            if let Ok(r) = client.get(format!("{}/ready", self.base)).send().await
-                && r.status() == StatusCode::OK
-            {
-                return;
-            }
-            assert!(Instant::now() < deadline, "bucketd not ready within 60 s");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    }
+
+    /// The most resident memory the process has had (`VmHWM`), in KiB, read from `/proc`.
+    pub fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("the process is alive");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in /proc/<pid>/status")
     }
 
     /// An unlabelled metric of this process, by its exact name; `None` when it cannot be read.

@@ -864,8 +864,9 @@
     rateEl.title = fmtInt(s.readings_accepted_total) + ' accepted since start';
     const buf = s.buffered;
     const bufEl = $('[data-status="buffered"]');
-    bufEl.textContent = fmtInt(buf.readings) + ' of ' + fmtInt(buf.bound);
-    bufEl.className = buf.readings >= buf.bound * 0.9 ? 'state-bad' : '';
+    bufEl.textContent = fmtInt(buf.readings) + ' readings, ' + fmtBytes(buf.bytes) +
+      ' of ' + fmtBytes(buf.bound_bytes);
+    bufEl.className = buf.bytes >= buf.bound_bytes * 0.9 ? 'state-bad' : '';
     $('[data-status="wal"]').textContent = s.wal
       ? fmtInt(s.wal.unsettled_readings) + ' unsettled, ' + fmtBytes(s.wal.bytes)
       : 'off (--ack=buffered)';
