@@ -104,9 +104,10 @@ pub struct Config {
     /// being written) and what write requests being parsed hold. Three quarters go to the
     /// buffers, one quarter to request bodies and their parsed readings. Past it, HTTP writes
     /// get 503 with Retry-After and TCP connections stop being read; nothing acknowledged is
-    /// dropped. From three quarters of the buffers' share on, the larger buffers are written
-    /// early. The process's RSS is this plus the store's cache, the series index and the
-    /// runtime (docs/performance.md). Accepts suffixes: `512MiB`, `2GiB`.
+    /// dropped. From half of the buffers' share on, the larger buffers are written early. A
+    /// body is charged four times its size, so bodies over a sixteenth of the budget get 413
+    /// whatever `--max-body-bytes` says. The process's RSS is this plus the store's cache, the
+    /// series index and the runtime (docs/performance.md). Accepts suffixes: `512MiB`, `2GiB`.
     #[arg(long, env = "BUCKETD_MEMORY_BUDGET", default_value = "512MiB", value_parser = parse_byte_size)]
     pub memory_budget: usize,
 
@@ -324,6 +325,13 @@ impl Config {
     /// The share of `--memory-budget` that write requests being read and parsed may hold.
     pub fn request_budget(&self) -> usize {
         self.memory_budget / 4
+    }
+
+    /// The largest body read whole: `--max-body-bytes`, but no more than one request may ever
+    /// be charged (four times its body) from the requests' share of the budget, so that a
+    /// body too large for it gets 413 rather than a 503 its client would retry forever.
+    pub fn body_limit(&self) -> usize {
+        self.max_body_bytes.min(self.request_budget() / 4).max(1)
     }
 
     pub fn buffer_config(&self) -> BufferConfig {
@@ -546,6 +554,7 @@ mod tests {
         assert_eq!(c.wal_sync_interval, Duration::ZERO);
         assert_eq!(c.shutdown_timeout, Duration::from_secs(30));
         assert_eq!(c.max_body_bytes, 32 << 20);
+        assert_eq!(c.body_limit(), 32 << 20, "the default budget takes a largest body");
         assert_eq!(c.request_timeout, Duration::from_secs(60));
         assert_eq!(c.tcp_idle_timeout, Duration::from_secs(300));
         assert_eq!(c.log_format, LogFormat::Text);

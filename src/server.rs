@@ -330,7 +330,7 @@ impl Server {
                 intake: intake.clone(),
                 limits: limits.clone(),
                 http: HttpLimits {
-                    max_body_bytes: config.max_body_bytes,
+                    max_body_bytes: config.body_limit(),
                     request_timeout: config.request_timeout,
                     max_concurrent_writes: config.max_concurrent_writes,
                     max_buffered_readings: config.max_buffered_readings.unwrap_or(usize::MAX),

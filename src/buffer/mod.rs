@@ -769,65 +769,79 @@ impl Buffers {
         // batches in flight), settled with the count at its end.
         let (mut grown, mut shrunk) = (0usize, 0usize);
         let mut idle: Vec<SensorKey> = Vec::new();
-        'scan: for mut entry in self.map.iter_mut() {
-            let (key, sensor) = entry.pair_mut();
-            // Buffers taken whole stay for a flush interval, so a sensor that keeps sending
-            // keeps its map entry; one that received nothing since is dropped.
-            sensor.hours.retain(|hb| {
-                let keep = !hb.readings.is_empty()
-                    || hb.in_flight.is_some()
-                    || now.saturating_duration_since(hb.since) < interval;
-                if !keep {
-                    shrunk += HOUR_BYTES + hb.readings.heap_bytes();
+        // Two passes: the buffers due by age (or all of them) first, then those due by size or
+        // pressure. Each scan walks the map in the same order, so with one pass the cycle's cap,
+        // filled by buffers due by pressure early in that order, kept old buffers late in it
+        // waiting without end: their readings pinned the write-ahead log's oldest segments.
+        'scan: for aged_pass in [true, false] {
+            for mut entry in self.map.iter_mut() {
+                let (key, sensor) = entry.pair_mut();
+                // Buffers taken whole stay for a flush interval, so a sensor that keeps sending
+                // keeps its map entry; one that received nothing since is dropped.
+                if aged_pass {
+                    sensor.hours.retain(|hb| {
+                        let keep = !hb.readings.is_empty()
+                            || hb.in_flight.is_some()
+                            || now.saturating_duration_since(hb.since) < interval;
+                        if !keep {
+                            shrunk += HOUR_BYTES + hb.readings.heap_bytes();
+                        }
+                        keep
+                    });
+                    if sensor.hours.is_empty() {
+                        idle.push(key.clone());
+                        continue;
+                    }
                 }
-                keep
-            });
-            if sensor.hours.is_empty() {
-                idle.push(key.clone());
-                continue;
-            }
-            for hb in sensor.hours.iter_mut() {
-                let len = hb.readings.len();
-                // An hour with a write in flight keeps its newer readings back, so that a
-                // store never sees them before the older ones. (With one flusher this does not
-                // occur: every cycle completes before the next take.)
-                if len == 0 || hb.in_flight.is_some() {
-                    continue;
+                for hb in sensor.hours.iter_mut() {
+                    let len = hb.readings.len();
+                    // An hour with a write in flight keeps its newer readings back, so that a
+                    // store never sees them before the older ones. (With one flusher this does
+                    // not occur: every cycle completes before the next take.)
+                    if len == 0 || hb.in_flight.is_some() {
+                        continue;
+                    }
+                    let due = if aged_pass {
+                        mode == TakeMode::All
+                            || now.saturating_duration_since(hb.since) >= old_enough
+                    } else {
+                        len >= batch_size.min(pressing)
+                    };
+                    if !due {
+                        continue;
+                    }
+                    if total >= max_readings || total_bytes >= max_bytes {
+                        break 'scan;
+                    }
+                    let k = len.min(max_readings - total);
+                    let since = hb.since;
+                    let (taken, span) = if k == len {
+                        hb.since = now;
+                        total_bytes += hb.readings.heap_bytes();
+                        (
+                            std::mem::take(&mut hb.readings),
+                            std::mem::replace(&mut hb.span, Span::EMPTY),
+                        )
+                    } else {
+                        shrunk += hb.readings.heap_bytes();
+                        let taken = hb.readings.split_front(k);
+                        let taken_bytes = taken.heap_bytes();
+                        grown += taken_bytes + hb.readings.heap_bytes();
+                        total_bytes += taken_bytes;
+                        hb.span = Span::of(hb.readings.timestamps());
+                        let span = Span::of(taken.timestamps());
+                        (taken, span)
+                    };
+                    grown += BATCH_BYTES;
+                    hb.in_flight = Some(Box::new(InFlight {
+                        cycle: cycle.clone(),
+                        index: publish.taken.len(),
+                        span,
+                        since,
+                    }));
+                    publish.taken.push((key.0.clone(), hb.hour, taken));
+                    total += k;
                 }
-                let due = mode == TakeMode::All
-                    || len >= batch_size.min(pressing)
-                    || now.saturating_duration_since(hb.since) >= old_enough;
-                if !due {
-                    continue;
-                }
-                if total >= max_readings || total_bytes >= max_bytes {
-                    break 'scan;
-                }
-                let k = len.min(max_readings - total);
-                let since = hb.since;
-                let (taken, span) = if k == len {
-                    hb.since = now;
-                    total_bytes += hb.readings.heap_bytes();
-                    (std::mem::take(&mut hb.readings), std::mem::replace(&mut hb.span, Span::EMPTY))
-                } else {
-                    shrunk += hb.readings.heap_bytes();
-                    let taken = hb.readings.split_front(k);
-                    let taken_bytes = taken.heap_bytes();
-                    grown += taken_bytes + hb.readings.heap_bytes();
-                    total_bytes += taken_bytes;
-                    hb.span = Span::of(hb.readings.timestamps());
-                    let span = Span::of(taken.timestamps());
-                    (taken, span)
-                };
-                grown += BATCH_BYTES;
-                hb.in_flight = Some(Box::new(InFlight {
-                    cycle: cycle.clone(),
-                    index: publish.taken.len(),
-                    span,
-                    since,
-                }));
-                publish.taken.push((key.0.clone(), hb.hour, taken));
-                total += k;
             }
         }
         let took = !publish.taken.is_empty();

@@ -679,3 +679,22 @@ fn take_stops_at_its_byte_cap() {
     assert_eq!(taken.batches().len(), 3, "buffers are taken until 25,000 bytes are reached");
     b.complete(taken, &[Outcome::Written; 3]);
 }
+
+/// A cycle's cap, filled by buffers due by pressure, never keeps a buffer due by age waiting:
+/// its readings pin the log's oldest segment.
+#[tokio::test(start_paused = true)]
+async fn buffers_due_by_age_are_taken_before_those_due_by_pressure() {
+    let b = Buffers::new(config(100, 1000));
+    b.push(vec![item("old", 0, 0)]).unwrap();
+    tokio::time::advance(Duration::from_millis(990)).await;
+    // 60 more held of a bound of 100: pressure, and every new sensor is longer than average.
+    for s in 0..3 {
+        let items = (0..20).map(|i| item(&format!("p{s}"), i, i)).collect();
+        b.push(items).unwrap();
+    }
+    let taken = b.take(TakeMode::Due, 20, usize::MAX).expect("due");
+    let keys: Vec<&str> = taken.batches().iter().map(|b| b.series.key.as_str()).collect();
+    assert_eq!(keys[0], "old", "{keys:?}");
+    let n = taken.batches().len();
+    b.complete(taken, &vec![Outcome::Written; n]);
+}

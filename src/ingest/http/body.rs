@@ -37,7 +37,8 @@ pub(super) fn content_encoding(headers: &HeaderMap) -> Result<Encoding, ApiError
 
 /// The share of the memory budget that write requests being read and parsed hold
 /// (`--memory-budget`). Full-policy: a request that cannot get its share is refused at once
-/// with 503 and Retry-After, not queued (a queued request would hold its body meanwhile).
+/// with 503 and Retry-After, not queued (a queued request would hold its body meanwhile). The
+/// body limit keeps one request's charge within the whole share (`Config::body_limit`).
 #[derive(Clone, Debug)]
 pub struct RequestMemory {
     permits: Arc<Semaphore>,
