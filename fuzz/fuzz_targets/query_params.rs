@@ -34,6 +34,7 @@ fn app() -> &'static (tokio::runtime::Runtime, Router) {
         let store = Arc::new(MemoryStore::new(BucketLimits::default()));
         let buffers = runtime.block_on(async {
             Buffers::new(BufferConfig {
+                max_buffered_bytes: 1 << 20,
                 max_buffered_readings: 1000,
                 max_batch_readings: 1000,
                 flush_interval: Duration::from_secs(3600),
