@@ -466,7 +466,7 @@ impl Buffers {
     /// Waits for room for at least the first of `items`, then reserves as many of the first
     /// as fit: how many, and their bytes.
     async fn wait_and_reserve_some(&self, items: &[Item]) -> (usize, usize) {
-        let costs: Vec<usize> = items.iter().map(|(_, r)| estimated_bytes(r)).collect();
+        let costs: Vec<usize> = items.iter().map(|(_, r)| Packed::estimated_bytes_of(r)).collect();
         loop {
             let notified = self.room.notified();
             tokio::pin!(notified);
@@ -961,19 +961,6 @@ fn bounded_add(held: &AtomicUsize, n: usize, limit: usize, always: bool) -> Resu
             Err(actual) => cur = actual,
         }
     }
-}
-
-/// [`Packed::estimated_bytes`] for one reading not yet packed.
-fn estimated_bytes(reading: &Reading) -> usize {
-    let strs: usize = reading
-        .fields
-        .iter()
-        .map(|(_, v)| match v {
-            crate::model::FieldValue::Str(s) => s.capacity() + size_of::<String>(),
-            _ => 0,
-        })
-        .sum();
-    (1 + reading.fields.len()) * size_of::<u64>() + strs
 }
 
 /// Where sequence numbers start: see the module doc.

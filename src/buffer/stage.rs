@@ -211,6 +211,10 @@ impl Buffers {
             // wake is one check per sensor and merge.
             let before: smallvec::SmallVec<[(TimestampMs, usize); 2]> =
                 hours.iter().map(|hb| (hb.hour, hb.readings.len())).collect();
+            // The rows' words before and after the sensor's readings, like the lengths: what
+            // they grew by (blocks, relayouts) counts once per sensor and merge.
+            let words_before: usize = hours.iter().map(|hb| hb.readings.word_bytes()).sum();
+            let mut strs = 0usize;
             for &(p, i) in run {
                 let push = &mut pushes[p as usize];
                 let ts = push.readings.ts(i as usize);
@@ -237,17 +241,13 @@ impl Buffers {
                     hb.since = push.arrived;
                 }
                 hb.span.include(ts);
-                let before = hb.readings.word_bytes();
-                let strs =
+                strs +=
                     push.readings.append_to(i as usize, &mut hb.readings, push.seqs.of(i as usize));
-                // A relayout may leave less slack than the rows had: count either way.
-                let after = hb.readings.word_bytes() + strs;
-                if after >= before {
-                    grown += after - before;
-                } else {
-                    shrunk += before - after;
-                }
             }
+            // A relayout may leave less slack than the rows had: count either way.
+            let words_after: usize = hours.iter().map(|hb| hb.readings.word_bytes()).sum();
+            grown += words_after.saturating_sub(words_before) + strs;
+            shrunk += words_before.saturating_sub(words_after);
             wake |= hours.iter().any(|hb| {
                 let was = before.iter().find(|b| b.0 == hb.hour).map_or(0, |b| b.1);
                 was < batch && hb.readings.len() >= batch

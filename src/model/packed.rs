@@ -6,8 +6,8 @@
 //! thousands of readings between merges, and what it holds is memory the buffers cannot use.
 //! The merge appends each reading to its buffer's [`Rows`] from the slots as they are.
 
-use super::rows::{kind_of, slot_of};
-use super::{FieldName, FieldValue, Item, Rows, Seq, Series, TimestampMs};
+use super::rows::{kind_of, slot_of, string_bytes};
+use super::{FieldName, FieldValue, Item, Reading, Rows, Seq, Series, TimestampMs};
 
 /// The names and kinds of a reading's fields, in the order sent.
 #[derive(Debug, PartialEq)]
@@ -104,7 +104,7 @@ impl Packed {
         let mut moved = 0;
         rows.push_slots(self.ts[i], seq, &shape.names, &shape.kinds, bits, |s| {
             let s = std::mem::take(&mut strs[s as usize]);
-            moved += s.capacity() + size_of::<String>();
+            moved += string_bytes(&s);
             s
         });
         moved
@@ -114,8 +114,19 @@ impl Packed {
     /// about what their rows will hold (a word for the head, one per field, the strings),
     /// which the merge then replaces by what the rows really grew by.
     pub fn estimated_bytes(&self) -> usize {
-        let strs: usize = self.strs.iter().map(|s| s.capacity() + size_of::<String>()).sum();
+        let strs: usize = self.strs.iter().map(string_bytes).sum();
         (self.ts.len() + self.words.len()) * size_of::<u64>() + strs
+    }
+
+    /// [`Packed::estimated_bytes`] of one reading not yet packed (the log's refill reserves
+    /// room reading by reading).
+    pub fn estimated_bytes_of(reading: &Reading) -> usize {
+        let strs: usize = reading
+            .fields
+            .iter()
+            .map(|(_, v)| if let FieldValue::Str(s) = v { string_bytes(s) } else { 0 })
+            .sum();
+        (1 + reading.fields.len()) * size_of::<u64>() + strs
     }
 
     /// Whether reading `i` has a string value (tests).

@@ -162,6 +162,12 @@ fn pack_shared(kinds: &[u8]) -> Option<u32> {
     })
 }
 
+/// What a string value costs [`Rows::heap_bytes`]: its capacity and its `String`. The one
+/// formula for it, so that what the buffers count as strings arrive and as rows leave matches.
+pub(crate) fn string_bytes(s: &String) -> usize {
+    s.capacity() + size_of::<String>()
+}
+
 /// A value's kind as rows hold it.
 pub(super) fn kind_of(value: &FieldValue) -> u8 {
     match value {
@@ -211,8 +217,7 @@ impl Rows {
     /// budget's purpose: the same rows always count the same, so what the buffers add and
     /// later release matches.
     pub fn heap_bytes(&self) -> usize {
-        self.word_bytes()
-            + self.strs().iter().map(|s| s.capacity() + size_of::<String>()).sum::<usize>()
+        self.word_bytes() + self.strs().iter().map(string_bytes).sum::<usize>()
     }
 
     /// The words' and names' share of [`Rows::heap_bytes`], read without leaving this struct:

@@ -103,6 +103,7 @@ pub(super) async fn read_body(
     // Trust the declared length only up to the limit, so a lie costs at most the limit.
     let reserve = declared.unwrap_or(0).min(limit as u64) as usize;
     memory.charge(&mut held, reserve)?;
+    let mut charged = reserve;
     let mut raw = Vec::with_capacity(reserve);
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
@@ -111,9 +112,10 @@ pub(super) async fn read_body(
         if raw.len() + chunk.len() > limit {
             return Err(ApiError::PayloadTooLarge { limit });
         }
-        let beyond = (raw.len() + chunk.len()).saturating_sub(raw.capacity().max(reserve));
-        if beyond > 0 {
-            memory.charge(&mut held, beyond)?;
+        let len = raw.len() + chunk.len();
+        if len > charged {
+            memory.charge(&mut held, len - charged)?;
+            charged = len;
         }
         raw.extend_from_slice(&chunk);
     }
