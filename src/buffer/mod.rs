@@ -99,6 +99,10 @@ const ENTRY_BYTES: usize = size_of::<(SensorKey, SensorBuffers)>() + size_of::<u
 const HOUR_BYTES: usize = size_of::<HourBuffer>();
 const BATCH_BYTES: usize = size_of::<Batch>() + size_of::<InFlight>();
 
+/// See [`Buffers::due_length`].
+const WARM_SHARE: usize = 16;
+const WARM_BATCH_DIVISOR: usize = 8;
+
 /// Full-policy: the caller is told, nothing is dropped. HTTP turns this into 503 with
 /// `Retry-After`; TCP waits for room instead (see [`Buffers::push_when_room`]).
 #[derive(Debug, Clone, thiserror::Error)]
@@ -266,9 +270,9 @@ pub(crate) struct Released {
 /// Which buffers [`Buffers::take`] takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TakeMode {
-    /// Buffers at `max_batch_readings`; whose oldest reading is within a tick of
-    /// `flush_interval`; under memory pressure (half the bound held), those at least as long
-    /// as the average sensor's; and every buffer once no push came for `quiet_after`.
+    /// Buffers at their due length (see [`Buffers::due_length`]); whose oldest reading is
+    /// within a tick of `flush_interval`; and every buffer once no push came for
+    /// `quiet_after`.
     Due,
     /// Every buffer with readings (shutdown drain).
     All,
@@ -697,6 +701,28 @@ impl Buffers {
         }
     }
 
+    /// How many readings make a buffer due by size. A full bucket's worth, while the buffers
+    /// hold little. Once they hold a sixteenth of the bound, an eighth of that: such a buffer
+    /// already fills a chunk worth its write, and a fast sensor's waiting for a whole bucket
+    /// is memory held for no fewer writes (a flat-out load filled every buffer at once, and
+    /// the buffers peaked near half the bound). A slow sensor never gets there within its
+    /// flush interval, so the fleet's buffers still wait for their age. Under pressure,
+    /// the average sensor's length, if shorter.
+    fn due_length(&self) -> usize {
+        let batch = self.config.max_batch_readings;
+        let bytes = self.held_bytes.load(Ordering::Relaxed);
+        let warm = bytes >= self.config.max_buffered_bytes / WARM_SHARE
+            || self.held.load(Ordering::Relaxed)
+                >= (self.config.max_buffered_readings / WARM_SHARE).max(1);
+        let len = if warm { (batch / WARM_BATCH_DIVISOR).max(1) } else { batch };
+        if self.under_pressure() {
+            let average = self.held.load(Ordering::Relaxed) / self.map.len().max(1);
+            len.min(average.max(1))
+        } else {
+            len
+        }
+    }
+
     /// Whether the flusher writes the larger buffers before they are due: from half of either
     /// bound on, so that the bound is reached only when the store cannot keep up (the other
     /// half is room for what arrives while the early writes run).
@@ -747,7 +773,6 @@ impl Buffers {
     ) -> Option<Taken> {
         self.merge();
         let now = Instant::now();
-        let batch_size = self.config.max_batch_readings;
         let interval = self.config.flush_interval;
         let old_enough = interval.saturating_sub(self.tick());
         let quiet = {
@@ -755,10 +780,8 @@ impl Buffers {
             gaps.last()
                 .is_none_or(|last| now.saturating_duration_since(last) >= self.quiet_after(gaps))
         };
-        let held = self.held.load(Ordering::Relaxed);
-        // Under pressure, a buffer at least as long as the average sensor's is due.
-        let pressing =
-            if self.under_pressure() { (held / self.map.len().max(1)).max(1) } else { usize::MAX };
+        let due_length = self.due_length();
+        let pressing = self.under_pressure();
         let mode = if quiet { TakeMode::All } else { mode };
         let cycle: Arc<Cycle> = Arc::new(OnceLock::new());
         // Publishes on drop, so even an unwinding scan never leaves a query waiting forever.
@@ -805,7 +828,7 @@ impl Buffers {
                         mode == TakeMode::All
                             || now.saturating_duration_since(hb.since) >= old_enough
                     } else {
-                        len >= batch_size.min(pressing)
+                        len >= due_length
                     };
                     if !due {
                         continue;
@@ -854,7 +877,7 @@ impl Buffers {
             }
         }
         self.rebalance(grown, shrunk);
-        if !took && mode == TakeMode::Due && pressing != usize::MAX {
+        if !took && mode == TakeMode::Due && pressing {
             // Under pressure nothing was as long as the average sensor's: its readings are
             // spread over several hours (every sensor crossed into a new one). Writing nothing
             // would leave the buffers full, refusing every write until the oldest are due by

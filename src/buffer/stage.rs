@@ -190,7 +190,7 @@ impl Buffers {
                 next[id as usize] += 1;
             }
         }
-        let batch = self.config.max_batch_readings;
+        let batch = self.due_length();
         let mut wake = false;
         let reserved: usize = pushes.iter().map(|p| p.bytes).sum();
         let (mut grown, mut shrunk) = (0usize, reserved);

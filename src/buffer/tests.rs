@@ -374,6 +374,21 @@ fn under_memory_pressure_the_longer_buffers_are_due() {
     b.complete(taken, &[Outcome::Written]);
 }
 
+#[tokio::test(start_paused = true)]
+async fn once_the_buffers_hold_a_sixteenth_of_the_bound_an_eighth_of_a_batch_is_due() {
+    let b = Buffers::new(config(320, 128));
+    b.push((0..16).map(|i| item("a", i, i)).collect()).unwrap();
+    b.push((0..3).map(|i| item("b", i, 16 + i)).collect()).unwrap();
+    assert!(b.take(TakeMode::Due, usize::MAX, usize::MAX).is_none(), "19 of 320 held");
+    b.push(vec![item("b", 3, 19)]).unwrap();
+    let taken = b.take(TakeMode::Due, usize::MAX, usize::MAX).expect("20 held: a holds 16");
+    let keys: Vec<&str> = taken.batches().iter().map(|t| t.series.key.as_str()).collect();
+    assert_eq!(keys, vec!["a"], "b holds 4");
+    b.complete(taken, &[Outcome::Written]);
+    b.push((0..12).map(|i| item("b", 4 + i, 20 + i)).collect()).unwrap();
+    assert!(b.take(TakeMode::Due, usize::MAX, usize::MAX).is_none(), "16 held: b waits");
+}
+
 #[test]
 fn unflushed_is_ascending_with_ties_in_arrival_order_and_half_open() {
     let b = Buffers::new(config(1000, 1000));
