@@ -34,8 +34,9 @@ use crate::flush::dead_letter::DeadLetters;
 use crate::flush::{Flusher, Settle, ShutdownReport};
 use crate::http::auth::{AuthPolicy, AuthTokens};
 use crate::http::serve::ServeConfig;
-use crate::ingest::http::{HttpLimits, IngestState, RequestMemory};
+use crate::ingest::http::{HttpLimits, IngestState};
 use crate::ingest::intake::{AckMode, Intake};
+use crate::ingest::memory::RequestMemory;
 use crate::ingest::tcp::{self, TCP_MAX_LINE_BYTES, TCP_MAX_PUSH_READINGS, TcpConfig};
 use crate::model::Seq;
 use crate::query::QueryState;
@@ -325,6 +326,7 @@ impl Server {
         let intake = Arc::new(Intake::new(buffers.clone(), acked_wal));
         let limits = Arc::new(config.input_limits());
 
+        let request_memory = RequestMemory::new(config.request_budget());
         let app = crate::api::router(Surfaces {
             ingest: IngestState {
                 intake: intake.clone(),
@@ -335,7 +337,7 @@ impl Server {
                     max_concurrent_writes: config.max_concurrent_writes,
                     max_buffered_readings: config.max_buffered_readings.unwrap_or(usize::MAX),
                 },
-                memory: RequestMemory::new(config.request_budget()),
+                memory: request_memory.clone(),
                 dead_letters: Some(dead_letters.clone()),
             },
             query: {
@@ -367,10 +369,13 @@ impl Server {
             let config = TcpConfig {
                 max_connections: config.max_tcp_connections,
                 max_connections_per_ip: config.max_tcp_connections_per_ip,
-                max_line_bytes: TCP_MAX_LINE_BYTES,
+                // Half a body, so that a connection's longest line and one read beside it
+                // fit the requests' share as a body does.
+                max_line_bytes: TCP_MAX_LINE_BYTES.min(config.body_limit() / 2),
                 idle_timeout: config.tcp_idle_timeout,
                 max_push_readings: TCP_MAX_PUSH_READINGS
                     .min(config.max_buffered_readings.unwrap_or(usize::MAX)),
+                memory: request_memory,
             };
             tokio::spawn(tcp::serve(listener, intake.clone(), limits.clone(), config, stop.clone()))
         });

@@ -70,7 +70,7 @@ pub enum ApiError {
         "write requests in progress hold their share of --memory-budget; retry in \
          {RETRY_AFTER_SECS} s"
     )]
-    MemoryBudget,
+    MemoryBudget { accepted: usize },
     #[error("request did not complete within {0:?}")]
     Timeout(Duration),
     #[error("store {store} is not ready: {reason}")]
@@ -124,7 +124,7 @@ impl ApiError {
             ApiError::BuffersFull { .. }
             | ApiError::WalFull { .. }
             | ApiError::Overloaded
-            | ApiError::MemoryBudget
+            | ApiError::MemoryBudget { .. }
             | ApiError::NotReady { .. }
             | ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::DiskFull { .. } => StatusCode::INSUFFICIENT_STORAGE,
@@ -180,6 +180,7 @@ impl ApiError {
             ApiError::BuffersFull { .. } => ApiError::BuffersFull { accepted },
             ApiError::WalFull { .. } => ApiError::WalFull { accepted },
             ApiError::DiskFull { .. } => ApiError::DiskFull { accepted },
+            ApiError::MemoryBudget { .. } => ApiError::MemoryBudget { accepted },
             other => other,
         }
     }
@@ -207,7 +208,8 @@ impl IntoResponse for ApiError {
             })),
             ApiError::BuffersFull { accepted }
             | ApiError::WalFull { accepted }
-            | ApiError::DiskFull { accepted } => {
+            | ApiError::DiskFull { accepted }
+            | ApiError::MemoryBudget { accepted } => {
                 Json(json!({ "error": message, "accepted": accepted }))
             }
             _ => Json(json!({ "error": message })),
@@ -341,12 +343,14 @@ mod tests {
         let accepted = |e: ApiError| match e.with_accepted(5) {
             ApiError::BuffersFull { accepted }
             | ApiError::WalFull { accepted }
-            | ApiError::DiskFull { accepted } => Some(accepted),
+            | ApiError::DiskFull { accepted }
+            | ApiError::MemoryBudget { accepted } => Some(accepted),
             _ => None,
         };
         assert_eq!(accepted(ApiError::BuffersFull { accepted: 0 }), Some(5));
         assert_eq!(accepted(ApiError::WalFull { accepted: 0 }), Some(5));
         assert_eq!(accepted(ApiError::DiskFull { accepted: 0 }), Some(5));
+        assert_eq!(accepted(ApiError::MemoryBudget { accepted: 0 }), Some(5));
         assert_eq!(accepted(ApiError::Overloaded), None);
         assert!(matches!(ApiError::WalFailed("x".into()).with_accepted(5), ApiError::WalFailed(_)));
     }

@@ -112,6 +112,11 @@ impl NdjsonDecoder {
         NdjsonDecoder { max_line_bytes, partial: Vec::new(), index: 0, discarding: false }
     }
 
+    /// Bytes of the current line carried to the next chunk.
+    pub fn partial_len(&self) -> usize {
+        self.partial.len()
+    }
+
     pub fn feed(&mut self, chunk: &[u8], now_ms: TimestampMs, limits: &InputLimits) -> Parsed {
         let mut out = Vec::new();
         let mut rest = chunk;

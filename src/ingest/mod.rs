@@ -6,6 +6,7 @@ pub mod http;
 pub mod intake;
 pub mod json;
 pub mod line_protocol;
+pub mod memory;
 pub mod metrics;
 pub mod series_key;
 pub mod tcp;

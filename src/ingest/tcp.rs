@@ -1,9 +1,10 @@
 //! Raw line protocol over TCP: newline-delimited lines, no responses (as Telegraf's
 //! `socket_writer` and InfluxDB's TCP listeners speak it).
 //!
-//! Full-policy: block. When the buffers or the write-ahead log are full a connection stops
-//! reading its socket until there is room, so TCP flow control slows the sender; nothing is
-//! dropped. There is no acknowledgement, so lines are logged but their fsync is not awaited. Bad lines are
+//! Full-policy: block. When the buffers, the write-ahead log or the requests' share of the
+//! memory budget are full a connection stops reading its socket until there is room, so TCP
+//! flow control slows the sender; nothing is dropped. (A connection that waits for memory
+//! longer than its idle timeout is closed; TCP acknowledges nothing, and it held no share.) There is no acknowledgement, so lines are logged but their fsync is not awaited. Bad lines are
 //! counted and logged (at most one log line per connection per second) and never close the
 //! connection. Connections are bounded in total (a semaphore) and per remote IP: one over either
 //! limit is accepted and closed at once, so the client sees a prompt reset rather than a hanging
@@ -24,6 +25,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::ingest::intake::Intake;
 use crate::ingest::line_protocol::{self, Precision};
+use crate::ingest::memory::{Charge, RequestMemory};
 use crate::ingest::metrics::{Protocol, count_accepted, count_received, count_rejected};
 use crate::ingest::validate::InputLimits;
 use crate::listener::{Accepted, accept_within_limit};
@@ -57,6 +59,9 @@ pub struct TcpConfig {
     /// Most readings pushed at once. At most the buffers' bound, so that waiting for room
     /// never lets one push take the buffers past it.
     pub max_push_readings: usize,
+    /// The requests' share of the memory budget: what a connection has read and not yet
+    /// pushed is charged to it.
+    pub memory: RequestMemory,
 }
 
 /// Accepts connections until `shutdown` fires, then waits for open connections to stop (each
@@ -165,6 +170,9 @@ pub enum ConnectionEnd {
     Idle,
     Shutdown,
     ReadError(std::io::Error),
+    /// The requests' share of the memory budget had no room for what was read within the
+    /// idle timeout.
+    MemoryBudget,
 }
 
 /// Where framed lines go: the production sink parses line protocol and pushes into the
@@ -197,6 +205,11 @@ where
     S: LineSink,
 {
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    // The complete lines being parsed and pushed, charged to the memory budget until their
+    // readings are pushed. Only they are: a connection waiting for its charge then holds none,
+    // so waiters never hold the share from each other (a partial line is bounded by the line
+    // limit instead).
+    let mut charge = Charge::default();
     // True while discarding the rest of an over-long line, up to its newline.
     let mut skipping = false;
     loop {
@@ -256,9 +269,19 @@ where
             }
             if end > 0 {
                 let chunk = buf.split_to(end);
+                let charged = tokio::select! {
+                    biased;
+                    _ = shutdown.cancelled() => return ConnectionEnd::Shutdown,
+                    charged = config.memory.charge_up_to(&mut charge, chunk.len(), config.idle_timeout) => charged,
+                };
+                if charged.is_err() {
+                    return ConnectionEnd::MemoryBudget;
+                }
                 let items = sink.parse(&chunk);
                 drop(chunk);
-                if let Err(end) = push_all(sink, items, config, shutdown).await {
+                let pushed = push_all(sink, items, config, shutdown).await;
+                charge.release();
+                if let Err(end) = pushed {
                     return end;
                 }
             }
@@ -474,6 +497,7 @@ mod tests {
             max_line_bytes: 100,
             idle_timeout: Duration::from_secs(300),
             max_push_readings: 1000,
+            memory: RequestMemory::new(1 << 20),
         }
     }
 
@@ -604,5 +628,49 @@ mod tests {
         let sink = reader.await.unwrap();
         assert_eq!(sink.lines.len(), 100);
         assert_eq!(*pushed.lock().unwrap(), 100);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_without_memory_waits_then_gives_up_at_its_idle_timeout() {
+        let config = TcpConfig {
+            idle_timeout: Duration::from_secs(10),
+            memory: RequestMemory::new(4096),
+            ..config()
+        };
+        let mut hog = Charge::default();
+        config.memory.try_charge(&mut hog, 1024).unwrap();
+        let (mut client, server) = tokio::io::duplex(4096);
+        client.write_all(b"a v=1\nb v=2\n").await.unwrap();
+        let mut sink = FakeSink::default();
+        let end = read_lines(server, &mut sink, &config, &CancellationToken::new()).await;
+        assert!(matches!(end, ConnectionEnd::MemoryBudget), "{end:?}");
+        assert!(sink.lines.is_empty(), "nothing parsed without its share");
+        drop(hog);
+        assert_eq!(config.memory.free_kib(), 4, "the closed connection holds nothing");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_reads_on_once_memory_is_freed_and_releases_it() {
+        let config = TcpConfig { memory: RequestMemory::new(4096), ..config() };
+        let mut hog = Charge::default();
+        config.memory.try_charge(&mut hog, 1024).unwrap();
+        let (mut client, server) = tokio::io::duplex(4096);
+        client.write_all(b"a v=1\nb v=2\nc v=").await.unwrap();
+        let reader = {
+            let config = config.clone();
+            tokio::spawn(async move {
+                let mut sink = FakeSink::default();
+                let end = read_lines(server, &mut sink, &config, &CancellationToken::new()).await;
+                (end, sink)
+            })
+        };
+        tokio::task::yield_now().await;
+        drop(hog);
+        client.write_all(b"3\n").await.unwrap();
+        drop(client);
+        let (end, sink) = reader.await.unwrap();
+        assert!(matches!(end, ConnectionEnd::Eof), "{end:?}");
+        assert_eq!(sink.lines, vec!["a v=1", "b v=2", "c v=3"]);
+        assert_eq!(config.memory.free_kib(), 4);
     }
 }

@@ -2,14 +2,13 @@
 //! NDJSON, as a stream decompressed piecewise.
 
 use std::io::{Read, Write};
-use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, header};
 use futures::StreamExt;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::http::ApiError;
+use crate::ingest::memory::{Charge, RequestMemory};
 use crate::ingest::metrics::{Protocol, count_received};
 
 /// Compressed bytes handed to the streaming gzip decoder at a time. Deflate expands at most
@@ -35,51 +34,11 @@ pub(super) fn content_encoding(headers: &HeaderMap) -> Result<Encoding, ApiError
     }
 }
 
-/// The share of the memory budget that write requests being read and parsed hold
-/// (`--memory-budget`). Full-policy: a request that cannot get its share is refused at once
-/// with 503 and Retry-After, not queued (a queued request would hold its body meanwhile). The
-/// body limit keeps one request's charge within the whole share (`Config::body_limit`).
-#[derive(Clone, Debug)]
-pub struct RequestMemory {
-    permits: Arc<Semaphore>,
-}
-
-/// What a request is charged per byte of body it holds: the body itself, and the readings it
-/// is parsed into (an [`Item`](crate::model::Item) costs a few times its line, and the body
-/// and its readings live together until the push).
-const CHARGE_PER_BODY_BYTE: usize = 4;
-/// Permits count KiB: a semaphore's permits are acquired in `u32`s.
-const PERMIT_BYTES: usize = 1024;
-
-impl RequestMemory {
-    pub fn new(budget_bytes: usize) -> RequestMemory {
-        let permits = (budget_bytes / PERMIT_BYTES).clamp(1, Semaphore::MAX_PERMITS);
-        RequestMemory { permits: Arc::new(Semaphore::new(permits)) }
-    }
-
-    /// Charges `body_bytes` more of a request's body to `held`, or refuses.
-    fn charge(
-        &self,
-        held: &mut Option<OwnedSemaphorePermit>,
-        body_bytes: usize,
-    ) -> Result<(), ApiError> {
-        let kib = (body_bytes * CHARGE_PER_BODY_BYTE).div_ceil(PERMIT_BYTES);
-        let kib = u32::try_from(kib).map_err(|_| ApiError::MemoryBudget)?;
-        let permit =
-            self.permits.clone().try_acquire_many_owned(kib).map_err(|_| ApiError::MemoryBudget)?;
-        match held {
-            Some(h) => h.merge(permit),
-            None => *held = Some(permit),
-        }
-        Ok(())
-    }
-}
-
 /// A body read whole, with the share of the memory budget it holds: keep it until its readings
 /// are pushed.
 pub(super) struct ReadBody {
     pub bytes: Vec<u8>,
-    pub held: Option<OwnedSemaphorePermit>,
+    pub held: Charge,
 }
 
 /// Reads a body whole, refusing to hold more than `limit` bytes before or after decompression,
@@ -99,10 +58,10 @@ pub(super) async fn read_body(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(ApiError::PayloadTooLarge { limit });
     }
-    let mut held = None;
+    let mut held = Charge::default();
     // Trust the declared length only up to the limit, so a lie costs at most the limit.
     let reserve = declared.unwrap_or(0).min(limit as u64) as usize;
-    memory.charge(&mut held, reserve)?;
+    memory.try_charge(&mut held, reserve)?;
     let mut charged = reserve;
     let mut raw = Vec::with_capacity(reserve);
     let mut stream = body.into_data_stream();
@@ -114,7 +73,7 @@ pub(super) async fn read_body(
         }
         let len = raw.len() + chunk.len();
         if len > charged {
-            memory.charge(&mut held, len - charged)?;
+            memory.try_charge(&mut held, len - charged)?;
             charged = len;
         }
         raw.extend_from_slice(&chunk);
@@ -123,7 +82,7 @@ pub(super) async fn read_body(
         Encoding::Identity => raw,
         Encoding::Gzip => {
             let plain = gunzip_limited(&raw, limit)?;
-            memory.charge(&mut held, plain.len())?;
+            memory.try_charge(&mut held, plain.len())?;
             plain
         }
     };

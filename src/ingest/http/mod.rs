@@ -40,11 +40,12 @@ use axum::{BoxError, Router};
 use tower::ServiceBuilder;
 use tower::limit::GlobalConcurrencyLimitLayer;
 
-pub use body::{RequestMemory, gunzip_limited};
+pub use body::gunzip_limited;
 
 use crate::flush::dead_letter::DeadLetters;
 use crate::http::ApiError;
 use crate::ingest::intake::Intake;
+use crate::ingest::memory::RequestMemory;
 use crate::ingest::metrics::{Protocol, count_accepted, count_rejected};
 use crate::ingest::validate::InputLimits;
 use crate::model::{Item, TimestampMs};

@@ -15,6 +15,7 @@ use super::{IngestState, NDJSON_PUSH_READINGS, now_ms, push};
 use crate::http::error::{MAX_LISTED_ERRORS, RejectedItem, RejectedItems};
 use crate::http::{ApiError, ErrorBody};
 use crate::ingest::json::{self, ItemError, NdjsonDecoder};
+use crate::ingest::memory::Charge;
 use crate::ingest::metrics::{Protocol, count_received, count_rejected};
 use crate::model::Item;
 
@@ -178,6 +179,10 @@ async fn stream_ndjson(
     let mut tally = JsonTally::new(Protocol::Ndjson);
     let mut stream = body.into_data_stream();
     let push_every = NDJSON_PUSH_READINGS.min(state.http.max_buffered_readings);
+    // What was fed since the last push, charged to the memory budget until it is pushed (and
+    // a piece is pushed once it holds the body limit, whatever its count of readings).
+    let mut charge = Charge::default();
+    let mut unpushed = 0usize;
 
     // Readings already pushed stay accepted whatever happens later in the stream, so every
     // failure from here on reports how many there were.
@@ -185,7 +190,7 @@ async fn stream_ndjson(
         ApiError::BadRequest(msg) => ApiError::BadRequest(format!(
             "{msg} ({accepted} readings from earlier lines were accepted)"
         )),
-        other => other,
+        other => other.with_accepted(accepted),
     };
 
     while let Some(chunk) = stream.next().await {
@@ -193,21 +198,26 @@ async fn stream_ndjson(
             mid_stream(tally.accepted, ApiError::BadRequest(format!("reading the body: {e}")))
         })?;
         count_received(Protocol::Ndjson, chunk.len());
+        let mut feed = |plain: &[u8]| -> Result<(), ApiError> {
+            state.memory.try_charge(&mut charge, plain.len())?;
+            unpushed += plain.len();
+            tally.add(decoder.feed(plain, now, limits));
+            Ok(())
+        };
         match gzip.as_mut() {
-            None => tally.add(decoder.feed(&chunk, now, limits)),
-            Some(gz) => gz
-                .feed(&chunk, |plain| {
-                    tally.add(decoder.feed(plain, now, limits));
-                    Ok(())
-                })
-                .map_err(|e| mid_stream(tally.accepted, e))?,
+            None => feed(&chunk),
+            Some(gz) => gz.feed(&chunk, feed),
         }
-        if tally.pending.len() >= push_every {
+        .map_err(|e| mid_stream(tally.accepted, e))?;
+        if tally.pending.len() >= push_every || unpushed >= state.http.max_body_bytes {
             tally.push_pending(state, push_every).await?;
+            charge.release_beyond(decoder.partial_len());
+            unpushed = decoder.partial_len();
         }
     }
     if let Some(gz) = gzip {
         gz.finish(|plain| {
+            state.memory.try_charge(&mut charge, plain.len())?;
             tally.add(decoder.feed(plain, now, limits));
             Ok(())
         })

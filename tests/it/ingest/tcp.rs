@@ -225,6 +225,69 @@ async fn full_buffers_stop_reading_and_nothing_is_dropped() {
     assert_stored_exactly(&*flaky, &sent("bp", LINES).collect()).await;
 }
 
+/// Posts `body` to `/write` until the answer has status `want` and contains `says`, for at
+/// most a minute: the state is reached by connections the test does not observe directly.
+async fn write_until_answered(server: &TestServer, body: &str, want: u16, says: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = server.post("/write", "text/plain", body.to_owned()).await;
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        if status == want && text.contains(says) {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "still {status} {text}, want {want}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn lines_waiting_for_room_hold_the_requests_share_of_the_memory_budget() {
+    // The requests' share is 8 MiB: about 32 connections' 64 KiB reads, charged four times.
+    const CONNECTIONS: usize = 40;
+    const LINES: usize = 2_000;
+    let flaky = FlakyStore::new(memory_store());
+    flaky.set_down(true);
+    let args = [
+        "--memory-budget",
+        "32MiB",
+        "--max-buffered-readings",
+        "200",
+        "--ack",
+        "buffered",
+        "--flush-interval",
+        "10ms",
+    ];
+    let server = TestServer::start_with_tcp(flaky.clone(), &args).await;
+    let addr = server.tcp.unwrap();
+    let mut writers = Vec::new();
+    for c in 0..CONNECTIONS {
+        writers.push(tokio::spawn(async move {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            stream.write_all(lines(&format!("m{c}"), LINES).as_bytes()).await.unwrap();
+            stream.shutdown().await.unwrap();
+        }));
+    }
+    // About 100 KB: more than what the waiting connections leave of the share. (Until they
+    // hold it, the full buffers refuse it.)
+    write_until_answered(&server, &lines("probe", 2_000), 503, "--memory-budget").await;
+
+    flaky.set_down(false);
+    for writer in writers {
+        within("a writer to finish", 60, writer).await.unwrap();
+    }
+    write_until_answered(&server, &lines("http", 100), 204, "").await;
+    wait_until("every line is stored", Duration::from_secs(60), || {
+        flaky.inner.reading_count() == CONNECTIONS * LINES + 100
+    })
+    .await;
+    server.shutdown().await;
+    let mut want: BTreeSet<Identity> =
+        (0..CONNECTIONS).flat_map(|c| sent(&format!("m{c}"), LINES).collect::<Vec<_>>()).collect();
+    want.extend(sent("http", 100));
+    assert_stored_exactly(&*flaky, &want).await;
+}
+
 #[tokio::test]
 async fn shutdown_closes_connections_and_keeps_what_was_read() {
     let store = memory_store();
