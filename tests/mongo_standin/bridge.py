@@ -20,11 +20,12 @@ Fault injection, only with --faults (so the store's error mapping can be tested)
   without replying (a network error for the client).
 
 Test hooks: --max-bson N reports and enforces a smaller maxBsonObjectSize (documents and,
-plus 16 KiB, commands), --max-write-batch N a smaller maxWriteBatchSize; the `bridgeStats`
+plus 16 KiB, commands), --max-write-batch N a smaller maxWriteBatchSize, --update-delay-ms N
+makes every update command wait N ms before it runs (a store that is up but slow); the `bridgeStats`
 command reports how many commands were refused as too large, the commands received by name,
 and the `maxTimeMS` of the update commands received (by value; "None" when absent).
 
-Usage: python bridge.py [--faults] [--max-bson N] [--max-write-batch N]
+Usage: python bridge.py [--faults] [--max-bson N] [--max-write-batch N] [--update-delay-ms N]
 Prints "PORT <n>" on stdout once listening on 127.0.0.1; exits when stdin closes, so a test
 process that dies never leaves a stand-in behind.
 """
@@ -36,6 +37,7 @@ import itertools
 import socket
 import sys
 import threading
+import time
 import traceback
 from collections import OrderedDict
 from datetime import datetime, timezone
@@ -170,7 +172,7 @@ def _index_document(coll, doc_id):
 
 
 class Bridge:
-    def __init__(self, faults, max_bson, max_write_batch):
+    def __init__(self, faults, max_bson, max_write_batch, update_delay_ms=0):
         self.client = mongomock.MongoClient()
         # mockupdb runs a thread per connection; mongomock and the cursors are not
         # thread-safe, so every data command holds this lock (hello and ping do not).
@@ -179,6 +181,7 @@ class Bridge:
         self.max_doc = max_bson
         self.max_command = max_bson + COMMAND_SLACK
         self.max_write_batch = max_write_batch
+        self.update_delay = update_delay_ms / 1000.0
         self.refused_commands = 0
         # Commands received, by name: the tests count round trips with it.
         self.command_counts = collections.Counter()
@@ -195,6 +198,8 @@ class Bridge:
         self.command_counts[name] += 1
         if name and name.lower() == "update":
             self.update_max_time_ms[str(doc.get("maxTimeMS"))] += 1
+            if self.update_delay:
+                time.sleep(self.update_delay)
         try:
             reply = self.dispatch(name, doc, request)
         except OperationFailure as e:
@@ -462,9 +467,10 @@ def main():
     parser.add_argument("--faults", action="store_true")
     parser.add_argument("--max-bson", type=int, default=MAX_BSON)
     parser.add_argument("--max-write-batch", type=int, default=MAX_WRITE_BATCH)
+    parser.add_argument("--update-delay-ms", type=int, default=0)
     args = parser.parse_args()
 
-    bridge = Bridge(args.faults, args.max_bson, args.max_write_batch)
+    bridge = Bridge(args.faults, args.max_bson, args.max_write_batch, args.update_delay_ms)
     server = mockupdb.MockupDB(port=0, request_timeout=3600)
     server._address = ("127.0.0.1", 0)
     server.autoresponds(bridge.handle)

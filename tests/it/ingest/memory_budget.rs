@@ -1,6 +1,6 @@
 //! The memory budget holds the process's resident memory, read from `/proc`, not a gauge,
 //! whatever it is sent: 4 KiB strings, 256-field readings, many series. Each
-//! test drives a real `bucketd` process, with its MongoDB gone, until the state it needs (the
+//! test drives a real `bucketd` process, with its MongoDB gone (or, once, slow), until the state it needs (the
 //! buffers at their budget, the log full, every write refused with 503 and Retry-After), waits
 //! for the flusher to retry what it holds, reads the peak, and checks that every acknowledged
 //! reading is in the log.
@@ -130,6 +130,31 @@ async fn store_down_until_refused(what: &str, body: fn(usize, u64) -> (String, u
     let (buffered, unsettled) = b.held(&client).await;
     assert_eq!(unsettled, Some(acked), "{what}: every acknowledged reading is in the log");
     assert!(buffered.unwrap() <= acked);
+}
+
+/// Sends 4 KiB strings at a bucketd whose MongoDB is up but slow (every update command waits
+/// 200 ms), until every write is refused; checks the peak RSS, then that everything
+/// acknowledged is stored and nothing was refused by the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_kib_strings_stay_within_the_budget_with_a_slow_store() {
+    let what = "4 KiB strings, slow store";
+    let standin =
+        StandIn::start(StandInOptions { update_delay_ms: Some(200), ..Default::default() });
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--mongodb-uri", &standin.uri, "--memory-budget", BUDGET, "--wal-max-bytes", WAL];
+    let mut b = Bucketd::spawn_args(dir.path(), "60s", &args);
+    let client = reqwest::Client::new();
+    b.wait_ready(&client).await;
+    let tally = write_until(&b.base, 2, 20, strings_body).await;
+    let share = f64::from(24 << 20);
+    let held = b.metric(&client, "bucketd_buffered_bytes").await.unwrap();
+    assert!(held >= share / 2.0, "{what}: the buffers filled: {held} bytes of {share}");
+    assert_under_ceiling(&b, what);
+    assert!(tally.acked.load(Ordering::Relaxed) > 0, "{what}: something was acknowledged");
+    b.wait_settled(&client, 600).await;
+    let refused = b.metric(&client, "bucketd_dead_letter_readings_total").await.unwrap_or(0.0);
+    assert_eq!(refused, 0.0, "{what}: the store refused nothing");
+    assert_under_ceiling(&b, what);
 }
 
 /// 100 readings of 20 sensors, each with a 4,000-byte string.

@@ -110,6 +110,8 @@ pub struct StandInOptions {
     pub max_bson: Option<usize>,
     /// Report and enforce this maxWriteBatchSize instead of 100,000.
     pub max_write_batch: Option<usize>,
+    /// Every update command waits this many milliseconds: a store that is up but slow.
+    pub update_delay_ms: Option<u64>,
 }
 
 /// A running stand-in; killed on drop. Its stdin stays open while we live: the bridge exits
@@ -133,6 +135,9 @@ impl StandIn {
         }
         if let Some(n) = options.max_write_batch {
             cmd.arg("--max-write-batch").arg(n.to_string());
+        }
+        if let Some(ms) = options.update_delay_ms {
+            cmd.arg("--update-delay-ms").arg(ms.to_string());
         }
         let mut child = cmd
             .stdin(Stdio::piped())
