@@ -67,6 +67,10 @@ pub trait Settle: Send + Sync {
 /// cores the final drain of a flat-out load took 1.2 s instead of 2.5-3.0 (loadtest/README.md).
 pub const MAX_READINGS_PER_WRITE: usize = 250_000;
 
+/// How often a flusher that always finds something due gives freed memory back (see
+/// `alloc::release_freed`).
+const RELEASE_WHILE_BUSY: Duration = Duration::from_secs(1);
+
 /// At most one log line per kind of failure per this period; the rest are counted into it.
 const LOG_EVERY: Duration = Duration::from_secs(1);
 
@@ -260,10 +264,18 @@ impl Worker {
     async fn run(mut self, stop: CancellationToken, abandon: CancellationToken) {
         // Periodic phase. A write in progress is never cancelled by `stop`: it finishes and
         // its outcome is settled before the drain starts.
+        let mut released = Instant::now();
         while !stop.is_cancelled() {
             match self.buffers.take(TakeMode::Due, MAX_READINGS_PER_WRITE, self.max_write_bytes()) {
                 Some(taken) => {
-                    if let Some(delay) = self.write(taken).await {
+                    let delay = self.write(taken).await;
+                    // A store that stays busy never finds nothing due: give back what the
+                    // cycles freed every so often too, or it stays resident until they end.
+                    if released.elapsed() >= RELEASE_WHILE_BUSY {
+                        crate::alloc::release_freed();
+                        released = Instant::now();
+                    }
+                    if let Some(delay) = delay {
                         tokio::select! {
                             _ = stop.cancelled() => {}
                             _ = tokio::time::sleep(delay) => {}
