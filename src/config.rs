@@ -102,8 +102,8 @@ pub struct Config {
 
     /// The memory budget, in bytes: what the buffers hold (readings waiting to be written and
     /// being written) and what write requests being parsed hold. Three quarters go to the
-    /// buffers, one quarter to request bodies, NDJSON pieces and TCP connections' unpushed
-    /// bytes, with their parsed readings. Past it, HTTP writes
+    /// buffers, one quarter to request bodies, NDJSON pieces and TCP connections' chunks of
+    /// lines being parsed and pushed, with their parsed readings. Past it, HTTP writes
     /// get 503 with Retry-After and TCP connections stop being read; nothing acknowledged is
     /// dropped. From half of the buffers' share on, the larger buffers are written early. A
     /// body is charged four times its size, so bodies over a sixteenth of the budget get 413
