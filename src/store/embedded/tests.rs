@@ -273,6 +273,49 @@ async fn batches_of_one_write_see_each_other_and_a_bad_batch_fails_alone() {
     assert_eq!(sensors.iter().map(|s| s.key.as_str()).collect::<Vec<_>>(), ["a"]);
 }
 
+/// The store writes a call's batches in the order of its tables, not the order given: the
+/// outcomes, the readings of one series and hour, first and last, and marks must not show it.
+#[tokio::test]
+async fn batches_given_out_of_key_order_land_as_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), BIG);
+    // Ids in the order first written: "c" gets the lowest, the reverse of the keys' order.
+    let (a, b, c) = (meta("a", "m", &[]), meta("b", "m", &[]), meta("c", "m", &[]));
+    write_ok(&store, &[Batch::new(c.clone(), 0, vec![reading(0, 0.0)])]).await;
+    write_ok(&store, &[Batch::new(b.clone(), 0, vec![reading(0, 0.0)])]).await;
+    let h = HOUR_MS;
+    let numbered = |s: &Arc<SeriesMeta>, hour, ts: &[TimestampMs], seq: u64| {
+        let seqs: Vec<u64> = (seq..seq + ts.len() as u64).collect();
+        let readings = ts.iter().zip(&seqs).map(|(&t, &n)| reading(t, n as f64)).collect();
+        Batch::numbered(s.clone(), hour, readings, seqs)
+    };
+    let given = [
+        numbered(&c, h, &[h + 5, h + 1], 10),
+        numbered(&a, h, &[h + 9], 1),
+        numbered(&b, 0, &[7], 20),
+        numbered(&c, 0, &[3], 30),
+        // The same series and hour again: its readings follow the first batch's.
+        numbered(&c, h, &[h + 1, h + 2], 12),
+        numbered(&a, 0, &[2], 2),
+    ];
+    let out = store.write(WriterId(1), &given).await;
+    let created: Vec<u32> = out.iter().map(|r| r.as_ref().unwrap().buckets_created).collect();
+    assert_eq!(created, [1, 1, 0, 0, 0, 1]);
+    let ts = |v: Vec<Reading>| v.into_iter().map(|r| r.ts).collect::<Vec<_>>();
+    assert_eq!(ts(collect(&store, range("c", 0, 2 * h)).await), [0, 3, h + 1, h + 1, h + 2, h + 5]);
+    // Equal timestamps keep the order written: the first batch's h+1 before the second's.
+    let c_hour = collect(&store, range("c", h, 2 * h)).await;
+    let seqs: Vec<f64> = c_hour.iter().map(|r| r.fields[0].1.as_f64().unwrap()).collect();
+    assert_eq!(seqs, [11.0, 12.0, 13.0, 10.0]);
+    assert_eq!(ts(collect(&store, range("a", 0, 2 * h)).await), [2, h + 9]);
+    let sensors = store.sensors(SensorQuery { limit: 10, ..Default::default() }).await.unwrap();
+    let spans: Vec<_> = sensors.iter().map(|s| (s.key.as_str(), s.first, s.last)).collect();
+    assert_eq!(spans, [("a", 2, h + 9), ("b", 0, 7), ("c", 0, h + 5)]);
+    let keys: Vec<(String, TimestampMs)> =
+        [("a", 0), ("a", h), ("b", 0), ("c", 0), ("c", h)].map(|(k, h)| (k.into(), h)).into();
+    assert_eq!(store.high_water(WriterId(1), &keys).await.unwrap(), [2, 1, 20, 30, 13]);
+}
+
 #[tokio::test]
 async fn a_corrupt_bucket_fails_only_its_batch() {
     let dir = tempfile::tempdir().unwrap();
@@ -295,6 +338,9 @@ async fn a_corrupt_bucket_fails_only_its_batch() {
     assert_eq!(collect(&store, range("b", 0, 10)).await, vec![reading(2, 3.0)]);
     let got: Vec<_> = store.readings(range("a", 0, 10)).collect().await;
     assert!(matches!(got.as_slice(), [Err(StoreError::Corrupt(_))]), "{got:?}");
+    // The failed batch left the series record as it was.
+    let sensors = store.sensors(SensorQuery { limit: 10, ..Default::default() }).await.unwrap();
+    assert_eq!((sensors[0].key.as_str(), sensors[0].last), ("a", 1));
 }
 
 #[tokio::test]

@@ -110,35 +110,170 @@ fn commit(
     let mut txn = db.begin_write()?;
     // Durability stays redb's default (Immediate: fsync before commit returns).
     txn.set_quick_repair(true);
-    let mut results = Vec::with_capacity(todo.len());
-    let mut fail_after = Some(w.fail_after).filter(|&n| n != usize::MAX);
+    let cut = cut_batch(w.fail_after, batches, todo);
+    let mut results: Vec<Result<WriteReport, StoreError>> =
+        vec![Ok(WriteReport::default()); todo.len()];
     {
         let mut t = Tables::open(&txn)?;
-        for &i in todo {
-            let batch = &batches[i];
-            if let Some(landed) = fail_after.filter(|&n| batch.is_numbered() && n < batch.len()) {
-                fail_after = None;
-                let prefix = batch.prefix(landed);
-                if !prefix.is_empty() && append_batch(&mut t, w.limits, &prefix)?.is_ok() {
-                    record_mark(&mut t, w.writer, &prefix)?;
-                }
-                results.push(Err(StoreError::Unavailable(format!(
-                    "embedded store: the test broke this batch off after {landed} readings"
-                ))));
-                continue;
+        let mut items: Vec<Item<'_>> = todo
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, &i)| {
+                let batch = match &cut {
+                    Some(c) if c.slot == slot => &c.prefix,
+                    _ => &batches[i],
+                };
+                (!batch.is_empty()).then(|| Item::new(slot, batch))
+            })
+            .collect();
+        write_items(&mut t, w, &mut items)?;
+        for item in items {
+            if let Some(outcome) = item.outcome {
+                results[item.slot] = outcome;
             }
-            let result = append_batch(&mut t, w.limits, batch)?;
-            if result.is_ok() {
-                record_mark(&mut t, w.writer, batch)?;
-            }
-            results.push(result);
         }
+    }
+    if let Some(c) = cut {
+        results[c.slot] = Err(StoreError::Unavailable(format!(
+            "embedded store: the test broke this batch off after {} readings",
+            c.landed
+        )));
     }
     txn.commit()?;
     Ok(results)
 }
 
-/// In the batch's own transaction, so the mark and the readings land together.
+/// The batch the test hook (`EmbeddedStore::fail_next_batch_after`) breaks off: the first
+/// numbered one longer than `landed`, of which only the first `landed` readings are written.
+struct Cut {
+    slot: usize,
+    landed: usize,
+    prefix: Batch,
+}
+
+fn cut_batch(fail_after: usize, batches: &[Batch], todo: &[usize]) -> Option<Cut> {
+    let landed = Some(fail_after).filter(|&n| n != usize::MAX)?;
+    todo.iter().enumerate().find_map(|(slot, &i)| {
+        let batch = &batches[i];
+        (batch.is_numbered() && landed < batch.len()).then(|| Cut {
+            slot,
+            landed,
+            prefix: batch.prefix(landed),
+        })
+    })
+}
+
+/// One batch of the write, and what the write learned of it.
+struct Item<'b> {
+    /// Its place in the results.
+    slot: usize,
+    batch: &'b Batch,
+    first: TimestampMs,
+    last: TimestampMs,
+    /// Its series as stored before this write, or as this write created it.
+    series: Option<SeriesRecord>,
+    /// `None` until the batch was written or failed alone.
+    outcome: Option<Result<WriteReport, StoreError>>,
+}
+
+impl<'b> Item<'b> {
+    fn new(slot: usize, batch: &'b Batch) -> Self {
+        let (first, last) = batch
+            .rows()
+            .views()
+            .map(|r| r.ts())
+            .fold((TimestampMs::MAX, TimestampMs::MIN), |(lo, hi), ts| (lo.min(ts), hi.max(ts)));
+        Item { slot, batch, first, last, series: None, outcome: None }
+    }
+
+    fn key(&self) -> (&str, TimestampMs) {
+        (self.batch.series.key.as_str(), self.batch.hour)
+    }
+
+    fn written(&self) -> bool {
+        matches!(self.outcome, Some(Ok(_)))
+    }
+}
+
+/// Writes the batches in three passes, each in the order of the tables it changes: series
+/// and marks are keyed by the sensor key, buckets and chunks by the series id. A write of
+/// thousands of slow sensors changes a few bytes in each of thousands of B-tree leaves; in
+/// the tables' order, each leaf is read, changed and written out once, where the take's
+/// order made every batch fetch (and the cache write back) leaves of its own.
+/// Stable sorts keep the batches of one series and hour in the order taken.
+fn write_items(
+    t: &mut Tables<'_>,
+    w: Writing,
+    items: &mut [Item<'_>],
+) -> Result<(), EmbeddedError> {
+    items.sort_by(|a, b| a.key().cmp(&b.key()));
+    for group in items.chunk_by_mut(|a, b| a.batch.series.key == b.batch.series.key) {
+        find_series(t, group)?;
+    }
+    items.sort_by_key(|item| (item.series.as_ref().map(|s| s.id), item.batch.hour));
+    for item in items.iter_mut() {
+        if let (None, Some(series)) = (&item.outcome, &item.series) {
+            item.outcome = Some(append_batch(t, w.limits, item.batch, series.id)?);
+        }
+    }
+    items.sort_by(|a, b| a.key().cmp(&b.key()));
+    for group in items.chunk_by(|a, b| a.batch.series.key == b.batch.series.key) {
+        // The first pass widened the record to every batch; a failed one must not.
+        if group.iter().any(|item| matches!(item.outcome, Some(Err(_))))
+            && let Some(record) = widened(group, Item::written)
+        {
+            put_series(t, group[0].batch.series.key.as_str(), &record)?;
+        }
+        for item in group.iter().filter(|item| item.written()) {
+            record_mark(t, w.writer, item.batch)?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads the series record of a group of batches (one sensor's), creating the series when it
+/// is new, and widens its first and last to the group's batches: one lookup and at most one
+/// rewrite per series, however many of its batches the write holds. A record that does not
+/// decode fails the group before anything of it is written.
+fn find_series(t: &mut Tables<'_>, group: &mut [Item<'_>]) -> Result<(), EmbeddedError> {
+    let key = group[0].batch.series.key.as_str();
+    let stored = t.series.get(key)?.map(|g| SeriesRecord::decode(g.value()));
+    let record = match stored {
+        Some(Ok(record)) => record,
+        Some(Err(e)) => {
+            let e = StoreError::from(e);
+            for item in group.iter_mut() {
+                item.outcome = Some(Err(e.clone()));
+            }
+            return Ok(());
+        }
+        None => create_series(t, group[0].batch, group[0].first, group[0].last)?,
+    };
+    let stored = (record.first, record.last);
+    for item in group.iter_mut() {
+        item.series = Some(record.clone());
+    }
+    match widened(group, |_| true) {
+        Some(record) if (record.first, record.last) != stored => put_series(t, key, &record),
+        _ => Ok(()),
+    }
+}
+
+/// The span of the group's series record before this write, widened to its batches that
+/// `count`.
+fn widened<'b>(group: &[Item<'b>], count: impl Fn(&Item<'b>) -> bool) -> Option<SeriesRecord> {
+    let stored = group[0].series.as_ref()?;
+    let counted = || group.iter().filter(|item| count(item));
+    let first = counted().map(|item| item.first).fold(stored.first, TimestampMs::min);
+    let last = counted().map(|item| item.last).fold(stored.last, TimestampMs::max);
+    Some(SeriesRecord { first, last, ..stored.clone() })
+}
+
+fn put_series(t: &mut Tables<'_>, key: &str, record: &SeriesRecord) -> Result<(), EmbeddedError> {
+    t.series.insert(key, record.encode().as_slice())?;
+    Ok(())
+}
+
 fn record_mark(t: &mut Tables<'_>, writer: WriterId, batch: &Batch) -> Result<(), EmbeddedError> {
     let Some(last) = batch.last_seq() else { return Ok(()) };
     let key = (batch.series.key.as_str(), batch.hour, writer.0);
@@ -153,41 +288,30 @@ fn record_mark(t: &mut Tables<'_>, writer: WriterId, batch: &Batch) -> Result<()
     Ok(())
 }
 
-/// Appends one batch. The outer error aborts the whole transaction; the inner one fails only
-/// this batch and is returned before anything is modified.
+/// Appends one batch's readings to its series' buckets. The outer error aborts the whole
+/// transaction; the inner one fails only this batch and is returned before anything is
+/// modified.
 fn append_batch(
     t: &mut Tables<'_>,
     limits: BucketLimits,
     batch: &Batch,
+    series_id: u64,
 ) -> Result<Result<WriteReport, StoreError>, EmbeddedError> {
     // Read in place: making a `Reading` of each row was a sixth of this write.
     let readings: Vec<Row<'_>> = batch.rows().views().collect();
-    let first = readings.iter().map(Row::ts).min().expect("batch is not empty");
-    let last = readings.iter().map(Row::ts).max().expect("batch is not empty");
-    let key = batch.series.key.as_str();
     let hour = batch.hour;
 
     // Reads that can meet corrupt data come first, so that such a batch fails before it has
     // modified anything.
-    let stored = match t.series.get(key)? {
-        Some(g) => match SeriesRecord::decode(g.value()) {
-            Ok(r) => Some(r),
-            Err(e) => return Ok(Err(e.into())),
-        },
-        None => None,
-    };
-    let open_bucket = match &stored {
-        Some(s) => {
-            let mut range = t.buckets.range((s.id, hour, 0)..=(s.id, hour, u32::MAX))?;
-            match range.next_back().transpose()? {
-                Some((k, v)) => match BucketHeader::decode(v.value()) {
-                    Ok(h) => Some((s.id, k.value().2, h)),
-                    Err(e) => return Ok(Err(e.into())),
-                },
-                None => None,
-            }
+    let open_bucket = {
+        let mut range = t.buckets.range((series_id, hour, 0)..=(series_id, hour, u32::MAX))?;
+        match range.next_back().transpose()? {
+            Some((k, v)) => match BucketHeader::decode(v.value()) {
+                Ok(h) => Some((series_id, k.value().2, h)),
+                Err(e) => return Ok(Err(e.into())),
+            },
+            None => None,
         }
-        None => None,
     };
     // A bucket written before schema 3 has no first/last values: count its statistics again
     // from its readings (at most a bucket's worth, once), so that every bucket written to from
@@ -206,18 +330,6 @@ fn append_batch(
         }
         Some((_, seq, h)) => Some((seq, h)),
         None => None,
-    };
-
-    let series_id = match stored {
-        Some(mut s) => {
-            if first < s.first || last > s.last {
-                s.first = s.first.min(first);
-                s.last = s.last.max(last);
-                t.series.insert(key, s.encode().as_slice())?;
-            }
-            s.id
-        }
-        None => create_series(t, batch, first, last)?,
     };
 
     let mut report = WriteReport::default();
@@ -260,7 +372,7 @@ fn create_series(
     batch: &Batch,
     first: TimestampMs,
     last: TimestampMs,
-) -> Result<u64, EmbeddedError> {
+) -> Result<SeriesRecord, EmbeddedError> {
     let id = t
         .meta
         .get(META_NEXT_SERIES_ID)?
@@ -275,7 +387,7 @@ fn create_series(
         t.tags.insert((k.as_str(), v.as_str(), s.key.as_str()), ())?;
     }
     t.measurements.insert((s.measurement.as_str(), s.key.as_str()), ())?;
-    Ok(id)
+    Ok(record)
 }
 
 /// A bucket's last chunk holding fewer readings than this takes the next write's readings
