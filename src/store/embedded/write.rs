@@ -170,8 +170,11 @@ struct Item<'b> {
     batch: &'b Batch,
     first: TimestampMs,
     last: TimestampMs,
-    /// Its series as stored before this write, or as this write created it.
-    series: Option<SeriesRecord>,
+    /// Its series' id, once found or created.
+    series_id: Option<u64>,
+    /// On one batch of each series: its record as stored before this write, or as this write
+    /// created it.
+    record: Option<SeriesRecord>,
     /// `None` until the batch was written or failed alone.
     outcome: Option<Result<WriteReport, StoreError>>,
 }
@@ -183,7 +186,7 @@ impl<'b> Item<'b> {
             .views()
             .map(|r| r.ts())
             .fold((TimestampMs::MAX, TimestampMs::MIN), |(lo, hi), ts| (lo.min(ts), hi.max(ts)));
-        Item { slot, batch, first, last, series: None, outcome: None }
+        Item { slot, batch, first, last, series_id: None, record: None, outcome: None }
     }
 
     fn key(&self) -> (&str, TimestampMs) {
@@ -210,10 +213,10 @@ fn write_items(
     for group in items.chunk_by_mut(|a, b| a.batch.series.key == b.batch.series.key) {
         find_series(t, group)?;
     }
-    items.sort_by_key(|item| (item.series.as_ref().map(|s| s.id), item.batch.hour));
+    items.sort_by_key(|item| (item.series_id, item.batch.hour));
     for item in items.iter_mut() {
-        if let (None, Some(series)) = (&item.outcome, &item.series) {
-            item.outcome = Some(append_batch(t, w.limits, item.batch, series.id)?);
+        if let (None, Some(id)) = (&item.outcome, item.series_id) {
+            item.outcome = Some(append_batch(t, w.limits, item.batch, id)?);
         }
     }
     items.sort_by(|a, b| a.key().cmp(&b.key()));
@@ -251,8 +254,9 @@ fn find_series(t: &mut Tables<'_>, group: &mut [Item<'_>]) -> Result<(), Embedde
     };
     let stored = (record.first, record.last);
     for item in group.iter_mut() {
-        item.series = Some(record.clone());
+        item.series_id = Some(record.id);
     }
+    group[0].record = Some(record);
     match widened(group, |_| true) {
         Some(record) if (record.first, record.last) != stored => put_series(t, key, &record),
         _ => Ok(()),
@@ -262,7 +266,7 @@ fn find_series(t: &mut Tables<'_>, group: &mut [Item<'_>]) -> Result<(), Embedde
 /// The span of the group's series record before this write, widened to its batches that
 /// `count`.
 fn widened<'b>(group: &[Item<'b>], count: impl Fn(&Item<'b>) -> bool) -> Option<SeriesRecord> {
-    let stored = group[0].series.as_ref()?;
+    let stored = group.iter().find_map(|item| item.record.as_ref())?;
     let counted = || group.iter().filter(|item| count(item));
     let first = counted().map(|item| item.first).fold(stored.first, TimestampMs::min);
     let last = counted().map(|item| item.last).fold(stored.last, TimestampMs::max);
