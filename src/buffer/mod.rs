@@ -94,7 +94,8 @@ const MAX_TICK: Duration = Duration::from_millis(250);
 const QUIET_AT_MOST: Duration = Duration::from_secs(2);
 
 /// What the budget counts for a sensor's map entry (with its first hour buffer, inline, and
-/// the table's own word), for each hour buffer, and for each batch in flight, beside rows.
+/// the table's own word), for the hour buffers once they outgrow the entry
+/// ([`SensorBuffers::heap_bytes`]), and for each batch in flight, beside rows.
 const ENTRY_BYTES: usize = size_of::<(SensorKey, SensorBuffers)>() + size_of::<usize>();
 const HOUR_BYTES: usize = size_of::<HourBuffer>();
 const BATCH_BYTES: usize = size_of::<Batch>() + size_of::<InFlight>();
@@ -124,6 +125,9 @@ pub struct Buffers {
     map: DashMap<SensorKey, SensorBuffers, span::BuildHasher>,
     /// Bytes buffered or in flight; see the module doc.
     held_bytes: AtomicUsize,
+    /// Map entries, whose bytes (`ENTRY_BYTES` each, part of `held_bytes`) writing does not
+    /// free: see [`Buffers::under_pressure`].
+    entries: AtomicUsize,
     /// Readings buffered or in flight.
     held: AtomicUsize,
     /// The most `held` has ever been: kept here, at the one place `held` grows, so that no
@@ -204,6 +208,13 @@ struct SensorBuffers {
     /// own table, in memory order, instead of chasing one allocation per sensor (with 200,000
     /// sensors that chase was a sixth of the process).
     hours: smallvec::SmallVec<[HourBuffer; 1]>,
+}
+
+impl SensorBuffers {
+    /// The hour buffers' own allocation: none while the one buffer is inline in the entry.
+    fn heap_bytes(&self) -> usize {
+        if self.hours.spilled() { self.hours.capacity() * HOUR_BYTES } else { 0 }
+    }
 }
 
 struct HourBuffer {
@@ -295,6 +306,7 @@ impl Buffers {
             config,
             map: DashMap::with_hasher(span::BuildHasher::default()),
             held_bytes: AtomicUsize::new(0),
+            entries: AtomicUsize::new(0),
             held: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
             peak_publish: Mutex::new(()),
@@ -726,8 +738,15 @@ impl Buffers {
     /// Whether the flusher writes the larger buffers before they are due: from half of either
     /// bound on, so that the bound is reached only when the store cannot keep up (the other
     /// half is room for what arrives while the early writes run).
+    ///
+    /// In bytes, half of the room the map's entries leave: a sensor keeps its entry for a
+    /// flush interval after its readings are written, so writing early frees only rows. With
+    /// a million slow sensors the entries alone came near half the bound, and the flusher
+    /// wrote every sensor at about one reading, each a store touch of its own.
     fn under_pressure(&self) -> bool {
-        self.held_bytes.load(Ordering::Relaxed) >= self.config.max_buffered_bytes / 2
+        let fixed = self.entries.load(Ordering::Relaxed).saturating_mul(ENTRY_BYTES);
+        let rows = self.held_bytes.load(Ordering::Relaxed).saturating_sub(fixed);
+        rows >= self.config.max_buffered_bytes.saturating_sub(fixed) / 2
             || self.held.load(Ordering::Relaxed) >= (self.config.max_buffered_readings / 2).max(1)
     }
 
@@ -802,15 +821,22 @@ impl Buffers {
                 // Buffers taken whole stay for a flush interval, so a sensor that keeps sending
                 // keeps its map entry; one that received nothing since is dropped.
                 if aged_pass {
+                    let before = sensor.heap_bytes();
                     sensor.hours.retain(|hb| {
                         let keep = !hb.readings.is_empty()
                             || hb.in_flight.is_some()
                             || now.saturating_duration_since(hb.since) < interval;
                         if !keep {
-                            shrunk += HOUR_BYTES + hb.readings.heap_bytes();
+                            shrunk += hb.readings.heap_bytes();
                         }
                         keep
                     });
+                    if sensor.hours.len() <= 1 {
+                        // Back into the entry: a sensor that crossed into a new hour holds
+                        // one buffer again once the old one is written.
+                        sensor.hours.shrink_to_fit();
+                    }
+                    shrunk += before - sensor.heap_bytes();
                     if sensor.hours.is_empty() {
                         idle.push(key.clone());
                         continue;
@@ -872,8 +898,9 @@ impl Buffers {
         drop(publish);
         for key in idle {
             // Re-checked under the shard lock: a push may have refilled it meanwhile.
-            if self.map.remove_if(&key, |_, s| s.hours.is_empty()).is_some() {
-                shrunk += ENTRY_BYTES;
+            if let Some((_, sensor)) = self.map.remove_if(&key, |_, s| s.hours.is_empty()) {
+                shrunk += ENTRY_BYTES + sensor.heap_bytes();
+                self.entries.fetch_sub(1, Ordering::Relaxed);
             }
         }
         self.rebalance(grown, shrunk);

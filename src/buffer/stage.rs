@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::span::{self, Span};
-use super::{Buffers, ENTRY_BYTES, HOUR_BYTES, HourBuffer, SensorBuffers, SensorKey};
+use super::{Buffers, ENTRY_BYTES, HourBuffer, SensorBuffers, SensorKey};
 use crate::model::{Packed, Rows, Seq, Series, TimestampMs, hour_start};
 
 /// A push that leaves this many readings staged merges the stage (see `Buffers::merge`). A
@@ -201,11 +201,13 @@ impl Buffers {
                 Some(entry) => entry,
                 None => {
                     grown += ENTRY_BYTES;
+                    self.entries.fetch_add(1, Ordering::Relaxed);
                     self.map
                         .entry(SensorKey(meta.clone()))
                         .or_insert_with(|| SensorBuffers { hours: Default::default() })
                 }
             };
+            let hours_before = entry.heap_bytes();
             let hours = &mut entry.hours;
             // Lengths before and after the sensor's readings, not after every reading: the
             // wake is one check per sensor and merge.
@@ -222,7 +224,6 @@ impl Buffers {
                 let h = match hours.binary_search_by_key(&hour, |h| h.hour) {
                     Ok(h) => h,
                     Err(h) => {
-                        grown += HOUR_BYTES;
                         hours.insert(
                             h,
                             HourBuffer {
@@ -252,6 +253,7 @@ impl Buffers {
                 let was = before.iter().find(|b| b.0 == hb.hour).map_or(0, |b| b.1);
                 was < batch && hb.readings.len() >= batch
             });
+            grown += entry.heap_bytes() - hours_before;
         }
         self.rebalance(grown, shrunk);
         if wake {

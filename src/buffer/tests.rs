@@ -635,6 +635,9 @@ async fn the_byte_count_returns_to_zero_whatever_became_of_the_readings() {
         let mut items: Vec<Item> = (0..40).map(|i| item("a", round * 100 + i, i)).collect();
         // Strings, and a field that appears late (every row is laid out anew).
         items.extend((0..10).map(|i| item_with_text("b", round * 100 + i, i, 100 + i as usize)));
+        // A sensor in two hours at once: its hour buffers leave the entry for their own
+        // allocation, and return to it once one is written and dropped.
+        items.push(item("a", HOUR_MS + round, 41));
         items.push((item("c", HOUR_MS + round, 0).0, {
             let mut r = item("c", HOUR_MS + round, 0).1;
             r.fields.push((format!("late{round}").as_str().into(), FieldValue::Float(1.0)));
@@ -710,6 +713,60 @@ async fn buffers_due_by_age_are_taken_before_those_due_by_pressure() {
     let taken = b.take(TakeMode::Due, 20, usize::MAX).expect("due");
     let keys: Vec<&str> = taken.batches().iter().map(|b| b.series.key.as_str()).collect();
     assert_eq!(keys[0], "old", "{keys:?}");
+    let n = taken.batches().len();
+    b.complete(taken, &vec![Outcome::Written; n]);
+}
+
+/// A sensor's first hour buffer lives in its map entry and is counted once, with the entry:
+/// with a million slow sensors, counting it twice put the buffers under pressure with one
+/// reading each.
+#[test]
+fn a_new_sensor_counts_its_entry_and_its_rows() {
+    let b = Buffers::new(config(usize::MAX, 1000));
+    let two_floats = |i: usize| -> Item {
+        let key = format!("m,sensor=s{i}");
+        let fields = smallvec::smallvec![
+            ("a".into(), FieldValue::Float(1.0)),
+            ("b".into(), FieldValue::Float(2.0)),
+        ];
+        (
+            SeriesMeta { key, measurement: "m".into(), tags: vec![] }.into(),
+            Reading { ts: 5, fields },
+        )
+    };
+    b.push((0..100).map(two_floats).collect()).unwrap();
+    b.merge();
+    // A head word and a word per field.
+    assert_eq!(b.buffered_bytes(), 100 * (ENTRY_BYTES + 3 * size_of::<u64>()));
+    b.push(vec![item("m,sensor=s0", HOUR_MS, 0)]).unwrap();
+    b.merge();
+    let spilled = b.buffered_bytes() - 100 * (ENTRY_BYTES + 3 * size_of::<u64>());
+    assert!(spilled >= 2 * HOUR_BYTES, "a second hour moves both out of the entry: {spilled}");
+}
+
+/// Entries a flush cannot free do not count as pressure: sensors holding one young reading
+/// each, their entries most of the bound, wait for their age instead of being written one
+/// reading at a time.
+#[test]
+fn entries_alone_do_not_put_the_buffers_under_pressure() {
+    let sensors = 1000;
+    let entry = ENTRY_BYTES + 2 * size_of::<u64>();
+    let bound = sensors * entry * 3 / 2;
+    let b = Buffers::new(BufferConfig { max_buffered_bytes: bound, ..config(usize::MAX, 1000) });
+    let one_each = |n: std::ops::Range<usize>, ts| {
+        n.map(|i| item(&format!("s{i}"), ts, i as i64)).collect::<Vec<_>>()
+    };
+    b.push(one_each(0..sensors, 0)).unwrap();
+    b.merge();
+    assert!(b.buffered_bytes() > bound / 2, "the entries are past half the bound");
+    assert!(b.take(TakeMode::Due, usize::MAX, usize::MAX).is_none(), "nothing is due yet");
+    // Rows past half the room the entries leave are pressure.
+    let room = bound - sensors * ENTRY_BYTES;
+    let rows = room / 2 / (2 * size_of::<u64>()) + 1;
+    b.push((0..rows).map(|i| item("s0", 1 + i as TimestampMs, 0)).collect()).unwrap();
+    let taken = b.take(TakeMode::Due, usize::MAX, usize::MAX).expect("under pressure");
+    let keys: Vec<&str> = taken.batches().iter().map(|b| b.series.key.as_str()).collect();
+    assert_eq!(keys, ["s0"], "only the long buffer is due");
     let n = taken.batches().len();
     b.complete(taken, &vec![Outcome::Written; n]);
 }
