@@ -1,7 +1,6 @@
 //! Ingest policy: the bounds a reading must keep, the checks both parsers run before anything
 //! reaches a buffer, the cardinality limit, and the cache of series already admitted.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::model::{FieldValue, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, Series, SeriesMeta};
@@ -52,16 +51,63 @@ impl Default for InputLimits {
 /// atomic writes per line to cache lines the other core had just written: half of the parser's
 /// time on two cores.)
 ///
-/// Full-policy: bounded to `capacity` texts; inserting into a full cache forgets every text
-/// (a forgotten series is only built and checked again on its next line). Entries are never
-/// removed otherwise, so a sensor that stopped sending keeps its entry until the next reset.
-/// The interned series themselves are kept for the life of the process, one per key and at
-/// most `capacity` of them (the cardinality limit, `--max-series`, which never admits more
-/// keys than that either); past that a series is shared, not interned.
+/// One map holds both kinds of entry, so that a series costs one entry and no copy of its text
+/// in the usual case, where a line writes its tags sorted and its text is its key:
+/// - each interned series under its key, borrowed from the series ([`Text::Key`]); these are
+///   what keeps one interned series per key, and stay for the life of the process, at most
+///   `capacity` of them (the cardinality limit, `--max-series`, which never admits more keys
+///   than that either);
+/// - every other text of a known series, copied ([`Text::Other`]): tags in another order,
+///   other escapes, and series past `capacity`, which are shared, not interned. Full-policy:
+///   at `capacity` such texts, inserting one forgets all of them (a forgotten text is only
+///   parsed and checked again on its next line).
 pub struct KnownSeries {
     capacity: usize,
-    texts: papaya::HashMap<Box<[u8]>, Series, foldhash::fast::RandomState>,
-    interned: Mutex<HashMap<&'static str, Series, foldhash::fast::RandomState>>,
+    texts: papaya::HashMap<Text, Series, foldhash::fast::RandomState>,
+    /// Held while a series is inserted, so that a key is interned once.
+    counts: Mutex<TextCounts>,
+}
+
+#[derive(Default)]
+struct TextCounts {
+    interned: usize,
+    other: usize,
+}
+
+/// A key of [`KnownSeries`]: looked up by the bytes of a line's series text.
+enum Text {
+    Key(&'static str),
+    Other(Box<[u8]>),
+}
+
+impl Text {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Text::Key(key) => key.as_bytes(),
+            Text::Other(text) => text,
+        }
+    }
+}
+
+impl std::hash::Hash for Text {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // As `[u8]` hashes: `Borrow<[u8]>` requires equal hashes.
+        self.bytes().hash(state)
+    }
+}
+
+impl PartialEq for Text {
+    fn eq(&self, other: &Text) -> bool {
+        self.bytes() == other.bytes()
+    }
+}
+
+impl Eq for Text {}
+
+impl std::borrow::Borrow<[u8]> for Text {
+    fn borrow(&self) -> &[u8] {
+        self.bytes()
+    }
 }
 
 impl std::fmt::Debug for KnownSeries {
@@ -71,14 +117,13 @@ impl std::fmt::Debug for KnownSeries {
 }
 
 impl KnownSeries {
-    /// About 200 bytes an entry for a typical sensor: 20 MB at most.
     pub const DEFAULT_CAPACITY: usize = 100_000;
 
     pub fn new(capacity: usize) -> KnownSeries {
         KnownSeries {
             capacity: capacity.max(1),
             texts: papaya::HashMap::with_hasher(Default::default()),
-            interned: Default::default(),
+            counts: Default::default(),
         }
     }
 
@@ -89,28 +134,33 @@ impl KnownSeries {
     /// Remembers `text` as `meta`'s, and returns the series to hand on: the key's interned
     /// one (interning it now if there is room).
     pub fn insert(&self, text: &[u8], meta: SeriesMeta) -> Series {
-        let series = {
-            let mut interned = self.interned.lock().unwrap_or_else(|e| e.into_inner());
-            match interned.get(meta.key.as_str()) {
-                Some(series) => series.clone(),
-                None if interned.len() < self.capacity => {
-                    let series = Series::interned(meta);
-                    let key = series.interned_key().expect("interned");
-                    interned.insert(key, series.clone());
-                    series
-                }
-                None => Series::shared(meta),
-            }
-        };
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         let texts = self.texts.pin();
-        if texts.len() >= self.capacity {
-            texts.clear();
+        // A text equal to a key parses to that key's series, so this finds it if known.
+        let series = match texts.get(meta.key.as_bytes()) {
+            Some(series) => series.clone(),
+            None if counts.interned < self.capacity => {
+                let series = Series::interned(meta);
+                let key = series.interned_key().expect("interned");
+                texts.insert(Text::Key(key), series.clone());
+                counts.interned += 1;
+                series
+            }
+            None => Series::shared(meta),
+        };
+        if !series.is_interned() || text != series.key.as_bytes() {
+            if counts.other >= self.capacity {
+                texts.retain(|text, _| matches!(text, Text::Key(_)));
+                counts.other = 0;
+            }
+            if texts.insert(Text::Other(text.into()), series.clone()).is_none() {
+                counts.other += 1;
+            }
         }
-        texts.insert(text.into(), series.clone());
         series
     }
 
-    /// Texts remembered.
+    /// Texts remembered, keys included.
     pub fn len(&self) -> usize {
         self.texts.pin().len()
     }
@@ -444,23 +494,32 @@ mod tests {
     }
 
     #[test]
-    fn known_series_forget_every_text_when_full_but_keep_each_key_interned() {
+    fn known_series_keep_each_key_interned_and_forget_other_texts_when_full() {
         let known = KnownSeries::new(2);
         let meta =
             |key: &str| SeriesMeta { key: key.into(), measurement: "m".into(), tags: vec![] };
         let m = known.insert(b"m", meta("m"));
         assert!(m.is_interned());
+        assert_eq!(known.len(), 1, "a text that is its key is the key's entry");
         // Another text of the same key (tags in another order) gets the same series.
         assert!(Series::ptr_eq(&known.insert(b"m2", meta("m")), &m));
+        assert!(Series::ptr_eq(&known.get(b"m2").unwrap(), &m));
         assert_eq!(known.len(), 2);
         let n = known.insert(b"n", meta("n"));
-        assert_eq!(known.len(), 1);
-        assert!(known.get(b"m").is_none() && known.get(b"n").is_some());
         assert!(n.is_interned() && !Series::ptr_eq(&n, &m));
-        // Two keys are interned: a third is shared, and each insert of it a new one.
+        assert!(Series::ptr_eq(&known.insert(b"n2", meta("n")), &n));
+        assert_eq!(known.len(), 4);
+        // A third other text forgets the two before it, never a key.
+        assert!(Series::ptr_eq(&known.insert(b"n3", meta("n")), &n));
+        assert!(known.get(b"m2").is_none() && known.get(b"n2").is_none());
+        assert!(
+            known.get(b"m").is_some() && known.get(b"n").is_some() && known.get(b"n3").is_some()
+        );
+        // Two keys are interned: a third is shared, found by its text while remembered.
         let o = known.insert(b"o", meta("o"));
         assert!(!o.is_interned());
         assert_eq!(*o, meta("o"));
+        assert!(Series::ptr_eq(&known.insert(b"o", meta("o")), &o));
         assert!(Series::ptr_eq(&known.insert(b"m", meta("m")), &m));
     }
 
