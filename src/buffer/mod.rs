@@ -282,8 +282,8 @@ pub(crate) struct Released {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TakeMode {
     /// Buffers at their due length (see [`Buffers::due_length`]); whose oldest reading is
-    /// within a tick of `flush_interval`; and every buffer once no push came for
-    /// `quiet_after`.
+    /// within a tick of `flush_interval`; of an hour older than their sensor's newest; and
+    /// every buffer once no push came for `quiet_after`.
     Due,
     /// Every buffer with readings (shutdown drain).
     All,
@@ -819,13 +819,16 @@ impl Buffers {
             for mut entry in self.map.iter_mut() {
                 let (key, sensor) = entry.pair_mut();
                 // Buffers taken whole stay for a flush interval, so a sensor that keeps sending
-                // keeps its map entry; one that received nothing since is dropped.
+                // keeps its map entry; one that received nothing since is dropped, and so is
+                // an hour the sensor has moved on from.
                 if aged_pass {
                     let before = sensor.heap_bytes();
+                    let newest = sensor.hours.last().map(|hb| hb.hour);
                     sensor.hours.retain(|hb| {
                         let keep = !hb.readings.is_empty()
                             || hb.in_flight.is_some()
-                            || now.saturating_duration_since(hb.since) < interval;
+                            || (Some(hb.hour) == newest
+                                && now.saturating_duration_since(hb.since) < interval);
                         if !keep {
                             shrunk += hb.readings.heap_bytes();
                         }
@@ -842,7 +845,8 @@ impl Buffers {
                         continue;
                     }
                 }
-                for hb in sensor.hours.iter_mut() {
+                let hours = sensor.hours.len();
+                for (i, hb) in sensor.hours.iter_mut().enumerate() {
                     let len = hb.readings.len();
                     // An hour with a write in flight keeps its newer readings back, so that a
                     // store never sees them before the older ones. (With one flusher this does
@@ -850,8 +854,12 @@ impl Buffers {
                     if len == 0 || hb.in_flight.is_some() {
                         continue;
                     }
+                    // An hour the sensor has moved on from is due: its readings are all
+                    // there, and a fleet crossing into a new hour holds two buffers a sensor
+                    // until the old ones are written.
                     let due = if aged_pass {
                         mode == TakeMode::All
+                            || i + 1 < hours
                             || now.saturating_duration_since(hb.since) >= old_enough
                     } else {
                         len >= due_length

@@ -605,17 +605,30 @@ fn full_buffers_refuse_while_the_store_writes_and_spill_while_it_fails() {
 #[test]
 fn under_pressure_something_is_always_due_even_when_sensors_span_two_hours() {
     let b = Buffers::new(config(100, 1000));
-    // Every sensor crossed into a new hour: no hour buffer is as long as the average sensor's
-    // readings (25), though the buffers hold half the bound.
+    // No hour buffer is as long as the average sensor's readings (25), though the buffers
+    // hold half the bound: the hour "a" moved on from is due.
     b.push((0..20).map(|i| item("a", i, i)).collect()).unwrap();
     b.push((0..20).map(|i| item("a", HOUR_MS + i, 20 + i)).collect()).unwrap();
     b.push((0..10).map(|i| item("b", HOUR_MS + i, 40 + i)).collect()).unwrap();
     let taken =
         b.take(TakeMode::Due, usize::MAX, usize::MAX).expect("pressure always writes something");
-    assert_eq!(taken.readings(), 50);
+    let batches: Vec<_> = taken.batches().iter().map(|b| (b.series.key.as_str(), b.hour)).collect();
+    assert_eq!(batches, [("a", 0)]);
     let outcomes = vec![Outcome::Written; taken.batches().len()];
     b.complete(taken, &outcomes);
-    assert_eq!(b.buffered(), 0);
+    // Under pressure, with nothing as long as the average sensor's (readings in flight count
+    // in the average but cannot be taken): every buffer there is.
+    let b = Buffers::new(config(60, 1000));
+    b.push((0..20).map(|i| item("a", i, i)).collect()).unwrap();
+    let taken = b.take(TakeMode::All, usize::MAX, usize::MAX).unwrap();
+    b.push((0..6).map(|i| item("a", 20 + i, 20 + i)).collect()).unwrap();
+    b.push((0..6).map(|i| item("b", 20 + i, 40 + i)).collect()).unwrap();
+    let again = b.take(TakeMode::Due, usize::MAX, usize::MAX).expect("pressure always writes");
+    assert_eq!(again.readings(), 6, "the buffer without a write in flight");
+    b.complete(again, &[Outcome::Written]);
+    let outcomes = vec![Outcome::Written; taken.batches().len()];
+    b.complete(taken, &outcomes);
+    assert_eq!(b.buffered(), 6);
 }
 
 /// A reading of `key` at `ts` with a string field of `len` bytes beside the marker.
@@ -769,4 +782,34 @@ fn entries_alone_do_not_put_the_buffers_under_pressure() {
     assert_eq!(keys, ["s0"], "only the long buffer is due");
     let n = taken.batches().len();
     b.complete(taken, &vec![Outcome::Written; n]);
+}
+
+/// A sensor that moves into a new hour has its old hour written at the next take and then
+/// dropped, so a fleet crossing an hour holds two buffers a sensor only until then.
+#[tokio::test(start_paused = true)]
+async fn an_hour_the_sensor_moved_on_from_is_written_and_dropped() {
+    let b = Buffers::new(BufferConfig {
+        flush_interval: Duration::from_secs(60),
+        ..config(usize::MAX, 1000)
+    });
+    b.push(vec![item("s", HOUR_MS - 2, 0), item("s", HOUR_MS - 1, 1)]).unwrap();
+    b.merge();
+    let one_hour = b.buffered_bytes();
+    // A pause shorter than the quiet time: the load is steady, not stopped.
+    let steady = || b.push(vec![item("other", HOUR_MS, 9)]).unwrap();
+    steady();
+    assert!(b.take(TakeMode::Due, usize::MAX, usize::MAX).is_none(), "nothing is due yet");
+    b.push(vec![item("s", HOUR_MS, 2)]).unwrap();
+    let taken = b.take(TakeMode::Due, usize::MAX, usize::MAX).expect("the old hour is due");
+    assert_eq!(taken.batches().len(), 1);
+    assert_eq!((taken.batches()[0].series.key.as_str(), taken.batches()[0].hour), ("s", 0));
+    b.complete(taken, &[Outcome::Written]);
+    steady();
+    assert!(b.take(TakeMode::Due, usize::MAX, usize::MAX).is_none(), "the new hour waits");
+    // The emptied old hour is gone and the new one is back inside the entry.
+    let entry = b.map.get("s").unwrap();
+    assert_eq!(entry.hours.iter().map(|h| h.hour).collect::<Vec<_>>(), [HOUR_MS]);
+    assert!(!entry.hours.spilled());
+    drop(entry);
+    assert!(b.buffered_bytes() < one_hour + ENTRY_BYTES + 64, "{}", b.buffered_bytes());
 }
