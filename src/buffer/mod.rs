@@ -1,21 +1,22 @@
 //! Bounded per-(sensor, hour) in-memory buffers.
 //!
 //! # Layout
-//! One `DashMap` entry per sensor key holds the sensor's `Series` (one pointer) and its hour
-//! buffers (a short vector sorted by hour, the first inline: usually one or two hours are live
-//! per sensor). Keying
-//! the map by sensor rather than by (sensor, hour) lets the hot path look an entry up by `&str`
-//! without allocating a key, and lets [`Buffers::unflushed`] answer with one lookup.
+//! One entry per sensor key in the sensor table ([`table`]) holds the sensor's `Series` (one
+//! pointer) and its hour buffers (a short vector sorted by hour, the first inline: usually one
+//! hour is live per sensor). Keying the table by sensor rather than by (sensor, hour) lets the
+//! hot path look an entry up by `&str` without allocating a key, and lets
+//! [`Buffers::unflushed`] answer with one lookup.
 //!
 //! A buffer the flusher takes whole stays while empty until a take finds it idle for a flush
-//! interval (then it, and an entry left without hours, are dropped), so a steady sensor keeps
-//! its entry instead of removing and re-creating it (and cloning its key) every cycle.
+//! interval, or finds that its sensor has moved on to a newer hour (then it, and an entry left
+//! without hours, are dropped), so a steady sensor keeps its entry instead of removing and
+//! re-creating it (and cloning its key) every cycle.
 //!
 //! # The memory bound
 //! `held_bytes` counts, in bytes, what the buffers hold: the rows of every buffer
 //! ([`Rows::heap_bytes`]), the rows taken by the flusher whose write has not returned (and
-//! those put back after a retriable failure), a fixed share per sensor entry, hour buffer and
-//! batch in flight, and the estimate of pushes staged but not yet merged. A push reserves its
+//! those put back after a retriable failure), a fixed share per sensor entry, the hour buffers
+//! that outgrew their entry, a share per batch in flight, and the estimate of pushes staged but not yet merged. A push reserves its
 //! estimate ([`Packed::estimated_bytes`]) with one compare-exchange before it touches the map;
 //! the merge replaces the estimate by what the rows really grew by; the flusher releases a
 //! batch's bytes only when the store confirmed it written or rejected it for good. Every change
@@ -52,17 +53,19 @@
 //! long as the clock does not step back further than the previous process ran ahead of it.
 //!
 //! # Locks
-//! Every function that takes a dashmap guard is synchronous, so no guard can live across an
-//! `.await` (dashmap's guards are `Send`, so the compiler would not catch one).
+//! Every function that takes a table guard is synchronous, so no guard can live across an
+//! `.await` (the guards hold `std` lock guards, which are not `Send` either, so a spawned
+//! future that held one would not compile).
 
 mod span;
 mod stage;
+mod table;
 
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use dashmap::DashMap;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -73,6 +76,7 @@ use span::Span;
 #[cfg(test)]
 pub(crate) use stage::STAGE_READINGS;
 use stage::{Gaps, Seqs, Stage};
+use table::Table;
 
 #[derive(Clone, Debug)]
 pub struct BufferConfig {
@@ -94,9 +98,9 @@ const MAX_TICK: Duration = Duration::from_millis(250);
 const QUIET_AT_MOST: Duration = Duration::from_secs(2);
 
 /// What the budget counts for a sensor's map entry (with its first hour buffer, inline, and
-/// the table's own word), for the hour buffers once they outgrow the entry
+/// its place in the map's index), for the hour buffers once they outgrow the entry
 /// ([`SensorBuffers::heap_bytes`]), and for each batch in flight, beside rows.
-const ENTRY_BYTES: usize = size_of::<(SensorKey, SensorBuffers)>() + size_of::<usize>();
+const ENTRY_BYTES: usize = size_of::<Option<(SensorKey, SensorBuffers)>>() + table::INDEX_BYTES;
 const HOUR_BYTES: usize = size_of::<HourBuffer>();
 const BATCH_BYTES: usize = size_of::<Batch>() + size_of::<InFlight>();
 
@@ -122,7 +126,7 @@ pub struct BufferFull {
 /// [`Buffers::push_or_spill`] leaves the push in the caller's log.
 pub struct Buffers {
     config: BufferConfig,
-    map: DashMap<SensorKey, SensorBuffers, span::BuildHasher>,
+    map: Table<SensorKey, SensorBuffers>,
     /// Bytes buffered or in flight; see the module doc.
     held_bytes: AtomicUsize,
     /// Map entries, whose bytes (`ENTRY_BYTES` each, part of `held_bytes`) writing does not
@@ -304,7 +308,7 @@ impl Buffers {
         ::metrics::gauge!(BUFFERED_BYTES).set(0.0);
         Arc::new(Buffers {
             config,
-            map: DashMap::with_hasher(span::BuildHasher::default()),
+            map: Table::new(span::BuildHasher::default()),
             held_bytes: AtomicUsize::new(0),
             entries: AtomicUsize::new(0),
             held: AtomicUsize::new(0),
@@ -603,7 +607,7 @@ impl Buffers {
     /// readings were all written keeps its entry until the flusher drops it.
     pub fn sensors(&self) -> usize {
         self.merge();
-        self.map.len()
+        self.entries.load(Ordering::Relaxed)
     }
 
     /// Readings of `sensor` with `from <= ts < to` not yet confirmed written by the store,
@@ -659,27 +663,26 @@ impl Buffers {
     /// Ordered by key.
     pub fn unflushed_sensors(&self) -> Vec<SensorInfo> {
         self.merge();
-        let mut out: Vec<SensorInfo> = self
-            .map
-            .iter()
-            .filter_map(|entry| {
-                let mut span = Span::EMPTY;
-                for hb in &entry.hours {
-                    span.merge(hb.span);
-                    if let Some(f) = &hb.in_flight {
-                        span.merge(f.span);
-                    }
+        let mut out: Vec<SensorInfo> = Vec::new();
+        self.map.for_each(|key, sensor| {
+            let mut span = Span::EMPTY;
+            for hb in &sensor.hours {
+                span.merge(hb.span);
+                if let Some(f) = &hb.in_flight {
+                    span.merge(f.span);
                 }
-                let meta = &entry.key().0;
-                (!span.is_empty()).then(|| SensorInfo {
+            }
+            let meta = &key.0;
+            if !span.is_empty() {
+                out.push(SensorInfo {
                     key: meta.key.clone(),
                     measurement: meta.measurement.clone(),
                     tags: meta.tags.clone(),
                     first: span.first,
                     last: span.last,
-                })
-            })
-            .collect();
+                });
+            }
+        });
         out.sort_by(|a, b| a.key.cmp(&b.key));
         out
     }
@@ -728,7 +731,8 @@ impl Buffers {
                 >= (self.config.max_buffered_readings / WARM_SHARE).max(1);
         let len = if warm { (batch / WARM_BATCH_DIVISOR).max(1) } else { batch };
         if self.under_pressure() {
-            let average = self.held.load(Ordering::Relaxed) / self.map.len().max(1);
+            let average =
+                self.held.load(Ordering::Relaxed) / self.entries.load(Ordering::Relaxed).max(1);
             len.min(average.max(1))
         } else {
             len
@@ -816,8 +820,8 @@ impl Buffers {
         // filled by buffers due by pressure early in that order, kept old buffers late in it
         // waiting without end: their readings pinned the write-ahead log's oldest segments.
         'scan: for aged_pass in [true, false] {
-            for mut entry in self.map.iter_mut() {
-                let (key, sensor) = entry.pair_mut();
+            let mut stopped = false;
+            self.map.for_each_mut(|key, sensor| {
                 // Buffers taken whole stay for a flush interval, so a sensor that keeps sending
                 // keeps its map entry; one that received nothing since is dropped, and so is
                 // an hour the sensor has moved on from.
@@ -842,7 +846,7 @@ impl Buffers {
                     shrunk += before - sensor.heap_bytes();
                     if sensor.hours.is_empty() {
                         idle.push(key.clone());
-                        continue;
+                        return ControlFlow::Continue(());
                     }
                 }
                 let hours = sensor.hours.len();
@@ -868,7 +872,8 @@ impl Buffers {
                         continue;
                     }
                     if total >= max_readings || total_bytes >= max_bytes {
-                        break 'scan;
+                        stopped = true;
+                        return ControlFlow::Break(());
                     }
                     let k = len.min(max_readings - total);
                     let since = hb.since;
@@ -899,6 +904,10 @@ impl Buffers {
                     publish.taken.push((key.0.clone(), hb.hour, taken));
                     total += k;
                 }
+                ControlFlow::Continue(())
+            });
+            if stopped {
+                break 'scan;
             }
         }
         let took = !publish.taken.is_empty();
@@ -906,7 +915,9 @@ impl Buffers {
         drop(publish);
         for key in idle {
             // Re-checked under the shard lock: a push may have refilled it meanwhile.
-            if let Some((_, sensor)) = self.map.remove_if(&key, |_, s| s.hours.is_empty()) {
+            if let Some((_, sensor)) =
+                self.map.remove_if(key.0.key.as_str(), |s| s.hours.is_empty())
+            {
                 shrunk += ENTRY_BYTES + sensor.heap_bytes();
                 self.entries.fetch_sub(1, Ordering::Relaxed);
             }

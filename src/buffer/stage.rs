@@ -202,9 +202,9 @@ impl Buffers {
                 None => {
                     grown += ENTRY_BYTES;
                     self.entries.fetch_add(1, Ordering::Relaxed);
-                    self.map
-                        .entry(SensorKey(meta.clone()))
-                        .or_insert_with(|| SensorBuffers { hours: Default::default() })
+                    self.map.get_or_insert_with(SensorKey(meta.clone()), || SensorBuffers {
+                        hours: Default::default(),
+                    })
                 }
             };
             let hours_before = entry.heap_bytes();
