@@ -16,8 +16,9 @@
 //! `held_bytes` counts, in bytes, what the buffers hold: the rows of every buffer
 //! ([`Rows::heap_bytes`]), the rows taken by the flusher whose write has not returned (and
 //! those put back after a retriable failure), a fixed share per sensor entry, the hour buffers
-//! that outgrew their entry, a share per batch in flight, and the estimate of pushes staged but not yet merged. A push reserves its
-//! estimate ([`Packed::estimated_bytes`]) with one compare-exchange before it touches the map;
+//! that outgrew their entry, a share per batch in flight, and the estimate of pushes staged
+//! but not yet merged. A push reserves its estimate ([`Packed::estimated_bytes`]) with one
+//! compare-exchange before it touches the map;
 //! the merge replaces the estimate by what the rows really grew by; the flusher releases a
 //! batch's bytes only when the store confirmed it written or rejected it for good. Every change
 //! is measured on the same rows it is later released from, so what is added and released
@@ -935,8 +936,8 @@ impl Buffers {
 
     /// Settles a taken cycle: `outcomes[i]` is what became of `taken.batches()[i]`.
     /// Written, landed and dropped readings leave the bound; retried ones go back to the head
-    /// of their buffer. Marker removal and put-back happen under the entry's guard, so a query sees each
-    /// reading exactly once meanwhile.
+    /// of their buffer. Marker removal and put-back happen under the entry's guard, so a query
+    /// sees each reading exactly once meanwhile.
     pub(crate) fn complete(&self, taken: Taken, outcomes: &[Outcome]) -> Released {
         let batches = taken.batches();
         assert_eq!(outcomes.len(), batches.len(), "one outcome per batch");
