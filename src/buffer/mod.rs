@@ -58,6 +58,7 @@
 //! `.await` (the guards hold `std` lock guards, which are not `Send` either, so a spawned
 //! future that held one would not compile).
 
+mod entry;
 mod span;
 mod stage;
 mod table;
@@ -73,6 +74,7 @@ use tokio::time::Instant;
 use crate::metrics::{BUFFERED_BYTES, READINGS_BUFFERED, READINGS_BUFFERED_PEAK};
 use crate::model::{Batch, HOUR_MS, Item, Packed, Reading, Rows, Seq, Series, TimestampMs};
 use crate::store::SensorInfo;
+use entry::{Cycle, InFlight, SensorBuffers, SensorKey};
 use span::Span;
 #[cfg(test)]
 pub(crate) use stage::STAGE_READINGS;
@@ -102,7 +104,6 @@ const QUIET_AT_MOST: Duration = Duration::from_secs(2);
 /// its place in the map's index), for the hour buffers once they outgrow the entry
 /// ([`SensorBuffers::heap_bytes`]), and for each batch in flight, beside rows.
 const ENTRY_BYTES: usize = size_of::<Option<(SensorKey, SensorBuffers)>>() + table::INDEX_BYTES;
-const HOUR_BYTES: usize = size_of::<HourBuffer>();
 const BATCH_BYTES: usize = size_of::<Batch>() + size_of::<InFlight>();
 
 /// See [`Buffers::due_length`].
@@ -173,79 +174,6 @@ pub enum Placement {
     /// In the log only; the refill inserts it when there is room.
     Spilled,
 }
-
-/// A map key that is the sensor's `Series`, hashed and compared by its key string (so the map
-/// is looked up by `&str`): a sensor's key string is kept once, not copied into the map per
-/// entry (200,000 sensors in a fleet).
-///
-/// The key is the first `Series` pushed for this key since the entry was created. For line
-/// protocol the key determines the tags, so later readings carry identical metadata; for JSON
-/// a client could send other tags under the same `sensor` and those are ignored until the
-/// sensor's buffers empty and the entry is recreated.
-#[derive(Clone)]
-struct SensorKey(Series);
-
-impl std::hash::Hash for SensorKey {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        // As `str` hashes: `Borrow<str>` requires equal hashes.
-        self.0.key.as_str().hash(state)
-    }
-}
-
-impl PartialEq for SensorKey {
-    fn eq(&self, other: &Self) -> bool {
-        Series::ptr_eq(&self.0, &other.0) || self.0.key == other.0.key
-    }
-}
-
-impl Eq for SensorKey {}
-
-impl std::borrow::Borrow<str> for SensorKey {
-    fn borrow(&self) -> &str {
-        &self.0.key
-    }
-}
-
-/// A sensor's buffers; its `SeriesMeta` is the map key (`SensorKey`).
-struct SensorBuffers {
-    /// Sorted by hour, no duplicates.
-    /// The first inline: the flusher's scan then reads a sensor's current hour from the map's
-    /// own table, in memory order, instead of chasing one allocation per sensor (with 200,000
-    /// sensors that chase was a sixth of the process).
-    hours: smallvec::SmallVec<[HourBuffer; 1]>,
-}
-
-impl SensorBuffers {
-    /// The hour buffers' own allocation: none while the one buffer is inline in the entry.
-    fn heap_bytes(&self) -> usize {
-        if self.hours.spilled() { self.hours.capacity() * HOUR_BYTES } else { 0 }
-    }
-}
-
-struct HourBuffer {
-    hour: TimestampMs,
-    /// Arrival order, with one increasing sequence number per reading.
-    readings: Rows,
-    /// Of `readings`; `Span::EMPTY` when there are none.
-    span: Span,
-    /// When the oldest of `readings` arrived; while `readings` is empty, when it was emptied
-    /// (taken whole), which is what decides when an idle buffer is dropped.
-    since: Instant,
-    /// Readings taken by the flusher whose write has not returned; older than `readings`.
-    /// Boxed: a buffer is idle most of the time, and every sensor's first hour buffer lives
-    /// in the map's table, so its size is paid per sensor (200,000 in a fleet).
-    in_flight: Option<Box<InFlight>>,
-}
-
-struct InFlight {
-    cycle: Arc<Cycle>,
-    index: usize,
-    span: Span,
-    since: Instant,
-}
-
-/// The batches of one flush cycle, set once the take scan has finished.
-type Cycle = OnceLock<Vec<Batch>>;
 
 /// Readings taken by the flusher for one `Store::write` call; hand it back to
 /// [`Buffers::complete`] with one outcome per batch.

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::entry::{HourBuffer, SensorBuffers, SensorKey};
 use super::span::{self, Span};
-use super::{Buffers, ENTRY_BYTES, HourBuffer, SensorBuffers, SensorKey};
+use super::{Buffers, ENTRY_BYTES};
 use crate::model::{Packed, Rows, Seq, Series, TimestampMs, hour_start};
 
 /// A push that leaves this many readings staged merges the stage (see `Buffers::merge`). A

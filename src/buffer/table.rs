@@ -33,7 +33,7 @@ pub(super) struct Table<K, V> {
     hasher: BuildHasher,
 }
 
-struct Shard<K, V> {
+pub(super) struct Shard<K, V> {
     index: HashTable<u32>,
     chunks: Vec<Chunk<K, V>>,
     /// Slots emptied by removal, reused first.
@@ -107,14 +107,14 @@ impl<K: Borrow<str>, V> Table<K, V> {
         let hash = self.hash(key);
         let shard = self.read(hash);
         let slot = shard.find(hash, key)?;
-        Some(Ref { shard, slot })
+        Some(Guarded { shard, slot })
     }
 
     pub fn get_mut(&self, key: &str) -> Option<RefMut<'_, K, V>> {
         let hash = self.hash(key);
         let shard = self.write(hash);
         let slot = shard.find(hash, key)?;
-        Some(RefMut { shard, slot })
+        Some(Guarded { shard, slot })
     }
 
     /// The entry of `key`, made with `make` if there is none.
@@ -122,7 +122,7 @@ impl<K: Borrow<str>, V> Table<K, V> {
         let hash = self.hash(key.borrow());
         let mut shard = self.write(hash);
         if let Some(slot) = shard.find(hash, key.borrow()) {
-            return RefMut { shard, slot };
+            return Guarded { shard, slot };
         }
         let slot = match shard.free.pop() {
             Some(slot) => slot,
@@ -141,7 +141,7 @@ impl<K: Borrow<str>, V> Table<K, V> {
             let (key, _) = chunks[i as usize / CHUNK][i as usize % CHUNK].as_ref().expect("filled");
             self.hasher.hash_one(key.borrow())
         });
-        RefMut { shard, slot }
+        Guarded { shard, slot }
     }
 
     /// Removes the entry of `key` if `remove` says so, and returns it.
@@ -190,33 +190,29 @@ impl<K: Borrow<str>, V> Table<K, V> {
     }
 }
 
-/// An entry, read; holds its shard's read lock.
-pub(super) struct Ref<'a, K, V> {
-    shard: RwLockReadGuard<'a, Shard<K, V>>,
+/// An entry, behind its shard's lock guard: [`Ref`] reads, [`RefMut`] also changes.
+pub(super) struct Guarded<G> {
+    shard: G,
     slot: u32,
 }
 
-impl<K, V> std::ops::Deref for Ref<'_, K, V> {
+pub(super) type Ref<'a, K, V> = Guarded<RwLockReadGuard<'a, Shard<K, V>>>;
+pub(super) type RefMut<'a, K, V> = Guarded<RwLockWriteGuard<'a, Shard<K, V>>>;
+
+impl<K: 'static, V: 'static, G> std::ops::Deref for Guarded<G>
+where
+    G: std::ops::Deref<Target = Shard<K, V>>,
+{
     type Target = V;
     fn deref(&self) -> &V {
         &self.shard.entry(self.slot).1
     }
 }
 
-/// An entry, to change; holds its shard's write lock.
-pub(super) struct RefMut<'a, K, V> {
-    shard: RwLockWriteGuard<'a, Shard<K, V>>,
-    slot: u32,
-}
-
-impl<K, V> std::ops::Deref for RefMut<'_, K, V> {
-    type Target = V;
-    fn deref(&self) -> &V {
-        &self.shard.entry(self.slot).1
-    }
-}
-
-impl<K, V> std::ops::DerefMut for RefMut<'_, K, V> {
+impl<K: 'static, V: 'static, G> std::ops::DerefMut for Guarded<G>
+where
+    G: std::ops::DerefMut<Target = Shard<K, V>>,
+{
     fn deref_mut(&mut self) -> &mut V {
         let slot = self.slot;
         &mut self.shard.slot_mut(slot).as_mut().expect("the index names only filled slots").1

@@ -3,6 +3,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
+use super::entry::HOUR_BYTES;
 use super::*;
 use crate::model::{FieldValue, Item, SeriesMeta, hour_start};
 
