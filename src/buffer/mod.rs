@@ -131,8 +131,7 @@ pub struct Buffers {
     map: Table<SensorKey, SensorBuffers>,
     /// Bytes buffered or in flight; see the module doc.
     held_bytes: AtomicUsize,
-    /// Map entries, whose bytes (`ENTRY_BYTES` each, part of `held_bytes`) writing does not
-    /// free: see [`Buffers::under_pressure`].
+    /// Map entries: the sensors with buffers.
     entries: AtomicUsize,
     /// Readings buffered or in flight.
     held: AtomicUsize,
@@ -671,15 +670,8 @@ impl Buffers {
     /// Whether the flusher writes the larger buffers before they are due: from half of either
     /// bound on, so that the bound is reached only when the store cannot keep up (the other
     /// half is room for what arrives while the early writes run).
-    ///
-    /// In bytes, half of the room the map's entries leave: a sensor keeps its entry for a
-    /// flush interval after its readings are written, so writing early frees only rows. With
-    /// a million slow sensors the entries alone came near half the bound, and the flusher
-    /// wrote every sensor at about one reading, each a store touch of its own.
     fn under_pressure(&self) -> bool {
-        let fixed = self.entries.load(Ordering::Relaxed).saturating_mul(ENTRY_BYTES);
-        let rows = self.held_bytes.load(Ordering::Relaxed).saturating_sub(fixed);
-        rows >= self.config.max_buffered_bytes.saturating_sub(fixed) / 2
+        self.held_bytes.load(Ordering::Relaxed) >= self.config.max_buffered_bytes / 2
             || self.held.load(Ordering::Relaxed) >= (self.config.max_buffered_readings / 2).max(1)
     }
 

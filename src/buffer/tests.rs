@@ -758,33 +758,6 @@ fn a_new_sensor_counts_its_entry_and_its_rows() {
     assert!(spilled >= 2 * HOUR_BYTES, "a second hour moves both out of the entry: {spilled}");
 }
 
-/// Entries a flush cannot free do not count as pressure: sensors holding one young reading
-/// each, their entries most of the bound, wait for their age instead of being written one
-/// reading at a time.
-#[test]
-fn entries_alone_do_not_put_the_buffers_under_pressure() {
-    let sensors = 1000;
-    let entry = ENTRY_BYTES + 2 * size_of::<u64>();
-    let bound = sensors * entry * 3 / 2;
-    let b = Buffers::new(BufferConfig { max_buffered_bytes: bound, ..config(usize::MAX, 1000) });
-    let one_each = |n: std::ops::Range<usize>, ts| {
-        n.map(|i| item(&format!("s{i}"), ts, i as i64)).collect::<Vec<_>>()
-    };
-    b.push(one_each(0..sensors, 0)).unwrap();
-    b.merge();
-    assert!(b.buffered_bytes() > bound / 2, "the entries are past half the bound");
-    assert!(b.take(TakeMode::Due, usize::MAX, usize::MAX).is_none(), "nothing is due yet");
-    // Rows past half the room the entries leave are pressure.
-    let room = bound - sensors * ENTRY_BYTES;
-    let rows = room / 2 / (2 * size_of::<u64>()) + 1;
-    b.push((0..rows).map(|i| item("s0", 1 + i as TimestampMs, 0)).collect()).unwrap();
-    let taken = b.take(TakeMode::Due, usize::MAX, usize::MAX).expect("under pressure");
-    let keys: Vec<&str> = taken.batches().iter().map(|b| b.series.key.as_str()).collect();
-    assert_eq!(keys, ["s0"], "only the long buffer is due");
-    let n = taken.batches().len();
-    b.complete(taken, &vec![Outcome::Written; n]);
-}
-
 /// A sensor that moves into a new hour has its old hour written at the next take and then
 /// dropped, so a fleet crossing an hour holds two buffers a sensor only until then.
 #[tokio::test(start_paused = true)]
