@@ -4,7 +4,8 @@
 # core 1. Every server gets the same line-protocol bodies on /write (10,000 sensors, 5,000 lines
 # per request), then one sensor's day at 1 Hz (86,400 readings) is loaded and its range query
 # timed. Prints a Markdown table (with each data directory's size per reading accepted, measured
-# after the load and, for bucketd, once everything is stored); the raw loadtest summaries stay
+# after the load and, for bucketd, once everything is stored and the store's file compacted);
+# the raw loadtest summaries stay
 # in $OUT.
 #
 # Usage: loadtest/compare.sh            (from the repository root)
@@ -112,6 +113,16 @@ record() { # name pid
   RSS[$name]=$(( $(peak_rss_kib "$pid") / 1024 ))
 }
 
+# Settled: the embedded store compacts its file once the buffers have been empty for
+# --compact-after-quiet (10 s) after writes; wait for that, at most 120 s.
+wait_compacted() { # base_url
+  for ((i = 0; i < 1200; i++)); do
+    curl -s "$1/metrics" | grep -q '^bucketd_store_compactions_total{result="done"}' && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
 disk_per_reading() { # name dir: every file under the server's data directory, per reading accepted
   local bytes accepted
   bytes=$(du -sb "$2" | awk '{print $1}')
@@ -134,8 +145,9 @@ if [[ $SERVERS == *bucketd* ]]; then
   verify_rc=0
   load bucketd http://127.0.0.1:18080 /write --verify || verify_rc=$?
   record bucketd "$pid"
-  disk_per_reading bucketd "$WORK/bucketd"
   NOTE[bucketd]="verify: $(jq -c '.verify | {lost, duplicated, drained_after_ms}' "$OUT/bucketd.json" 2>/dev/null || echo failed) rc=$verify_rc"
+  wait_compacted http://127.0.0.1:18080 || NOTE[bucketd]+=" (not compacted within 120 s)"
+  disk_per_reading bucketd "$WORK/bucketd"
   load_day bucketd http://127.0.0.1:18080 /write
   wait_http http://127.0.0.1:18080/health 5
   # Time the query from the store: wait until the flusher has taken the day (its buffers are

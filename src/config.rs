@@ -81,6 +81,12 @@ pub struct Config {
     #[arg(long, env = "BUCKETD_FLUSH_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     pub flush_interval: Duration,
 
+    /// Once no reading has been buffered for this long after writes, the embedded store gives
+    /// the file space it no longer uses back to the file system (redb grows its file ahead of
+    /// need). Writes wait in the buffers and queries wait while it runs. `0` never compacts.
+    #[arg(long, env = "BUCKETD_COMPACT_AFTER_QUIET", default_value = "10s", value_parser = parse_duration)]
+    pub compact_after_quiet: Duration,
+
     /// A bucket document holds at most this many readings (1 to 1,048,576); a buffer this
     /// full is flushed at once.
     #[arg(
@@ -374,6 +380,7 @@ impl Config {
             min_backoff: FLUSH_MIN_BACKOFF,
             max_backoff: FLUSH_MAX_BACKOFF,
             dead_letters,
+            compact_after_quiet: Some(self.compact_after_quiet).filter(|d| !d.is_zero()),
         }
     }
 
@@ -548,6 +555,7 @@ mod tests {
         assert_eq!(c.mongodb_database, "bucketd");
         assert_eq!(c.retention, None);
         assert_eq!(c.flush_interval, Duration::from_secs(60));
+        assert_eq!(c.compact_after_quiet, Duration::from_secs(10));
         assert_eq!(c.bucket_limits(), BucketLimits { max_readings: 1000, max_bytes: 128_000 });
         assert_eq!(c.max_buffered_readings, None);
         assert_eq!(c.memory_budget, 512 << 20);

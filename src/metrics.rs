@@ -35,6 +35,8 @@ pub const RETENTION_HOURS_DELETED: &str = "bucketd_retention_hours_deleted_total
 pub const RETENTION_READINGS_DELETED: &str = "bucketd_retention_readings_deleted_total";
 pub const RETENTION_STATS_DELETED: &str = "bucketd_retention_hour_stats_deleted_total";
 pub const RETENTION_PASS_DURATION: &str = "bucketd_retention_pass_seconds"; // histogram
+pub const STORE_COMPACTIONS: &str = "bucketd_store_compactions_total"; // {result}
+pub const STORE_FILE_BYTES: &str = "bucketd_store_file_bytes"; // gauge
 
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -234,6 +236,17 @@ fn describe() {
         RETENTION_PASS_DURATION,
         Unit::Seconds,
         "Duration of one retention pass, all of its bounded steps."
+    );
+    describe_counter!(
+        STORE_COMPACTIONS,
+        Unit::Count,
+        "Compactions of the embedded store's file once writes went quiet, by result (done, \
+         busy: a query held the store, failed)."
+    );
+    describe_gauge!(
+        STORE_FILE_BYTES,
+        Unit::Bytes,
+        "Size of the embedded store's file after its last compaction."
     );
     describe_gauge!(
         SERIES_TRACKED,

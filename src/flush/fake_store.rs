@@ -10,7 +10,8 @@ use tokio::time::Instant;
 
 use crate::model::{Batch, Reading, Seq, TimestampMs, WriterId};
 use crate::store::{
-    RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery, Store, StoreError, WriteReport,
+    Compaction, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery, Store, StoreError,
+    WriteReport,
 };
 
 #[derive(Default)]
@@ -50,6 +51,8 @@ struct State {
     calls: Vec<Instant>,
     high_water_calls: usize,
     in_write: usize,
+    /// When each `compact` call came.
+    compactions: Vec<Instant>,
 }
 
 impl FakeStore {
@@ -113,6 +116,10 @@ impl FakeStore {
 
     pub fn calls(&self) -> Vec<Instant> {
         self.state.lock().unwrap().calls.clone()
+    }
+
+    pub fn compactions(&self) -> Vec<Instant> {
+        self.state.lock().unwrap().compactions.clone()
     }
 
     pub fn high_water_calls(&self) -> usize {
@@ -205,6 +212,11 @@ impl Store for FakeStore {
 
     fn readings(&self, _query: RangeQuery) -> BoxStream<'static, Result<Reading, StoreError>> {
         Box::pin(futures::stream::empty())
+    }
+
+    async fn compact(&self) -> Result<Option<Compaction>, StoreError> {
+        self.state.lock().unwrap().compactions.push(Instant::now());
+        Ok(Some(Compaction::Done { before: 2, after: 1 }))
     }
 
     async fn rollups(&self, _query: RollupQuery) -> Result<Vec<RollupRow>, StoreError> {

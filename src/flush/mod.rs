@@ -47,10 +47,10 @@ use tokio_util::sync::CancellationToken;
 use crate::buffer::{Buffers, Outcome, TakeMode, Taken};
 use crate::metrics::{
     BUCKETS_CREATED, DEAD_LETTER_READINGS, FLUSH_DURATION, FLUSH_READINGS, FLUSHES,
-    READINGS_DROPPED, STORE_ERRORS,
+    READINGS_DROPPED, STORE_COMPACTIONS, STORE_ERRORS, STORE_FILE_BYTES,
 };
 use crate::model::{SettledRun, WriterId};
-use crate::store::{Marks, Store, StoreError, high_water_until_answered};
+use crate::store::{Compaction, Marks, Store, StoreError, high_water_until_answered};
 use dead_letter::DeadLetters;
 
 /// Told which readings have left the buffers for good: stored, or dropped as rejected. The
@@ -84,6 +84,9 @@ pub struct FlushConfig {
     /// Where batches the store refuses for good go. `None` drops them (counted and logged):
     /// tests and tools only; the server always keeps them.
     pub dead_letters: Option<Arc<DeadLetters>>,
+    /// How long the buffers stay empty after writes before the store is asked to give back
+    /// the file space it no longer uses (`Store::compact`); `None`: never.
+    pub compact_after_quiet: Option<Duration>,
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -142,6 +145,7 @@ impl Flusher {
             dead_letter_log: LogLimiter::default(),
             retry_log: LogLimiter::default(),
             check_log: LogLimiter::default(),
+            quiet: Quiet { after: config.compact_after_quiet, wrote: false, since: None },
         };
         let blocks = worker.store.writes_block();
         let run = worker.run(stop.clone(), abandon.clone());
@@ -251,6 +255,33 @@ struct Worker {
     dead_letter_log: LogLimiter,
     retry_log: LogLimiter,
     check_log: LogLimiter,
+    quiet: Quiet,
+}
+
+/// When the store is next asked to compact: once after writes, when the buffers have been
+/// empty for `after`. A compaction holds the store, so it waits for a lull, not a period.
+struct Quiet {
+    after: Option<Duration>,
+    /// Written since the last compaction.
+    wrote: bool,
+    /// Since when the buffers have been empty, while `wrote`.
+    since: Option<Instant>,
+}
+
+impl Quiet {
+    fn wrote(&mut self) {
+        self.wrote = true;
+        self.since = None;
+    }
+
+    /// Whether to compact now, given whether the buffers hold anything.
+    fn due(&mut self, empty: bool, now: Instant) -> bool {
+        let Some(after) = self.after.filter(|_| self.wrote && empty) else {
+            self.since = None;
+            return false;
+        };
+        now.duration_since(*self.since.get_or_insert(now)) >= after
+    }
 }
 
 impl Worker {
@@ -268,6 +299,7 @@ impl Worker {
         while !stop.is_cancelled() {
             match self.buffers.take(TakeMode::Due, MAX_READINGS_PER_WRITE, self.max_write_bytes()) {
                 Some(taken) => {
+                    self.quiet.wrote();
                     let delay = self.write(taken).await;
                     // A store that stays busy never finds nothing due: give back what the
                     // cycles freed every so often too, or it stays resident until they end.
@@ -286,6 +318,10 @@ impl Worker {
                     // Nothing due: what the last writes freed can go back to the OS now
                     // rather than when this thread next allocates.
                     crate::alloc::release_freed();
+                    if self.quiet.due(self.buffers.buffered() == 0, Instant::now()) {
+                        self.compact().await;
+                        continue;
+                    }
                     tokio::select! {
                         _ = stop.cancelled() => {}
                         _ = tokio::time::sleep(self.tick) => {}
@@ -306,6 +342,37 @@ impl Worker {
                 }
             }
         }
+    }
+
+    async fn compact(&mut self) {
+        let started = Instant::now();
+        let result = self.store.compact().await;
+        let seconds = started.elapsed().as_secs_f64();
+        let outcome = match result {
+            Ok(None) => {
+                // Nothing of its own to compact, now or later.
+                self.quiet.after = None;
+                return;
+            }
+            Ok(Some(Compaction::Busy)) => {
+                // Try again after another quiet period.
+                self.quiet.since = None;
+                "busy"
+            }
+            Ok(Some(Compaction::Done { before, after })) => {
+                self.quiet.wrote = false;
+                ::metrics::gauge!(STORE_FILE_BYTES).set(after as f64);
+                tracing::info!(before, after, seconds, "store file compacted");
+                "done"
+            }
+            Err(e) => {
+                self.quiet.wrote = false;
+                tracing::warn!(error = %e, seconds, "store compaction failed");
+                "failed"
+            }
+        };
+        ::metrics::counter!(STORE_COMPACTIONS, "result" => outcome).increment(1);
+        crate::alloc::release_freed();
     }
 
     /// Writes one cycle and settles it. Returns the backoff to wait when a retriable failure

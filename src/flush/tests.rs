@@ -18,6 +18,16 @@ fn setup(
     interval: Duration,
     store: FakeStore,
 ) -> (Arc<Buffers>, Arc<FakeStore>, Flusher) {
+    setup_compacting(bound, batch, interval, store, None)
+}
+
+fn setup_compacting(
+    bound: usize,
+    batch: usize,
+    interval: Duration,
+    store: FakeStore,
+    compact_after_quiet: Option<Duration>,
+) -> (Arc<Buffers>, Arc<FakeStore>, Flusher) {
     let buffers = Buffers::new(BufferConfig {
         max_buffered_bytes: usize::MAX,
         max_buffered_readings: bound,
@@ -33,6 +43,7 @@ fn setup(
             min_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(1),
             dead_letters: None,
+            compact_after_quiet,
         },
     );
     (buffers, store, flusher)
@@ -113,6 +124,35 @@ async fn an_old_buffer_is_flushed_within_the_interval_and_not_long_before() {
     let a: Vec<_> = store.written().into_iter().filter(|b| b.series.key == "a").collect();
     assert_eq!(a.len(), 1, "one batch");
     assert_eq!(batch_seqs(&a[0]), vec![0, 1, 2, 3, 4]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_store_is_compacted_once_per_quiet_spell_after_writes() {
+    let quiet = Duration::from_secs(10);
+    let (buffers, store, _flusher) =
+        setup_compacting(1000, 1000, Duration::from_millis(100), FakeStore::new(), Some(quiet));
+    // Nothing written yet: nothing to compact.
+    sleep(Duration::from_secs(30)).await;
+    assert!(store.compactions().is_empty());
+
+    // Readings held for a long time (a failing store) are not quiet.
+    store.fail_forever(true);
+    buffers.push((0..5).map(|i| item("a", i, i)).collect()).unwrap();
+    sleep(Duration::from_secs(30)).await;
+    assert!(store.compactions().is_empty(), "asked while readings were buffered");
+
+    store.fail_forever(false);
+    assert!(wait_until(Duration::from_secs(10), || buffers.buffered() == 0).await);
+    let written = *store.calls().last().unwrap();
+    assert!(wait_until(Duration::from_secs(30), || !store.compactions().is_empty()).await);
+    let first = store.compactions()[0];
+    assert!(first >= written + quiet, "{:?} after the last write", first - written);
+    assert!(first <= written + quiet + Duration::from_secs(1));
+    sleep(Duration::from_secs(60)).await;
+    assert_eq!(store.compactions().len(), 1, "again without writes in between");
+
+    buffers.push(vec![item("a", 5, 5)]).unwrap();
+    assert!(wait_until(Duration::from_secs(30), || store.compactions().len() == 2).await);
 }
 
 #[tokio::test(start_paused = true)]
@@ -227,6 +267,7 @@ fn setup_with_dead_letters(
         min_backoff: Duration::from_millis(100),
         max_backoff: Duration::from_secs(1),
         dead_letters: Some(dead_letters),
+        compact_after_quiet: None,
     };
     let flusher = Flusher::spawn(buffers.clone(), store.clone(), config);
     (buffers, store, flusher)
@@ -487,6 +528,7 @@ proptest! {
                 min_backoff: Duration::from_millis(1),
                 max_backoff: Duration::from_millis(50),
                 dead_letters: None,
+                compact_after_quiet: None,
             });
             let mut expected: BTreeMap<(String, TimestampMs), Vec<i64>> = BTreeMap::new();
             let mut seq = 0i64;

@@ -177,6 +177,15 @@ pub struct ExpireReport {
     pub done: bool,
 }
 
+/// What one [`Store::compact`] call did to the store's files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compaction {
+    /// The files' size before and after, in bytes (equal when nothing could be given back).
+    Done { before: u64, after: u64 },
+    /// A query held the store; the caller tries again at its next quiet moment.
+    Busy,
+}
+
 /// An RFC 3339 time for error messages (UTC, milliseconds).
 fn rfc3339(ts: TimestampMs) -> String {
     chrono::DateTime::from_timestamp_millis(ts).map_or_else(
@@ -501,6 +510,15 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<ExpireReport, StoreError> {
         let _ = (now, policy, budget);
         Ok(ExpireReport { done: true, ..ExpireReport::default() })
+    }
+
+    /// Gives the file space the store no longer uses back to the file system. The flusher
+    /// calls it once the buffers have stayed empty for a while after writes, on its own
+    /// thread when `writes_block`, as it calls `write`: it may take as long as moving the
+    /// used pages that sit past the free ones. `None`: the store keeps no files of its own
+    /// (the default; MongoDB reclaims space itself).
+    async fn compact(&self) -> Result<Option<Compaction>, StoreError> {
+        Ok(None)
     }
 
     /// Whether any reading of `sensor` is stored; lets the query API tell an unknown sensor

@@ -679,6 +679,7 @@ async fn the_refill_keeps_the_memory_bound() {
             min_backoff: Duration::from_millis(10),
             max_backoff: Duration::from_millis(100),
             dead_letters: None,
+            compact_after_quiet: None,
         },
         Some(wal.clone() as Arc<dyn crate::flush::Settle>),
     );

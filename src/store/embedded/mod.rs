@@ -85,7 +85,7 @@ mod read;
 mod write;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -93,8 +93,8 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::model::{Batch, Reading, Seq, TimestampMs, WriterId};
 use crate::store::{
-    BucketLimits, ExpireReport, RangeQuery, Retention, RollupQuery, RollupRow, Run, SensorInfo,
-    SensorQuery, Store, StoreError, WriteReport,
+    BucketLimits, Compaction, ExpireReport, RangeQuery, Retention, RollupQuery, RollupRow, Run,
+    SensorInfo, SensorQuery, Store, StoreError, WriteReport,
 };
 
 /// Version of the file's layout, in `meta`'s `schema_version`: the buckets' schema
@@ -212,9 +212,18 @@ impl From<EmbeddedError> for StoreError {
     }
 }
 
+/// The database, behind a lock that only compaction takes for writing: redb compacts through
+/// `&mut Database`. Every other use holds the read side while it begins and runs its
+/// transaction, so a compaction never waits for a query: it is skipped while one runs.
+type Shared = Arc<RwLock<Database>>;
+
+fn read(db: &RwLock<Database>) -> RwLockReadGuard<'_, Database> {
+    db.read().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Buckets on local disk in one redb file. Cheap to share: clone the `Arc` it lives in.
 pub struct EmbeddedStore {
-    db: Arc<Database>,
+    db: Shared,
     limits: BucketLimits,
     path: PathBuf,
     /// `usize::MAX`, or: the next write's first batch with sequence numbers commits this many
@@ -241,7 +250,7 @@ impl EmbeddedStore {
         )?;
         init_schema(&db, &path)?;
         Ok(EmbeddedStore {
-            db: Arc::new(db),
+            db: Arc::new(RwLock::new(db)),
             limits,
             path,
             fail_after: std::sync::atomic::AtomicUsize::new(usize::MAX),
@@ -263,13 +272,17 @@ impl EmbeddedStore {
         &self.path
     }
 
+    fn db(&self) -> RwLockReadGuard<'_, Database> {
+        read(&self.db)
+    }
+
     async fn blocking<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Database) -> Result<T, EmbeddedError> + Send + 'static,
     {
         let db = self.db.clone();
-        match tokio::task::spawn_blocking(move || f(&db)).await {
+        match tokio::task::spawn_blocking(move || f(&read(&db))).await {
             Ok(r) => r.map_err(StoreError::from),
             Err(e) => Err(StoreError::Internal(format!("embedded store task failed: {e}"))),
         }
@@ -372,7 +385,7 @@ impl Store for EmbeddedStore {
         // On the calling thread, the flusher's own (`writes_block`), with the borrowed
         // batches: copying them for `spawn_blocking` cost ~15% of the server's CPU under a
         // 10,000-sensor load and held each flushed reading twice in memory.
-        let run = std::panic::AssertUnwindSafe(|| write::write_batches(&self.db, w, batches));
+        let run = std::panic::AssertUnwindSafe(|| write::write_batches(&self.db(), w, batches));
         std::panic::catch_unwind(run).unwrap_or_else(|_| {
             let e = StoreError::Internal("embedded write panicked".into());
             vec![Err(e); batches.len()]
@@ -436,6 +449,25 @@ impl Store for EmbeddedStore {
 
     async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError> {
         self.blocking(move |db| read::sensors(db, &query)).await
+    }
+
+    /// redb grows its file by doubling it while it is under 4 GiB, and then a region at a
+    /// time, and shrinks it only when the trailing half is free; pages freed in the middle are
+    /// reused but not returned. Compaction moves the used pages down and truncates the file.
+    /// It holds the database for its whole run, which is why the flusher asks only when quiet.
+    async fn compact(&self) -> Result<Option<Compaction>, StoreError> {
+        let Ok(mut db) = self.db.try_write() else { return Ok(Some(Compaction::Busy)) };
+        let len = || std::fs::metadata(&self.path).map(|m| m.len());
+        let before =
+            len().map_err(|e| StoreError::Internal(format!("{}: {e}", self.path.display())))?;
+        match db.compact() {
+            Ok(_) => {}
+            Err(redb::CompactionError::TransactionInProgress) => return Ok(Some(Compaction::Busy)),
+            Err(e) => return Err(EmbeddedError::Db(e.into()).into()),
+        }
+        let after =
+            len().map_err(|e| StoreError::Internal(format!("{}: {e}", self.path.display())))?;
+        Ok(Some(Compaction::Done { before, after }))
     }
 
     /// The series record outlives readings deleted by the retention, so it is the answer

@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::ops::{Bound, ControlFlow};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use futures::stream::{BoxStream, Stream, StreamExt};
@@ -78,7 +77,7 @@ fn check_live(
 /// Streams a range from a blocking reader thread that starts on the first poll and stops as soon
 /// as the stream is dropped or has returned `limit` readings (the reader's next send fails).
 pub(super) fn stream(
-    db: Arc<Database>,
+    db: super::Shared,
     query: RangeQuery,
 ) -> BoxStream<'static, Result<Reading, StoreError>> {
     let order = query.order;
@@ -94,14 +93,14 @@ pub(super) fn stream(
 
 /// [`stream`]'s readings in runs: a chunk's readings stay in their columns.
 pub(super) fn runs(
-    db: Arc<Database>,
+    db: super::Shared,
     query: RangeQuery,
 ) -> BoxStream<'static, Result<Run, StoreError>> {
     RangeStream::Start(db, query).boxed()
 }
 
 enum RangeStream {
-    Start(Arc<Database>, RangeQuery),
+    Start(super::Shared, RangeQuery),
     Running(Box<Running>),
     Done,
 }
@@ -161,7 +160,7 @@ impl Stream for RangeStream {
                     let (tx, rx) = mpsc::channel(STREAM_CHANNEL_MESSAGES);
                     let (from, to, order) = (query.from, query.to, query.order);
                     let reader = tokio::task::spawn_blocking(move || {
-                        produce(&db, &query, &tx);
+                        produce(&super::read(&db), &query, &tx);
                         // The pool thread may now wait a long while: what this range freed
                         // goes back first.
                         crate::alloc::release_freed();

@@ -178,6 +178,7 @@ fn help_lists_every_flag_with_its_default_and_env() {
         ("--mongodb-database", Some("bucketd")),
         ("--retention", None),
         ("--flush-interval", Some("60s")),
+        ("--compact-after-quiet", Some("10s")),
         ("--bucket-max-readings", Some("1000")),
         ("--bucket-max-bytes", Some("128000")),
         ("--memory-budget", Some("512MiB")),

@@ -56,7 +56,7 @@ fn open(dir: &Path, limits: BucketLimits) -> EmbeddedStore {
 
 /// Every bucket header of a series, as `(hour, seq, header)`.
 fn headers(store: &EmbeddedStore, key: &str) -> Vec<(TimestampMs, u32, BucketHeader)> {
-    let txn = store.db.begin_read().unwrap();
+    let txn = store.db().begin_read().unwrap();
     let id = read::series_id_for_tests(&txn, key);
     let buckets = txn.open_table(BUCKETS).unwrap();
     buckets
@@ -324,8 +324,8 @@ async fn a_corrupt_bucket_fails_only_its_batch() {
     let store = open(dir.path(), BIG);
     let (a, b) = (meta("a", "m", &[]), meta("b", "m", &[]));
     write_ok(&store, &batches(&a, &[reading(1, 1.0)])).await;
-    let id = read::series_id_for_tests(&store.db.begin_read().unwrap(), "a");
-    let txn = store.db.begin_write().unwrap();
+    let id = read::series_id_for_tests(&store.db().begin_read().unwrap(), "a");
+    let txn = store.db().begin_write().unwrap();
     txn.open_table(BUCKETS).unwrap().insert((id, 0, 0), [0xffu8, 0xff].as_slice()).unwrap();
     txn.commit().unwrap();
 
@@ -391,7 +391,7 @@ async fn hourly_rollups_come_from_bucket_stats_alone() {
     }
 
     // Remove every reading: whole-hour rollups must not change, finer ones now find nothing.
-    let txn = store.db.begin_write().unwrap();
+    let txn = store.db().begin_write().unwrap();
     txn.delete_table(chunks::CHUNKS).unwrap();
     txn.open_table(chunks::CHUNKS).unwrap();
     txn.commit().unwrap();
@@ -531,6 +531,59 @@ async fn data_survives_reopen_and_series_ids_continue() {
     assert_eq!(tagged.len(), 2);
 }
 
+#[tokio::test]
+async fn compaction_gives_back_the_space_writes_left_and_keeps_every_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), BIG);
+    let series: Vec<_> = (0..2000).map(|i| meta(&format!("s{i:04}"), "m", &[])).collect();
+    // Every write rewrites every sensor's header: pages freed in the middle of the file.
+    for round in 0..8i64 {
+        let writes: Vec<Batch> = series
+            .iter()
+            .flat_map(|s| batches(s, &[reading(round * 1000, round as f64)]))
+            .collect();
+        write_ok(&store, &writes).await;
+    }
+    let long = meta("long", "m", &[]);
+    write_ok(&store, &batches(&long, &(0..50_000).map(|i| reading(i, 0.0)).collect::<Vec<_>>()))
+        .await;
+    let before: Vec<Vec<Reading>> = collect_all(&store, &series).await;
+
+    // A query in progress (its reader waiting for the stream to be read) holds the store:
+    // compaction waits for another quiet moment.
+    let mut stream = store.readings(range("long", 0, i64::MAX));
+    assert!(stream.next().await.is_some());
+    assert_eq!(store.compact().await.unwrap(), Some(Compaction::Busy));
+    drop(stream);
+
+    let Some(Compaction::Done { before: was, after }) = compact_when_free(&store).await else {
+        panic!("not compacted")
+    };
+    assert_eq!(after, std::fs::metadata(store.path()).unwrap().len());
+    assert!(after < was, "{after} of {was} bytes");
+    assert_eq!(collect_all(&store, &series).await, before);
+    write_ok(&store, &batches(&series[0], &[reading(9000, 9.0)])).await;
+    assert_eq!(collect(&store, range("s0000", 0, i64::MAX)).await.len(), 9);
+}
+
+async fn collect_all(store: &EmbeddedStore, series: &[Arc<SeriesMeta>]) -> Vec<Vec<Reading>> {
+    let mut all = Vec::new();
+    for s in series {
+        all.push(collect(store, range(&s.key, i64::MIN, i64::MAX)).await);
+    }
+    all
+}
+
+/// Compacts once the reader thread of a dropped stream has let go of the database.
+async fn compact_when_free(store: &EmbeddedStore) -> Option<Compaction> {
+    loop {
+        match store.compact().await.unwrap() {
+            Some(Compaction::Busy) => tokio::task::yield_now().await,
+            done => return done,
+        }
+    }
+}
+
 /// The schema version the file records.
 #[test]
 fn a_second_open_is_refused_while_the_first_is_open() {
@@ -647,7 +700,7 @@ fn bucket_chunks(
     hour: TimestampMs,
     seq: u32,
 ) -> Vec<(ChunkAt, Vec<u8>)> {
-    let txn = store.db.begin_read().unwrap();
+    let txn = store.db().begin_read().unwrap();
     let id = read::series_id_for_tests(&txn, key);
     let header = txn.open_table(BUCKETS).unwrap().get((id, hour, seq)).unwrap().unwrap();
     let header = BucketHeader::decode(header.value()).unwrap();
@@ -658,7 +711,7 @@ fn bucket_chunks(
 }
 
 fn put_chunk(store: &EmbeddedStore, at: ChunkAt, bytes: &[u8]) {
-    let txn = store.db.begin_write().unwrap();
+    let txn = store.db().begin_write().unwrap();
     chunks::open_write(&txn).unwrap().insert(at, bytes).unwrap();
     txn.commit().unwrap();
 }

@@ -3,7 +3,7 @@
 use super::*;
 
 fn schema_version(store: &EmbeddedStore) -> u64 {
-    let txn = store.db.begin_read().unwrap();
+    let txn = store.db().begin_read().unwrap();
     txn.open_table(META).unwrap().get(META_SCHEMA_VERSION).unwrap().unwrap().value()
 }
 
@@ -168,7 +168,7 @@ async fn a_schema4_files_buckets_read_take_new_chunks_and_expire() {
     let report = store.expire(3 * HOUR_MS, policy, 1000).await.unwrap();
     assert!(report.done, "{report:?}");
     assert_eq!(report.readings_deleted, 902);
-    let txn = store.db.begin_read().unwrap();
+    let txn = store.db().begin_read().unwrap();
     let left = chunks::open_read(&txn).unwrap();
     assert_eq!(left.legacy.len().unwrap(), 0, "old chunks deleted");
     assert_eq!(left.by_write.len().unwrap(), 0, "new chunks deleted");
