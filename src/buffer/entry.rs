@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use super::span::Span;
 use crate::model::{Batch, Rows, Series, TimestampMs};
 
-/// What the budget counts for each hour buffer once a sensor's hour buffers outgrow its entry.
+/// What the budget counts for each hour buffer after a sensor's first.
 pub(super) const HOUR_BYTES: usize = size_of::<HourBuffer>();
 
 /// A table key that is the sensor's `Series`, looked up by its key string (`Borrow<str>`): a
@@ -28,16 +28,121 @@ impl std::borrow::Borrow<str> for SensorKey {
 
 /// A sensor's buffers; its `SeriesMeta` is the map key (`SensorKey`).
 pub(super) struct SensorBuffers {
-    /// Sorted by hour, no duplicates.
-    /// The first inline: the flusher's scan then reads a sensor's current hour from the
-    /// table's slab, in memory order, instead of chasing one allocation per sensor.
-    pub(super) hours: smallvec::SmallVec<[HourBuffer; 1]>,
+    pub(super) hours: Hours,
 }
 
 impl SensorBuffers {
     /// The hour buffers' own allocation: none while the one buffer is inline in the entry.
     pub(super) fn heap_bytes(&self) -> usize {
-        if self.hours.spilled() { self.hours.capacity() * HOUR_BYTES } else { 0 }
+        self.hours.heap_bytes()
+    }
+}
+
+/// A sensor's hour buffers, sorted by hour, no duplicates.
+///
+/// The first lives in the entry: the flusher's scan then reads a sensor's current hour from
+/// the table's slab, in memory order, instead of chasing one allocation per sensor. The
+/// others, which a sensor holds while it crosses into a new hour (or when readings come out
+/// of order), share one allocation of exactly their number: a fleet crossing into a new hour
+/// at once costs one more buffer a sensor until the old hours are written, where a vector
+/// with the first inline moves both to the heap.
+#[derive(Default)]
+pub(super) struct Hours {
+    first: Option<HourBuffer>,
+    /// Never an empty slice, and `None` while `first` is.
+    later: Option<Box<[HourBuffer]>>,
+}
+
+impl Hours {
+    pub(super) fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.later.as_ref().map_or(0, |l| l.len())
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = &HourBuffer> {
+        self.first.iter().chain(self.later.iter().flat_map(|l| l.iter()))
+    }
+
+    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = &mut HourBuffer> {
+        self.first.iter_mut().chain(self.later.iter_mut().flat_map(|l| l.iter_mut()))
+    }
+
+    pub(super) fn last(&self) -> Option<&HourBuffer> {
+        self.later.as_ref().and_then(|l| l.last()).or(self.first.as_ref())
+    }
+
+    /// Where `hour`'s buffer is (`Ok`), or where it would be inserted (`Err`).
+    pub(super) fn search(&self, hour: TimestampMs) -> Result<usize, usize> {
+        match self.iter().position(|hb| hb.hour >= hour) {
+            Some(i) if self[i].hour == hour => Ok(i),
+            Some(i) => Err(i),
+            None => Err(self.len()),
+        }
+    }
+
+    /// Inserts at `i`, which keeps the hours sorted (`search`'s `Err`).
+    pub(super) fn insert(&mut self, i: usize, hb: HourBuffer) {
+        if self.first.is_none() {
+            self.first = Some(hb);
+        } else {
+            let mut all = std::mem::take(self).into_vec();
+            all.insert(i, hb);
+            *self = Hours::of_sorted(all);
+        }
+    }
+
+    pub(super) fn retain(&mut self, mut keep: impl FnMut(&HourBuffer) -> bool) {
+        if self.later.is_none() {
+            if self.first.as_ref().is_some_and(|hb| !keep(hb)) {
+                self.first = None;
+            }
+        } else {
+            let mut all = std::mem::take(self).into_vec();
+            all.retain(|hb| keep(hb));
+            *self = Hours::of_sorted(all);
+        }
+    }
+
+    /// The later buffers' allocation.
+    pub(super) fn heap_bytes(&self) -> usize {
+        self.later.as_ref().map_or(0, |l| l.len() * HOUR_BYTES)
+    }
+
+    fn into_vec(self) -> Vec<HourBuffer> {
+        let mut all: Vec<HourBuffer> = self.first.into_iter().collect();
+        all.extend(self.later.into_iter().flat_map(|l| l.into_vec()));
+        all
+    }
+
+    fn of_sorted(mut all: Vec<HourBuffer>) -> Hours {
+        // Collected from `drain`, the later buffers' vector has exactly their number.
+        let later: Vec<HourBuffer> = all.drain(1.min(all.len())..).collect();
+        Hours { first: all.pop(), later: (!later.is_empty()).then(|| later.into_boxed_slice()) }
+    }
+}
+
+impl std::ops::Index<usize> for Hours {
+    type Output = HourBuffer;
+
+    fn index(&self, i: usize) -> &HourBuffer {
+        match i {
+            0 => self.first.as_ref(),
+            i => self.later.as_ref().and_then(|l| l.get(i - 1)),
+        }
+        .expect("hour buffer index in range")
+    }
+}
+
+impl std::ops::IndexMut<usize> for Hours {
+    fn index_mut(&mut self, i: usize) -> &mut HourBuffer {
+        match i {
+            0 => self.first.as_mut(),
+            i => self.later.as_mut().and_then(|l| l.get_mut(i - 1)),
+        }
+        .expect("hour buffer index in range")
     }
 }
 

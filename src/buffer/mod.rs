@@ -2,9 +2,9 @@
 //!
 //! # Layout
 //! One entry per sensor key in the sensor table ([`table`]) holds the sensor's `Series` (one
-//! pointer) and its hour buffers (a short vector sorted by hour, the first inline: usually one
-//! hour is live per sensor). Keying the table by sensor rather than by (sensor, hour) lets the
-//! hot path look an entry up by `&str` without allocating a key, and lets
+//! pointer) and its hour buffers (sorted by hour, the first inline: usually one hour is live
+//! per sensor; [`entry::Hours`]). Keying the table by sensor rather than by (sensor, hour)
+//! lets the hot path look an entry up by `&str` without allocating a key, and lets
 //! [`Buffers::unflushed`] answer with one lookup.
 //!
 //! A buffer the flusher takes whole stays while empty until a take finds it idle for a flush
@@ -558,9 +558,10 @@ impl Buffers {
             let Some(entry) = self.map.get(sensor) else {
                 return Vec::new();
             };
-            // Hours that end at or before `from`; saturating, as `from` may be `i64::MIN`.
-            let start = entry.hours.partition_point(|h| h.hour.saturating_add(HOUR_MS) <= from);
-            for hb in entry.hours[start..].iter().take_while(|h| h.hour < to) {
+            // Past the hours that end at or before `from`; saturating, as `from` may be
+            // `i64::MIN`.
+            let hours = entry.hours.iter().skip_while(|h| h.hour.saturating_add(HOUR_MS) <= from);
+            for hb in hours.take_while(|h| h.hour < to) {
                 if let Some(f) = &hb.in_flight
                     && f.span.overlaps(from, to)
                 {
@@ -594,7 +595,7 @@ impl Buffers {
         let mut out: Vec<SensorInfo> = Vec::new();
         self.map.for_each(|key, sensor| {
             let mut span = Span::EMPTY;
-            for hb in &sensor.hours {
+            for hb in sensor.hours.iter() {
                 span.merge(hb.span);
                 if let Some(f) = &hb.in_flight {
                     span.merge(f.span);
@@ -759,11 +760,6 @@ impl Buffers {
                         }
                         keep
                     });
-                    if sensor.hours.len() <= 1 {
-                        // Back into the entry: a sensor that crossed into a new hour holds
-                        // one buffer again once the old one is written.
-                        sensor.hours.shrink_to_fit();
-                    }
                     shrunk += before - sensor.heap_bytes();
                     if sensor.hours.is_empty() {
                         idle.push(key.clone());
@@ -886,7 +882,7 @@ impl Buffers {
                 continue;
             };
             let hours = &mut entry.hours;
-            let Ok(i) = hours.binary_search_by_key(&batch.hour, |h| h.hour) else {
+            let Ok(i) = hours.search(batch.hour) else {
                 debug_assert!(false, "in-flight marker kept the hour alive");
                 continue;
             };

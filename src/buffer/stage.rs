@@ -222,7 +222,7 @@ impl Buffers {
                 let push = &mut pushes[p as usize];
                 let ts = push.readings.ts(i as usize);
                 let hour = hour_start(ts);
-                let h = match hours.binary_search_by_key(&hour, |h| h.hour) {
+                let h = match hours.search(hour) {
                     Ok(h) => h,
                     Err(h) => {
                         hours.insert(

@@ -66,7 +66,10 @@ async fn setup_with(args: &[&str]) -> Setup {
     config.op_timeout = Duration::from_secs(5);
     let through_proxy =
         Arc::new(within("connect", 60, MongoStore::connect_with(config)).await.expect("connect"));
-    let direct = MongoConfig::new(backend.uri.clone(), backend.database.clone());
+    let mut direct = MongoConfig::new(backend.uri.clone(), backend.database.clone());
+    // The checks read around the proxy with the test's own guard (`stored`): the stand-in on
+    // a busy machine can take longer than the server's default per-operation timeout.
+    direct.op_timeout = Duration::from_secs(120);
     let direct = Arc::new(MongoStore::connect_with(direct).await.unwrap());
     let server = TestServer::start(through_proxy, args).await;
     Setup { proxy, server, direct, _backend: backend }
