@@ -515,8 +515,8 @@ pub trait Store: Send + Sync + 'static {
     /// Gives the file space the store no longer uses back to the file system. The flusher
     /// calls it once the buffers have stayed empty for a while after writes, on its own
     /// thread when `writes_block`, as it calls `write`: it may take as long as moving the
-    /// used pages that sit past the free ones. `None`: the store keeps no files of its own
-    /// (the default; MongoDB reclaims space itself).
+    /// used pages that sit past the free ones. `None`: the store has no files of its own to
+    /// compact (the default; MongoDB manages its own).
     async fn compact(&self) -> Result<Option<Compaction>, StoreError> {
         Ok(None)
     }

@@ -276,6 +276,12 @@ impl EmbeddedStore {
         read(&self.db)
     }
 
+    fn file_len(&self) -> Result<u64, StoreError> {
+        std::fs::metadata(&self.path)
+            .map(|m| m.len())
+            .map_err(|e| StoreError::Internal(format!("{}: {e}", self.path.display())))
+    }
+
     async fn blocking<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
@@ -357,6 +363,10 @@ impl Store for EmbeddedStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
+        if matches!(self.db.try_read(), Err(std::sync::TryLockError::WouldBlock)) {
+            // Compacting: the file is in use and well, and `/ready` must not wait for it.
+            return Ok(());
+        }
         self.blocking(|db| {
             db.begin_read()?;
             // Reads can go on from the cache after a failed disk write (a full disk) has made
@@ -457,17 +467,13 @@ impl Store for EmbeddedStore {
     /// It holds the database for its whole run, which is why the flusher asks only when quiet.
     async fn compact(&self) -> Result<Option<Compaction>, StoreError> {
         let Ok(mut db) = self.db.try_write() else { return Ok(Some(Compaction::Busy)) };
-        let len = || std::fs::metadata(&self.path).map(|m| m.len());
-        let before =
-            len().map_err(|e| StoreError::Internal(format!("{}: {e}", self.path.display())))?;
+        let before = self.file_len()?;
         match db.compact() {
             Ok(_) => {}
             Err(redb::CompactionError::TransactionInProgress) => return Ok(Some(Compaction::Busy)),
             Err(e) => return Err(EmbeddedError::Db(e.into()).into()),
         }
-        let after =
-            len().map_err(|e| StoreError::Internal(format!("{}: {e}", self.path.display())))?;
-        Ok(Some(Compaction::Done { before, after }))
+        Ok(Some(Compaction::Done { before, after: self.file_len()? }))
     }
 
     /// The series record outlives readings deleted by the retention, so it is the answer

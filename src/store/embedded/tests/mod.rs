@@ -566,6 +566,19 @@ async fn compaction_gives_back_the_space_writes_left_and_keeps_every_reading() {
     assert_eq!(collect(&store, range("s0000", 0, i64::MAX)).await.len(), 9);
 }
 
+/// `/ready` pings the store; a compaction holds it for as long as it moves pages.
+#[tokio::test]
+async fn a_ping_does_not_wait_for_a_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), BIG);
+    let compacting = store.db.write().unwrap();
+    // A guard against a hang (the ping waiting for the lock), not a performance bound.
+    let ping = tokio::time::timeout(Duration::from_secs(60), store.ping()).await;
+    assert!(matches!(ping, Ok(Ok(()))), "{ping:?}");
+    drop(compacting);
+    store.ping().await.unwrap();
+}
+
 async fn collect_all(store: &EmbeddedStore, series: &[Arc<SeriesMeta>]) -> Vec<Vec<Reading>> {
     let mut all = Vec::new();
     for s in series {
