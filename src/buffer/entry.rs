@@ -87,6 +87,9 @@ impl Hours {
     pub(super) fn insert(&mut self, i: usize, hb: HourBuffer) {
         if self.first.is_none() {
             self.first = Some(hb);
+        } else if self.later.is_none() && i == 1 {
+            // A sensor crossing into a new hour: no vector on the way.
+            self.later = Some(Box::new([hb]));
         } else {
             let mut all = std::mem::take(self).into_vec();
             all.insert(i, hb);

@@ -795,7 +795,7 @@ fn hours_stay_sorted_and_the_first_stays_in_the_entry() {
     hours.retain(|h| h.hour == 4 * HOUR_MS);
     assert_eq!((hours_of(&hours), hours.heap_bytes()), (vec![4 * HOUR_MS], 0));
     hours.retain(|_| false);
-    assert!(hours.is_empty() && hours.len() == 0);
+    assert!(hours.is_empty() && hours.iter().next().is_none());
 }
 
 /// A sensor that moves into a new hour has its old hour written at the next take and then

@@ -571,11 +571,21 @@ async fn compaction_gives_back_the_space_writes_left_and_keeps_every_reading() {
 async fn a_ping_does_not_wait_for_a_compaction() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path(), BIG);
-    let compacting = store.db.write().unwrap();
+    // A thread holding the lock as a compaction does, until told to let go.
+    let (let_go, until_told) = std::sync::mpsc::channel::<()>();
+    let (held, is_held) = std::sync::mpsc::channel();
+    let db = store.db.clone();
+    let compaction = std::thread::spawn(move || {
+        let _compacting = db.write().unwrap();
+        held.send(()).unwrap();
+        until_told.recv().ok();
+    });
+    is_held.recv().unwrap();
     // A guard against a hang (the ping waiting for the lock), not a performance bound.
     let ping = tokio::time::timeout(Duration::from_secs(60), store.ping()).await;
     assert!(matches!(ping, Ok(Ok(()))), "{ping:?}");
-    drop(compacting);
+    drop(let_go);
+    compaction.join().unwrap();
     store.ping().await.unwrap();
 }
 
