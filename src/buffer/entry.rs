@@ -97,16 +97,17 @@ impl Hours {
         }
     }
 
+    /// Calls `keep` once on each buffer, in order. Moves nothing unless one goes: every take
+    /// asks this of every sensor.
     pub(super) fn retain(&mut self, mut keep: impl FnMut(&HourBuffer) -> bool) {
-        if self.later.is_none() {
-            if self.first.as_ref().is_some_and(|hb| !keep(hb)) {
-                self.first = None;
-            }
-        } else {
-            let mut all = std::mem::take(self).into_vec();
-            all.retain(|hb| keep(hb));
-            *self = Hours::of_sorted(all);
+        let kept: smallvec::SmallVec<[bool; 4]> = self.iter().map(&mut keep).collect();
+        if kept.iter().all(|&k| k) {
+            return;
         }
+        let mut all = std::mem::take(self).into_vec();
+        let mut kept = kept.into_iter();
+        all.retain(|_| kept.next().unwrap_or(false));
+        *self = Hours::of_sorted(all);
     }
 
     /// The later buffers' allocation.
