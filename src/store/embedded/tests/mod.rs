@@ -599,9 +599,15 @@ async fn collect_all(store: &EmbeddedStore, series: &[Arc<SeriesMeta>]) -> Vec<V
 
 /// Compacts once the reader thread of a dropped stream has let go of the database.
 async fn compact_when_free(store: &EmbeddedStore) -> Option<Compaction> {
+    // A guard against a hang (a reader that never lets go), not a performance bound; polled
+    // as `dropping_a_stream_stops_its_reader` waits for the same reader.
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         match store.compact().await.unwrap() {
-            Some(Compaction::Busy) => tokio::task::yield_now().await,
+            Some(Compaction::Busy) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Some(Compaction::Busy) => panic!("the dropped stream's reader still holds the store"),
             done => return done,
         }
     }
