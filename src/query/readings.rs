@@ -229,8 +229,8 @@ pub async fn get_readings(
 
     let (qfrom, qto) = page.remaining();
     let skip = page.resume.map_or(0, |(_, k)| k);
-    // Buffers before the store: a reading confirmed in between is then seen twice at worst,
-    // never missed (the embedded store snapshots as soon as `runs` is called).
+    // Buffers before the store: a reading whose write lands in between is then seen twice at
+    // worst, never missed. The store's snapshot is taken when the stream is first polled.
     let mut unflushed = state.unflushed.unflushed(&sensor, qfrom, qto);
     if page.order == Order::Desc {
         unflushed.reverse();

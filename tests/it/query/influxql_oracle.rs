@@ -29,7 +29,7 @@ use bucketd::store::embedded::EmbeddedStore;
 use serde_json::Value;
 
 use crate::support::influxd::Influxd;
-use crate::support::server::TestServer;
+use crate::support::server::{TestServer, wait_until};
 
 const DATA: &str = include_str!("influxql/data.lp");
 const QUERIES: &str = include_str!("influxql/queries.txt");
@@ -209,7 +209,15 @@ impl Subject {
                     "bucketd refused data.lp: {}",
                     response.text().await.unwrap()
                 );
-                // Writes are visible as soon as they are acknowledged.
+                // Writes are visible as soon as they are acknowledged, but while a flush is
+                // landing, a reading can be seen both in the buffers and in the store (see
+                // `Buffers::unflushed`). InfluxDB's answers are compared with settled data:
+                // every reading written, none buffered or in flight.
+                let buffers = server.buffers.clone();
+                wait_until("data.lp written to the store", Duration::from_secs(120), || {
+                    buffers.buffered() == 0
+                })
+                .await;
                 Subject {
                     name: "bucketd",
                     url: server.url(""),
