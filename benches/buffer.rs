@@ -17,11 +17,11 @@ fn body(sensors: usize, thread: usize, round: u64) -> Vec<Item> {
     (0..PER_PUSH)
         .map(|i| {
             let host = format!("h{}", i % sensors);
-            let meta = SeriesMeta {
-                key: format!("cpu,host={host},region=eu-west"),
-                measurement: "cpu".into(),
-                tags: vec![("host".into(), host), ("region".into(), "eu-west".into())],
-            };
+            let meta = SeriesMeta::new(
+                &format!("cpu,host={host},region=eu-west"),
+                "cpu",
+                &[("host", host.as_str()), ("region", "eu-west")],
+            );
             let ts = 1_700_000_000_000 + (round as i64) * 10_000 + (i / sensors) as i64;
             let reading = Reading {
                 ts,

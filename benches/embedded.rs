@@ -26,11 +26,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn series(key: &str) -> Arc<SeriesMeta> {
-    Arc::new(SeriesMeta {
-        key: key.into(),
-        measurement: "env".into(),
-        tags: vec![("site".into(), "bench".into())],
-    })
+    Arc::new(SeriesMeta::new(key, "env", &[("site", "bench")]))
 }
 
 /// A plausible sensor: a slow temperature wave with 0.01 °C resolution and a humidity with

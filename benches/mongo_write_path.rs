@@ -274,7 +274,7 @@ async fn flush_intervals() {
                 .flat_map(|b| {
                     b.readings().map(|r| {
                         doc! {
-                            "s": b.series.key.as_str(),
+                            "s": b.series.key(),
                             "t": bson::DateTime::from_millis(r.ts),
                             "f": {"temperature": r.fields[0].1.as_f64(), "humidity": r.fields[1].1.as_f64()},
                         }
@@ -380,7 +380,7 @@ async fn hour_stats() {
             }
             let [uc, us, ..] = counts.take();
             let q = bucketd::store::RollupQuery {
-                sensor: series(0).key.clone(),
+                sensor: series(0).key().to_owned(),
                 from: hour,
                 to: hour + HOUR_MS,
                 step_ms: HOUR_MS,

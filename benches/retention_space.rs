@@ -61,11 +61,11 @@ fn run(sensors: usize, hours: i64, retention: Option<Duration>) -> Vec<(f64, u64
     let store = EmbeddedStore::open(dir.path(), BucketLimits::default()).unwrap();
     let series: Vec<Arc<SeriesMeta>> = (0..sensors)
         .map(|i| {
-            Arc::new(SeriesMeta {
-                key: format!("env,sensor=s{i:05}"),
-                measurement: "env".into(),
-                tags: vec![("sensor".into(), format!("s{i:05}"))],
-            })
+            Arc::new(SeriesMeta::new(
+                &format!("env,sensor=s{i:05}"),
+                "env",
+                &[("sensor", format!("s{i:05}"))],
+            ))
         })
         .collect();
     let policy = Retention { raw: retention, rollups: None };

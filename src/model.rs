@@ -278,14 +278,120 @@ pub struct Reading {
     pub fields: Fields,
 }
 
-/// What identifies a series and what is stored beside it. `key` is the sensor key: for line
-/// protocol the series key (measurement plus tags sorted by key, in line-protocol escaping);
-/// for JSON the `sensor` string as sent. `tags` are sorted by key.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+/// What identifies a series and what is stored beside it. [`key`](SeriesMeta::key) is the sensor
+/// key: for line protocol the series key (measurement plus tags sorted by key, in line-protocol
+/// escaping); for JSON the `sensor` string as sent. [`tags`](SeriesMeta::tags) are sorted by
+/// key.
+///
+/// One string holds the key, the measurement and every tag key and value, one after the other,
+/// with where each ends: two allocations a series instead of one per string. Every admitted
+/// series is held for the life of the process, so with a million sensors each allocation saved
+/// is a million.
+#[derive(Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(from = "SeriesFields", into = "SeriesFields")]
 pub struct SeriesMeta {
-    pub key: String,
-    pub measurement: String,
-    pub tags: Vec<(String, String)>,
+    text: Box<str>,
+    /// Where the key, the measurement, and each tag's key and value end in `text`.
+    ends: smallvec::SmallVec<[u32; 6]>,
+}
+
+/// [`SeriesMeta`] as separate strings: how the log and the dead letters have always written it.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename = "SeriesMeta")]
+struct SeriesFields {
+    key: String,
+    measurement: String,
+    tags: Vec<(String, String)>,
+}
+
+impl From<SeriesFields> for SeriesMeta {
+    fn from(f: SeriesFields) -> SeriesMeta {
+        SeriesMeta::new(&f.key, &f.measurement, &f.tags)
+    }
+}
+
+impl From<SeriesMeta> for SeriesFields {
+    fn from(m: SeriesMeta) -> SeriesFields {
+        SeriesFields { key: m.key().into(), measurement: m.measurement().into(), tags: m.tag_vec() }
+    }
+}
+
+impl SeriesMeta {
+    /// `tags` must be sorted by key (what every parser hands on).
+    pub fn new<K: AsRef<str>, V: AsRef<str>>(
+        key: &str,
+        measurement: &str,
+        tags: &[(K, V)],
+    ) -> SeriesMeta {
+        let parts = || {
+            [key, measurement]
+                .into_iter()
+                .chain(tags.iter().flat_map(|(k, v)| [k.as_ref(), v.as_ref()]))
+        };
+        let mut text = String::with_capacity(parts().map(str::len).sum());
+        let mut ends = smallvec::SmallVec::with_capacity(2 + 2 * tags.len());
+        for part in parts() {
+            text.push_str(part);
+            // Parts are bounded far below this by the input limits.
+            ends.push(u32::try_from(text.len()).expect("a series' text is under 4 GiB"));
+        }
+        SeriesMeta { text: text.into_boxed_str(), ends }
+    }
+
+    /// A series without tags.
+    pub fn untagged(key: &str, measurement: &str) -> SeriesMeta {
+        SeriesMeta::new::<&str, &str>(key, measurement, &[])
+    }
+
+    fn part(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.text[start..self.ends[i] as usize]
+    }
+
+    pub fn key(&self) -> &str {
+        self.part(0)
+    }
+
+    pub fn measurement(&self) -> &str {
+        self.part(1)
+    }
+
+    /// `(key, value)`, sorted by key.
+    pub fn tags(
+        &self,
+    ) -> impl ExactSizeIterator<Item = (&str, &str)> + DoubleEndedIterator + Clone + '_ {
+        (0..(self.ends.len() - 2) / 2).map(|i| (self.part(2 + 2 * i), self.part(3 + 2 * i)))
+    }
+
+    /// The value of tag `name`.
+    pub fn tag(&self, name: &str) -> Option<&str> {
+        self.tags().find(|(k, _)| *k == name).map(|(_, v)| v)
+    }
+
+    pub fn tag_vec(&self) -> Vec<(String, String)> {
+        self.tags().map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+    }
+
+    /// The line-protocol series key of its measurement and tags (which is its key for a series
+    /// that line protocol wrote).
+    pub fn series_key(&self) -> String {
+        series_key_of(self.measurement(), self.tags())
+    }
+
+    /// Whether it has every tag of `tags` with the same value.
+    pub fn has_tags(&self, tags: &[(String, String)]) -> bool {
+        tags.iter().all(|(k, v)| self.tag(k) == Some(v.as_str()))
+    }
+}
+
+impl std::fmt::Debug for SeriesMeta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SeriesMeta")
+            .field("key", &self.key())
+            .field("measurement", &self.measurement())
+            .field("tags", &self.tags().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 // ---- series keys: line protocol's text of a measurement and its tags, which ingest builds
@@ -304,9 +410,19 @@ pub const fn escaped_in_key(b: u8) -> bool {
 /// The series key of a measurement and its tags (sorted by key): the line-protocol text of
 /// that part of a line, e.g. `env,sensor=s1,site=w3`. Escapes `,` and space in the measurement
 /// and `,`, `=` and space in tag keys and values, so parsing the key gives the series back.
-pub fn series_key(measurement: &str, sorted_tags: &[(String, String)]) -> String {
+pub fn series_key<K: AsRef<str>, V: AsRef<str>>(
+    measurement: &str,
+    sorted_tags: &[(K, V)],
+) -> String {
+    series_key_of(measurement, sorted_tags.iter().map(|(k, v)| (k.as_ref(), v.as_ref())))
+}
+
+fn series_key_of<'a>(
+    measurement: &str,
+    sorted_tags: impl Iterator<Item = (&'a str, &'a str)> + Clone,
+) -> String {
     let len =
-        measurement.len() + sorted_tags.iter().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>();
+        measurement.len() + sorted_tags.clone().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>();
     let mut key = String::with_capacity(len);
     escape_into(&mut key, measurement, escaped_in_measurement);
     for (k, v) in sorted_tags {
@@ -364,7 +480,7 @@ impl Series {
     /// An interned series' key, which lives as long as the process.
     pub fn interned_key(&self) -> Option<&'static str> {
         match self.0 {
-            SeriesRepr::Interned(meta) => Some(&meta.key),
+            SeriesRepr::Interned(meta) => Some(meta.key()),
             SeriesRepr::Shared(_) => None,
         }
     }
@@ -609,7 +725,39 @@ mod tests {
     }
 
     fn meta() -> SeriesMeta {
-        SeriesMeta { key: "s".into(), measurement: "m".into(), tags: vec![] }
+        SeriesMeta::untagged("s", "m")
+    }
+
+    #[test]
+    fn a_series_gives_back_its_key_measurement_and_tags_and_writes_as_separate_strings() {
+        let tags = [("site", "w 3"), ("zone", "")];
+        let s = SeriesMeta::new("env,site=w\\ 3,zone=", "env", &tags);
+        assert_eq!(s.key(), "env,site=w\\ 3,zone=");
+        assert_eq!(s.measurement(), "env");
+        assert_eq!(s.tags().collect::<Vec<_>>(), tags);
+        assert_eq!(s.tags().len(), 2);
+        assert_eq!((s.tag("zone"), s.tag("site"), s.tag("nope")), (Some(""), Some("w 3"), None));
+        assert_eq!(s.series_key(), s.key());
+        assert!(s.has_tags(&[("zone".into(), String::new())]));
+        assert!(!s.has_tags(&[("zone".into(), "x".into())]));
+        let bare = SeriesMeta::untagged("", "");
+        assert_eq!((bare.key(), bare.measurement(), bare.tags().len()), ("", "", 0));
+
+        // The log's older records and the dead letters hold the three strings, in this order.
+        #[derive(serde::Serialize)]
+        struct Before<'a> {
+            key: &'a str,
+            measurement: &'a str,
+            tags: Vec<(&'a str, &'a str)>,
+        }
+        let before = Before { key: s.key(), measurement: "env", tags: tags.to_vec() };
+        let bytes = postcard::to_stdvec(&before).unwrap();
+        assert_eq!(postcard::to_stdvec(&s).unwrap(), bytes);
+        assert_eq!(postcard::from_bytes::<SeriesMeta>(&bytes).unwrap(), s);
+        assert_eq!(
+            format!("{s:?}"),
+            r#"SeriesMeta { key: "env,site=w\\ 3,zone=", measurement: "env", tags: [("site", "w 3"), ("zone", "")] }"#
+        );
     }
 
     fn at(ts: TimestampMs) -> Reading {

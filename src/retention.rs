@@ -116,7 +116,7 @@ mod tests {
         let store = Arc::new(MemoryStore::new(BucketLimits::default()));
         let now = wall_clock_ms();
         let old = crate::model::hour_start(now) - 3 * HOUR_MS;
-        let meta = Arc::new(SeriesMeta { key: "s".into(), measurement: "s".into(), tags: vec![] });
+        let meta = Arc::new(SeriesMeta::untagged("s", "s"));
         let readings = (0..5)
             .map(|i| Reading {
                 ts: old + i,

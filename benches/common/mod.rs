@@ -5,11 +5,7 @@ use bucketd::model::{FieldValue, Reading, Series, SeriesMeta};
 
 pub fn series(i: usize) -> Series {
     let sensor = format!("s{i:05}");
-    Series::shared(SeriesMeta {
-        key: format!("env,sensor={sensor}"),
-        measurement: "env".into(),
-        tags: vec![("sensor".into(), sensor)],
-    })
+    Series::shared(SeriesMeta::new(&format!("env,sensor={sensor}"), "env", &[("sensor", sensor)]))
 }
 
 pub fn reading(ts: i64, i: usize) -> Reading {

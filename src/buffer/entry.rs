@@ -22,7 +22,7 @@ pub(super) struct SensorKey(pub(super) Series);
 
 impl std::borrow::Borrow<str> for SensorKey {
     fn borrow(&self) -> &str {
-        &self.0.key
+        self.0.key()
     }
 }
 

@@ -604,9 +604,9 @@ impl Buffers {
             let meta = &key.0;
             if !span.is_empty() {
                 out.push(SensorInfo {
-                    key: meta.key.clone(),
-                    measurement: meta.measurement.clone(),
-                    tags: meta.tags.clone(),
+                    key: meta.key().to_owned(),
+                    measurement: meta.measurement().to_owned(),
+                    tags: meta.tag_vec(),
                     first: span.first,
                     last: span.last,
                 });
@@ -832,9 +832,7 @@ impl Buffers {
         drop(publish);
         for key in idle {
             // Re-checked under the shard lock: a push may have refilled it meanwhile.
-            if let Some((_, sensor)) =
-                self.map.remove_if(key.0.key.as_str(), |s| s.hours.is_empty())
-            {
+            if let Some((_, sensor)) = self.map.remove_if(key.0.key(), |s| s.hours.is_empty()) {
                 shrunk += ENTRY_BYTES + sensor.heap_bytes();
                 self.entries.fetch_sub(1, Ordering::Relaxed);
             }
@@ -877,7 +875,7 @@ impl Buffers {
                     released.retried += n - landed;
                 }
             }
-            let Some(mut entry) = self.map.get_mut(batch.series.key.as_str()) else {
+            let Some(mut entry) = self.map.get_mut(batch.series.key()) else {
                 debug_assert!(false, "in-flight marker kept the entry alive");
                 continue;
             };

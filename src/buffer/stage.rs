@@ -161,7 +161,7 @@ impl Buffers {
                 let id = match last {
                     // A body's consecutive lines are often one sensor's.
                     Some((m, id)) if Series::ptr_eq(m, meta) => id,
-                    _ => *ids.entry(meta.key.as_str()).or_insert_with(|| {
+                    _ => *ids.entry(meta.key()).or_insert_with(|| {
                         sensors += 1;
                         (sensors - 1) as u32
                     }),
@@ -198,7 +198,7 @@ impl Buffers {
         for run in starts.windows(2).map(|w| &order[w[0] as usize..w[1] as usize]) {
             let (p0, i0) = run[0];
             let meta = pushes[p0 as usize].readings.series(i0 as usize);
-            let mut entry = match self.map.get_mut(meta.key.as_str()) {
+            let mut entry = match self.map.get_mut(meta.key()) {
                 Some(entry) => entry,
                 None => {
                     grown += ENTRY_BYTES;

@@ -10,12 +10,7 @@ use crate::model::{FieldValue, Item, SeriesMeta, hour_start};
 /// A reading of series `key` at `ts`, tagged with a unique `seq` so tests can follow it.
 pub(crate) fn item(key: &str, ts: TimestampMs, seq: i64) -> Item {
     (
-        SeriesMeta {
-            key: key.into(),
-            measurement: "m".into(),
-            tags: vec![("host".into(), key.into())],
-        }
-        .into(),
+        SeriesMeta::new(key, "m", &[("host", key)]).into(),
         Reading { ts, fields: smallvec::smallvec![("seq".into(), FieldValue::Int(seq))] },
     )
 }
@@ -180,7 +175,7 @@ fn take_groups_by_sensor_and_hour_and_interns_series() {
     let mut got: Vec<(String, TimestampMs, Vec<i64>)> = taken
         .batches()
         .iter()
-        .map(|batch| (batch.series.key.clone(), batch.hour, batch_seqs(batch)))
+        .map(|batch| (batch.series.key().to_owned(), batch.hour, batch_seqs(batch)))
         .collect();
     got.sort();
     let expect = |key: usize, parity: usize| -> Vec<i64> {
@@ -201,7 +196,7 @@ fn take_groups_by_sensor_and_hour_and_interns_series() {
     for batch in taken.batches() {
         assert!(batch.readings().all(|r| hour_start(r.ts) == batch.hour));
         let same_series: Vec<_> =
-            taken.batches().iter().filter(|o| o.series.key == batch.series.key).collect();
+            taken.batches().iter().filter(|o| o.series.key() == batch.series.key()).collect();
         assert!(
             same_series.iter().all(|o| Series::ptr_eq(&o.series, &batch.series)),
             "one per key"
@@ -239,9 +234,9 @@ fn merges_keep_each_sensor_and_hour_in_sequence_order_across_pushes() {
     assert_eq!(taken.readings(), 3 * per_push);
     let mut seen = std::collections::HashSet::new();
     for batch in taken.batches() {
-        assert!(seen.insert((batch.series.key.clone(), batch.hour)), "one batch per hour");
+        assert!(seen.insert((batch.series.key().to_owned(), batch.hour)), "one batch per hour");
         let s = batch_seqs(batch);
-        assert!(s.windows(2).all(|w| w[0] < w[1]), "{} {}: {s:?}", batch.series.key, batch.hour);
+        assert!(s.windows(2).all(|w| w[0] < w[1]), "{} {}: {s:?}", batch.series.key(), batch.hour);
         assert!(batch.seqs().windows(2).all(|w| w[0] < w[1]));
         assert!(batch.readings().all(|r| hour_start(r.ts) == batch.hour));
     }
@@ -310,7 +305,7 @@ async fn a_buffer_is_due_by_size_at_once_and_by_age_within_a_tick_of_the_interva
     let taken =
         b.take(TakeMode::Due, usize::MAX, usize::MAX).expect("b is due a tick before the interval");
     assert_eq!(taken.batches().len(), 1, "c is younger");
-    assert_eq!(taken.batches()[0].series.key, "b");
+    assert_eq!(taken.batches()[0].series.key(), "b");
     b.complete(taken, &[Outcome::Written]);
     assert!(b.take(TakeMode::All, usize::MAX, usize::MAX).is_some(), "All ignores age");
 }
@@ -370,7 +365,7 @@ fn under_memory_pressure_the_longer_buffers_are_due() {
     b.push((0..9).map(|i| item("c", i, 41 + i)).collect()).unwrap();
     assert!(b.due_notified().now_or_never().is_some(), "half the bound held wakes the flusher");
     let taken = b.take(TakeMode::Due, usize::MAX, usize::MAX).expect("50 of 100 held");
-    let keys: Vec<&str> = taken.batches().iter().map(|t| t.series.key.as_str()).collect();
+    let keys: Vec<&str> = taken.batches().iter().map(|t| t.series.key()).collect();
     assert_eq!(keys, vec!["a"], "only a holds at least the average (50 / 3 sensors)");
     b.complete(taken, &[Outcome::Written]);
 }
@@ -383,7 +378,7 @@ async fn once_the_buffers_hold_a_sixteenth_of_the_bound_an_eighth_of_a_batch_is_
     assert!(b.take(TakeMode::Due, usize::MAX, usize::MAX).is_none(), "19 of 320 held");
     b.push(vec![item("b", 3, 19)]).unwrap();
     let taken = b.take(TakeMode::Due, usize::MAX, usize::MAX).expect("20 held: a holds 16");
-    let keys: Vec<&str> = taken.batches().iter().map(|t| t.series.key.as_str()).collect();
+    let keys: Vec<&str> = taken.batches().iter().map(|t| t.series.key()).collect();
     assert_eq!(keys, vec!["a"], "b holds 4");
     b.complete(taken, &[Outcome::Written]);
     b.push((0..12).map(|i| item("b", 4 + i, 20 + i)).collect()).unwrap();
@@ -441,18 +436,13 @@ fn a_retried_batch_goes_back_ahead_of_newer_readings() {
     b.push(vec![item("a", 1, 0), item("a", 2, 1), item("b", 1, 2)]).unwrap();
     let taken = b.take(TakeMode::All, usize::MAX, usize::MAX).unwrap();
     b.push(vec![item("a", 0, 3)]).unwrap();
-    let outcomes: Vec<Outcome> =
-        taken
-            .batches()
-            .iter()
-            .map(|batch| {
-                if batch.series.key == "a" {
-                    Outcome::Retry { landed: 0 }
-                } else {
-                    Outcome::Written
-                }
-            })
-            .collect();
+    let outcomes: Vec<Outcome> = taken
+        .batches()
+        .iter()
+        .map(|batch| {
+            if batch.series.key() == "a" { Outcome::Retry { landed: 0 } } else { Outcome::Written }
+        })
+        .collect();
     let released = b.complete(taken, &outcomes);
     assert_eq!(released, Released { written: 1, dropped: 0, retried: 2 });
     assert_eq!(b.buffered(), 3);
@@ -525,7 +515,7 @@ fn the_gauge_follows_reservations_and_releases() {
             .batches()
             .iter()
             .map(|batch| {
-                if batch.series.key == "a" {
+                if batch.series.key() == "a" {
                     Outcome::Written
                 } else {
                     Outcome::Retry { landed: 0 }
@@ -552,7 +542,7 @@ fn concurrent_pushes_never_exceed_the_bound_and_lose_nothing() {
                         let items: Vec<_> =
                             (0..10).map(|j| item(&format!("s{}", j % 3), i, id(t, i, j))).collect();
                         let sent: Vec<_> =
-                            items.iter().map(|(m, r)| (m.key.clone(), r.ts, seq(r))).collect();
+                            items.iter().map(|(m, r)| (m.key().to_owned(), r.ts, seq(r))).collect();
                         if let Ok(n) = b.push(items) {
                             assert_eq!(n, 10, "a push is all or nothing");
                             ok.extend(sent);
@@ -613,7 +603,7 @@ fn under_pressure_something_is_always_due_even_when_sensors_span_two_hours() {
     b.push((0..10).map(|i| item("b", HOUR_MS + i, 40 + i)).collect()).unwrap();
     let taken =
         b.take(TakeMode::Due, usize::MAX, usize::MAX).expect("pressure always writes something");
-    let batches: Vec<_> = taken.batches().iter().map(|b| (b.series.key.as_str(), b.hour)).collect();
+    let batches: Vec<_> = taken.batches().iter().map(|b| (b.series.key(), b.hour)).collect();
     assert_eq!(batches, [("a", 0)]);
     let outcomes = vec![Outcome::Written; taken.batches().len()];
     b.complete(taken, &outcomes);
@@ -725,7 +715,7 @@ async fn buffers_due_by_age_are_taken_before_those_due_by_pressure() {
         b.push(items).unwrap();
     }
     let taken = b.take(TakeMode::Due, 20, usize::MAX).expect("due");
-    let keys: Vec<&str> = taken.batches().iter().map(|b| b.series.key.as_str()).collect();
+    let keys: Vec<&str> = taken.batches().iter().map(|b| b.series.key()).collect();
     assert_eq!(keys[0], "old", "{keys:?}");
     let n = taken.batches().len();
     b.complete(taken, &vec![Outcome::Written; n]);
@@ -743,10 +733,7 @@ fn a_new_sensor_counts_its_entry_and_its_rows() {
             ("a".into(), FieldValue::Float(1.0)),
             ("b".into(), FieldValue::Float(2.0)),
         ];
-        (
-            SeriesMeta { key, measurement: "m".into(), tags: vec![] }.into(),
-            Reading { ts: 5, fields },
-        )
+        (SeriesMeta::untagged(&key, "m").into(), Reading { ts: 5, fields })
     };
     b.push((0..100).map(two_floats).collect()).unwrap();
     b.merge();
@@ -816,7 +803,7 @@ async fn an_hour_the_sensor_moved_on_from_is_written_and_dropped() {
     b.push(vec![item("s", HOUR_MS, 2)]).unwrap();
     let taken = b.take(TakeMode::Due, usize::MAX, usize::MAX).expect("the old hour is due");
     assert_eq!(taken.batches().len(), 1);
-    assert_eq!((taken.batches()[0].series.key.as_str(), taken.batches()[0].hour), ("s", 0));
+    assert_eq!((taken.batches()[0].series.key(), taken.batches()[0].hour), ("s", 0));
     b.complete(taken, &[Outcome::Written]);
     steady();
     assert!(b.take(TakeMode::Due, usize::MAX, usize::MAX).is_none(), "the new hour waits");

@@ -37,7 +37,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::metrics::DEAD_LETTER_BYTES;
-use crate::model::{Batch, FieldValue, series_key};
+use crate::model::{Batch, FieldValue};
 
 /// A file takes blocks until it is this long; a replay reads a whole file at once.
 pub const FILE_BYTES: u64 = 8 * 1024 * 1024;
@@ -341,9 +341,9 @@ fn write_block(out: &mut String, now: &str, store: &str, batch: &Batch, reason: 
     let reason: String = reason.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     let _ = writeln!(out, "# rejected {now} by {store}: {reason}");
     let series = &batch.series;
-    let text = series_key(&series.measurement, &series.tags);
-    if text != series.key {
-        let _ = writeln!(out, "# sensor {}", serde_json::Value::from(series.key.as_str()));
+    let text = series.series_key();
+    if text != series.key() {
+        let _ = writeln!(out, "# sensor {}", serde_json::Value::from(series.key()));
     }
     for r in batch.readings() {
         out.push_str(&text);
@@ -396,11 +396,7 @@ mod tests {
         tags: &[(&str, &str)],
         fields: Vec<(&str, FieldValue)>,
     ) -> Batch {
-        let meta = SeriesMeta {
-            key: key.into(),
-            measurement: measurement.into(),
-            tags: tags.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect(),
-        };
+        let meta = SeriesMeta::new(key, measurement, tags);
         let reading = Reading {
             ts: 3_600_000 + 5,
             fields: fields

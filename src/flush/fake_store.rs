@@ -175,13 +175,15 @@ impl Store for FakeStore {
             let scripted = s.batch_script.pop_front().unwrap_or(false);
             if whole_call_fails || scripted {
                 out.push(Err(StoreError::Unavailable("fake outage".into())));
-            } else if s.reject_sensor.as_deref() == Some(batch.series.key.as_str()) {
+            } else if s.reject_sensor.as_deref() == Some(batch.series.key()) {
                 out.push(Err(StoreError::Rejected("fake rejection".into())));
             } else {
                 s.written.push(batch.clone());
                 if let Some(last) = batch.last_seq() {
-                    let mark =
-                        s.marks.entry((batch.series.key.clone(), batch.hour, writer)).or_default();
+                    let mark = s
+                        .marks
+                        .entry((batch.series.key().to_owned(), batch.hour, writer))
+                        .or_default();
                     *mark = (*mark).max(last);
                 }
                 out.push(if reply_lost {

@@ -506,7 +506,7 @@ impl Worker {
         let first_rejected = refused
             .first()
             .filter(|_| rejected > 0)
-            .map(|(i, reason)| (batches[*i].series.key.clone(), reason));
+            .map(|(i, reason)| (batches[*i].series.key().to_owned(), reason));
         let released = self.buffers.complete(taken, &outcomes);
         self.written.fetch_add(released.written, Ordering::AcqRel);
 
@@ -562,8 +562,10 @@ impl Worker {
         if unclear.is_empty() {
             return;
         }
-        let keys: Vec<(String, i64)> =
-            unclear.iter().map(|&i| (batches[i].series.key.clone(), batches[i].hour)).collect();
+        let keys: Vec<(String, i64)> = unclear
+            .iter()
+            .map(|&i| (batches[i].series.key().to_owned(), batches[i].hour))
+            .collect();
         let (store, backoff, check_log) = (&self.store, &mut self.backoff, &mut self.check_log);
         let marks = high_water_until_answered(
             &**store,

@@ -65,7 +65,9 @@ async fn wait_until(max: Duration, mut cond: impl FnMut() -> bool) -> bool {
 fn written_by_buffer(store: &FakeStore) -> BTreeMap<(String, TimestampMs), Vec<i64>> {
     let mut out: BTreeMap<(String, TimestampMs), Vec<i64>> = BTreeMap::new();
     for batch in store.written() {
-        out.entry((batch.series.key.clone(), batch.hour)).or_default().extend(batch_seqs(&batch));
+        out.entry((batch.series.key().to_owned(), batch.hour))
+            .or_default()
+            .extend(batch_seqs(&batch));
     }
     out
 }
@@ -114,14 +116,14 @@ async fn an_old_buffer_is_flushed_within_the_interval_and_not_long_before() {
         buffers.push(vec![item("b", others, others)]).unwrap();
         others += 1;
     }
-    assert!(store.written().iter().all(|b| b.series.key != "a"), "not at 900 ms");
+    assert!(store.written().iter().all(|b| b.series.key() != "a"), "not at 900 ms");
     // Due a tick (25 ms) before 1 s, found by the next tick.
     for _ in 0..2 {
         sleep(Duration::from_millis(50)).await;
         buffers.push(vec![item("b", others, others)]).unwrap();
         others += 1;
     }
-    let a: Vec<_> = store.written().into_iter().filter(|b| b.series.key == "a").collect();
+    let a: Vec<_> = store.written().into_iter().filter(|b| b.series.key() == "a").collect();
     assert_eq!(a.len(), 1, "one batch");
     assert_eq!(batch_seqs(&a[0]), vec![0, 1, 2, 3, 4]);
 }
@@ -238,7 +240,7 @@ async fn a_permanent_rejection_drops_only_that_batch_and_counts_it() {
 
     let written = store.written();
     assert_eq!(written.len(), 1);
-    assert_eq!(written[0].series.key, "good");
+    assert_eq!(written[0].series.key(), "good");
     assert_eq!(batch_seqs(&written[0]), (0..10).collect::<Vec<_>>());
     assert_eq!(m.get(READINGS_DROPPED, &[("reason", "rejected")]), 5.0);
     assert_eq!(m.get(STORE_ERRORS, &[("kind", "rejected")]), 1.0);

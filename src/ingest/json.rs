@@ -323,11 +323,7 @@ fn parse_item(
             "syntax",
         ));
     }
-    let series = SeriesMeta {
-        measurement: measurement.into_owned(),
-        tags: tags.into_iter().map(|(k, v)| (k.into_owned(), v.into_owned())).collect(),
-        key: sensor.into_owned(),
-    };
+    let series = SeriesMeta::new(&sensor, &measurement, &tags);
     let reading = Reading { ts, fields };
     validate::validate(&series, &reading, limits)
         .and_then(|()| validate::admit_series(&series, limits))
@@ -453,10 +449,7 @@ mod tests {
     #[test]
     fn value_and_fields() {
         let (s, r) = one(r#"{"sensor": "boiler", "value": 71}"#);
-        assert_eq!(
-            *s,
-            SeriesMeta { key: "boiler".into(), measurement: "boiler".into(), tags: vec![] }
-        );
+        assert_eq!(*s, SeriesMeta::untagged("boiler", "boiler"));
         assert_eq!(
             r,
             Reading {
@@ -583,19 +576,19 @@ mod tests {
 
         let (s, _) =
             one(r#"{"sensor":"c\\,pu\\ x,host=a","value":1,"tags":{"zone":"z","host":"a"}}"#);
-        assert_eq!(s.key, "c\\,pu\\ x,host=a");
-        assert_eq!(s.measurement, "c,pu x");
-        assert_eq!(s.tags, vec![("host".into(), "a".into()), ("zone".into(), "z".into())]);
+        assert_eq!(s.key(), "c\\,pu\\ x,host=a");
+        assert_eq!(s.measurement(), "c,pu x");
+        assert_eq!(s.tag_vec(), vec![("host".into(), "a".into()), ("zone".into(), "z".into())]);
 
         let e = err(r#"{"sensor":"env,site=w3","value":1,"tags":{"site":"w4"}}"#);
         assert!(e.message.contains("w3") && e.message.contains("w4"), "{}", e.message);
 
         // Not a series key: the measurement is the text before the first comma.
         let (s, _) = one(r#"{"sensor":"living room,2nd floor","value":1,"tags":{"b":"x"}}"#);
-        assert_eq!(s.measurement, "living room");
-        assert_eq!(s.tags, vec![("b".into(), "x".into())]);
+        assert_eq!(s.measurement(), "living room");
+        assert_eq!(s.tag_vec(), vec![("b".into(), "x".into())]);
         assert_eq!(err(r#"{"sensor":"a","value":1,"tags":{"b":1}}"#).reason, "syntax");
-        assert_eq!(one(r#"{"sensor":",x","value":1}"#).0.measurement, ",x");
+        assert_eq!(one(r#"{"sensor":",x","value":1}"#).0.measurement(), ",x");
     }
 
     #[test]
@@ -619,7 +612,7 @@ mod tests {
         let idx: Vec<_> = out
             .iter()
             .map(|r| match r {
-                Ok((s, _)) => (s.key.clone(), usize::MAX),
+                Ok((s, _)) => (s.key().to_owned(), usize::MAX),
                 Err(e) => (e.message.clone(), e.index),
             })
             .collect();

@@ -162,7 +162,7 @@ mod tests {
 
     #[test]
     fn series_key_helpers() {
-        assert_eq!(series_key("env", &[]), "env");
+        assert_eq!(series_key::<&str, &str>("env", &[]), "env");
         assert_eq!(
             series_key("a b,c=d", &strings(&[("k,=", "v =,")])),
             "a\\ b\\,c=d,k\\,\\==v\\ \\=\\,"

@@ -444,8 +444,7 @@ mod tests {
             let mut items = Vec::new();
             for line in text.split_terminator('\n') {
                 self.lines.push(line.to_owned());
-                let series =
-                    SeriesMeta { key: line.into(), measurement: line.into(), tags: vec![] };
+                let series = SeriesMeta::untagged(line, line);
                 items.push((
                     series.into(),
                     Reading {

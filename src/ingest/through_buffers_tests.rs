@@ -128,10 +128,7 @@ fn through_buffers(requests: Vec<Vec<Item>>) -> BTreeMap<Key, Vec<Row>> {
     }
     let taken = b.take(TakeMode::All, usize::MAX, usize::MAX).expect("something buffered");
     let out = by_buffer(
-        taken
-            .batches()
-            .iter()
-            .flat_map(|batch| batch.readings().map(|r| (batch.series.key.as_str(), r))),
+        taken.batches().iter().flat_map(|batch| batch.readings().map(|r| (batch.series.key(), r))),
     );
     for batch in taken.batches() {
         assert!(batch.seqs().windows(2).all(|w| w[0] < w[1]), "sequence numbers increase");
@@ -169,7 +166,7 @@ proptest! {
                 })
                 .collect();
             let expected =
-                by_buffer(parsed.iter().flatten().map(|(s, r)| (s.key.as_str(), r.clone())));
+                by_buffer(parsed.iter().flatten().map(|(s, r)| (s.key(), r.clone())));
             prop_assert_eq!(through_buffers(parsed), expected, "json: {}", json_format);
         }
     }

@@ -137,7 +137,7 @@ impl KnownSeries {
         let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         let texts = self.texts.pin();
         // A text equal to a key parses to that key's series, so this finds it if known.
-        let series = match texts.get(meta.key.as_bytes()) {
+        let series = match texts.get(meta.key().as_bytes()) {
             Some(series) => series.clone(),
             None if counts.interned < self.capacity => {
                 let series = Series::interned(meta);
@@ -148,7 +148,7 @@ impl KnownSeries {
             }
             None => Series::shared(meta),
         };
-        if !series.is_interned() || text != series.key.as_bytes() {
+        if !series.is_interned() || text != series.key().as_bytes() {
             if counts.other >= self.capacity {
                 texts.retain(|text, _| matches!(text, Text::Key(_)));
                 counts.other = 0;
@@ -310,7 +310,7 @@ impl SeriesLimit {
 /// parsers after [`validate`], so that invalid readings take no slot.
 pub fn admit_series(series: &SeriesMeta, limits: &InputLimits) -> Result<(), InvalidReading> {
     match &limits.series {
-        Some(bound) if !bound.admit(&series.key) => {
+        Some(bound) if !bound.admit(series.key()) => {
             Err(InvalidReading::TooManySeries { max: bound.max() })
         }
         _ => Ok(()),
@@ -331,23 +331,26 @@ pub fn validate(
 
 /// The series half of [`validate`].
 pub fn validate_series(series: &SeriesMeta, limits: &InputLimits) -> Result<(), InvalidReading> {
-    if series.key.is_empty() {
+    if series.key().is_empty() {
         return Err(InvalidReading::EmptySensor);
     }
-    if series.key.len() > limits.max_sensor_key_bytes {
+    if series.key().len() > limits.max_sensor_key_bytes {
         return Err(InvalidReading::SensorTooLong {
-            len: series.key.len(),
+            len: series.key().len(),
             max: limits.max_sensor_key_bytes,
         });
     }
-    if series.tags.len() > limits.max_tags {
-        return Err(InvalidReading::TooManyTags { count: series.tags.len(), max: limits.max_tags });
+    if series.tags().len() > limits.max_tags {
+        return Err(InvalidReading::TooManyTags {
+            count: series.tags().len(),
+            max: limits.max_tags,
+        });
     }
-    for (k, v) in &series.tags {
+    for (k, v) in series.tags() {
         check_name(k, limits)?;
         if v.len() > limits.max_tag_value_bytes {
             return Err(InvalidReading::ValueTooLong {
-                name: k.clone(),
+                name: k.to_owned(),
                 len: v.len(),
                 max: limits.max_tag_value_bytes,
             });
@@ -410,7 +413,7 @@ mod tests {
     use crate::model::Fields;
 
     fn series(key: &str) -> SeriesMeta {
-        SeriesMeta { key: key.into(), measurement: key.into(), tags: vec![] }
+        SeriesMeta::untagged(key, key)
     }
 
     #[test]
@@ -496,8 +499,7 @@ mod tests {
     #[test]
     fn known_series_keep_each_key_interned_and_forget_other_texts_when_full() {
         let known = KnownSeries::new(2);
-        let meta =
-            |key: &str| SeriesMeta { key: key.into(), measurement: "m".into(), tags: vec![] };
+        let meta = |key: &str| SeriesMeta::untagged(key, "m");
         let m = known.insert(b"m", meta("m"));
         assert!(m.is_interned());
         assert_eq!(known.len(), 1, "a text that is its key is the key's entry");

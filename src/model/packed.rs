@@ -143,7 +143,7 @@ mod tests {
     use crate::model::{Reading, SeriesMeta};
 
     fn series(key: &str) -> Series {
-        Series::shared(SeriesMeta { key: key.into(), measurement: key.into(), tags: vec![] })
+        Series::shared(SeriesMeta::untagged(key, key))
     }
 
     fn reading(ts: TimestampMs, fields: &[(&str, FieldValue)]) -> Reading {

@@ -159,9 +159,9 @@ impl MemoryStore {
         writer: WriterId,
         batch: &Batch,
     ) -> WriteReport {
-        let entry = series.entry(batch.series.key.clone()).or_insert_with(|| Series {
-            measurement: batch.series.measurement.clone(),
-            tags: batch.series.tags.clone(),
+        let entry = series.entry(batch.series.key().to_owned()).or_insert_with(|| Series {
+            measurement: batch.series.measurement().to_owned(),
+            tags: batch.series.tag_vec(),
             buckets: BTreeMap::new(),
             marks: BTreeMap::new(),
             expired: BTreeMap::new(),
@@ -438,11 +438,7 @@ mod tests {
 
     fn batch(key: &str, hour: i64, ts: impl IntoIterator<Item = i64>) -> Batch {
         Batch::numbered(
-            crate::model::Series::from(SeriesMeta {
-                key: key.into(),
-                measurement: key.into(),
-                tags: vec![("site".into(), "a".into())],
-            }),
+            crate::model::Series::from(SeriesMeta::new(key, key, &[("site", "a")])),
             hour,
             ts.into_iter()
                 .map(|t| Reading {

@@ -121,14 +121,14 @@ pub fn encode(items: &[Item], out: &mut Vec<u8>) -> Result<(), PayloadError> {
             }
         }
     }
-    let dictionary: usize = series.iter().map(|m| 8 + m.key.len() + m.measurement.len()).sum();
+    let dictionary: usize = series.iter().map(|m| 8 + m.key().len() + m.measurement().len()).sum();
     out.reserve(dictionary + names.iter().map(|n| n.len() + 2).sum::<usize>() + body.len());
     put_varint(out, series.len() as u64);
     for s in series {
         let meta: &SeriesMeta = s;
         // Interned series are line protocol's, whose key is made from the measurement and
         // tags; others (JSON sensors) are checked, with what `decode` rebuilds the key with.
-        let made = || meta.key == series_key(&meta.measurement, &meta.tags);
+        let made = || meta.key() == meta.series_key();
         debug_assert!(
             !s.is_interned() || made(),
             "an interned series whose key is not made from its measurement and tags"
@@ -138,11 +138,11 @@ pub fn encode(items: &[Item], out: &mut Vec<u8>) -> Result<(), PayloadError> {
             out.push(1);
         } else {
             out.push(0);
-            put_str(out, &meta.key);
+            put_str(out, meta.key());
         }
-        put_str(out, &meta.measurement);
-        put_varint(out, meta.tags.len() as u64);
-        for (k, v) in &meta.tags {
+        put_str(out, meta.measurement());
+        put_varint(out, meta.tags().len() as u64);
+        for (k, v) in meta.tags() {
             put_str(out, k);
             put_str(out, v);
         }
@@ -174,7 +174,7 @@ pub fn decode(payload: &[u8], count: u32) -> Result<Vec<Item>, PayloadError> {
             tags.push((r.string()?, r.string()?));
         }
         let key = key.unwrap_or_else(|| series_key(&measurement, &tags));
-        series.push(SeriesMeta { key, measurement, tags }.into());
+        series.push(SeriesMeta::new(&key, &measurement, &tags).into());
     }
     let name_count = r.len()?;
     let mut names: Vec<FieldName> = Vec::with_capacity(name_count);
@@ -244,7 +244,7 @@ mod tests {
             .prop_map(|(measurement, tags, json_key)| {
                 let tags: Vec<(String, String)> = tags.into_iter().collect();
                 let key = json_key.unwrap_or_else(|| series_key(&measurement, &tags));
-                SeriesMeta { key, measurement, tags }
+                SeriesMeta::new(&key, &measurement, &tags)
             })
     }
 
@@ -321,11 +321,7 @@ mod tests {
 
     #[test]
     fn a_line_protocol_series_is_written_once_a_record_without_its_key() {
-        let meta = SeriesMeta {
-            key: "loadtest,sensor=s0001".into(),
-            measurement: "loadtest".into(),
-            tags: vec![("sensor".into(), "s0001".into())],
-        };
+        let meta = SeriesMeta::new("loadtest,sensor=s0001", "loadtest", &[("sensor", "s0001")]);
         let s = Series::from(meta.clone());
         let reading = |ts| Reading {
             ts,
@@ -338,7 +334,7 @@ mod tests {
             (0..100).map(|i| (s.clone(), reading(1_700_000_000_000 + i))).collect();
         let mut bytes = Vec::new();
         encode(&items, &mut bytes).unwrap();
-        assert!(!bytes.windows(meta.key.len()).any(|w| w == meta.key.as_bytes()));
+        assert!(!bytes.windows(meta.key().len()).any(|w| w == meta.key().as_bytes()));
         // Per reading: series 1, ts 1 (6 for the first), field count 1, two fields of 9.
         assert!(bytes.len() < 100 * 21 + 64, "{} bytes", bytes.len());
         let back = decode(&bytes, 100).unwrap();
@@ -351,8 +347,7 @@ mod tests {
         // The last readings are shorter than their series' index.
         let items: Vec<Item> = (0..200)
             .map(|i| {
-                let meta =
-                    SeriesMeta { key: format!("k{i}"), measurement: "m".into(), tags: Vec::new() };
+                let meta = SeriesMeta::untagged(&format!("k{i}"), "m");
                 (Series::from(meta), Reading { ts: 0, fields: Fields::new() })
             })
             .collect();

@@ -215,7 +215,7 @@ impl Refill {
         let slots: Vec<usize> = chunk
             .iter()
             .map(|(_, (meta, reading))| {
-                let key = (meta.key.as_str(), hour_start(reading.ts));
+                let key = (meta.key(), hour_start(reading.ts));
                 *index.entry(key).or_insert_with(|| {
                     keys.push((key.0.to_owned(), key.1));
                     keys.len() - 1

@@ -329,12 +329,7 @@ mod tests {
         (0..n)
             .map(|i| {
                 (
-                    SeriesMeta {
-                        key: format!("m,s={i}"),
-                        measurement: "m".into(),
-                        tags: vec![("s".into(), i.to_string())],
-                    }
-                    .into(),
+                    SeriesMeta::new(&format!("m,s={i}"), "m", &[("s", i.to_string())]).into(),
                     Reading {
                         ts: i as i64,
                         fields: smallvec::smallvec![

@@ -33,7 +33,7 @@ const IDENTITY: Identity = Identity { writer: WriterId(1), schema1_before: 0 };
 
 fn item(sensor: usize, ts: i64) -> Item {
     (
-        SeriesMeta { key: format!("s{sensor}"), measurement: "m".into(), tags: vec![] }.into(),
+        SeriesMeta::untagged(&format!("s{sensor}"), "m").into(),
         Reading { ts, fields: smallvec::smallvec![("v".into(), FieldValue::Float(ts as f64))] },
     )
 }

@@ -114,9 +114,5 @@ async fn accept(state: &IngestState, items: Vec<Item>, before: usize) -> Result<
 
 /// The series a JSON sensor key named: its measurement and tags, under that key.
 fn under_key(series: &Series, key: &str) -> Series {
-    Series::from(Arc::new(SeriesMeta {
-        key: key.to_owned(),
-        measurement: series.measurement.clone(),
-        tags: series.tags.clone(),
-    }))
+    Series::from(Arc::new(SeriesMeta::new(key, series.measurement(), &series.tag_vec())))
 }

@@ -76,13 +76,15 @@ fn new_series(line: &[u8], e: &mut Scratch<'_>) -> Result<SeriesMeta, Bad> {
             });
         }
     }
-    let tags: Vec<(String, String)> =
-        e.tags.iter().map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned())).collect();
     // Text that parsed and re-encodes to itself: with the tags already in order, the written
     // series text is the series key, and copying it is cheaper than re-encoding.
+    let made;
     let key = match std::str::from_utf8(&line[e.series.0..e.series.1]) {
-        Ok(raw) if presorted => raw.to_owned(),
-        _ => series_key(&e.measurement, &tags),
+        Ok(raw) if presorted => raw,
+        _ => {
+            made = series_key(&e.measurement, &e.tags);
+            &made
+        }
     };
-    Ok(SeriesMeta { key, measurement: e.measurement.as_ref().to_owned(), tags })
+    Ok(SeriesMeta::new(key, &e.measurement, &e.tags))
 }

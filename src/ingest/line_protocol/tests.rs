@@ -80,9 +80,9 @@ fn to_millis_floors_and_detects_overflow() {
 fn parses_a_point() {
     let (s, r) =
         one("env,site=w3,sensor=s1 temp=21.5,n=3i,u=4u,ok=T,msg=\"hi\" 1700000000123456789");
-    assert_eq!(s.measurement, "env");
-    assert_eq!(s.tags, strings(&[("sensor", "s1"), ("site", "w3")]));
-    assert_eq!(s.key, "env,sensor=s1,site=w3");
+    assert_eq!(s.measurement(), "env");
+    assert_eq!(s.tag_vec(), strings(&[("sensor", "s1"), ("site", "w3")]));
+    assert_eq!(s.key(), "env,sensor=s1,site=w3");
     assert_eq!(r.ts, 1_700_000_000_123);
     assert_eq!(
         r.fields.to_vec(),
@@ -100,7 +100,7 @@ fn parses_a_point() {
 fn lines_comments_blanks_and_crlf() {
     let body = "# header\r\n\r\n  \na v=1 1000000\r\n   # indented comment\nb v=2\r\n\nc v=3";
     let r = parse(body);
-    let got: Vec<_> = r.iter().map(|x| x.as_ref().unwrap().0.measurement.clone()).collect();
+    let got: Vec<_> = r.iter().map(|x| x.as_ref().unwrap().0.measurement().to_owned()).collect();
     assert_eq!(got, ["a", "b", "c"]);
     assert_eq!(r[0].as_ref().unwrap().1.ts, 1);
     assert_eq!(r[1].as_ref().unwrap().1.ts, NOW);
@@ -202,15 +202,15 @@ fn series_key_is_canonical_whatever_the_tag_order() {
     let (a, _) = one("w\\ x\\,y,z=1,b\\ k=v\\=\\,w v=1");
     let (b, _) = one("w\\ x\\,y,b\\ k=v\\=\\,w,z=1 v=1");
     assert_eq!(a, b);
-    assert_eq!(a.measurement, "w x,y");
-    assert_eq!(a.tags, strings(&[("b k", "v=,w"), ("z", "1")]));
-    assert_eq!(a.key, "w\\ x\\,y,b\\ k=v\\=\\,w,z=1");
+    assert_eq!(a.measurement(), "w x,y");
+    assert_eq!(a.tag_vec(), strings(&[("b k", "v=,w"), ("z", "1")]));
+    assert_eq!(a.key(), "w\\ x\\,y,b\\ k=v\\=\\,w,z=1");
     // Literal backslashes stay literal and the key still parses back.
     let (c, _) = one("m\\=x,t=a\\\\\\ b v=1");
-    assert_eq!((c.measurement.as_str(), c.tags[0].1.as_str()), ("m\\=x", "a\\\\ b"));
-    assert_eq!(c.key, series_key(&c.measurement, &c.tags));
-    let back = parse_series_key(&c.key).unwrap();
-    assert_eq!(back.measurement, c.measurement);
+    assert_eq!((c.measurement(), c.tags().next().unwrap().1), ("m\\=x", "a\\\\ b"));
+    assert_eq!(c.key(), c.series_key());
+    let back = parse_series_key(c.key()).unwrap();
+    assert_eq!(back.measurement, c.measurement());
     assert_eq!(back.tags, vec![(Cow::from("t"), Cow::from("a\\\\ b"))]);
 }
 
@@ -225,8 +225,8 @@ fn known_series_are_shared_and_still_checked() {
     let first = parse_body(body, Precision::Nanoseconds, NOW, &limits);
     let again = parse_body(body, Precision::Nanoseconds, NOW, &limits);
     let series: Vec<&Series> = first.iter().chain(&again).map(|r| &r.as_ref().unwrap().0).collect();
-    assert_eq!(series[0].key, "m,a=1,b=2");
-    assert_eq!(series[0].tags, strings(&[("a", "1"), ("b", "2")]));
+    assert_eq!(series[0].key(), "m,a=1,b=2");
+    assert_eq!(series[0].tag_vec(), strings(&[("a", "1"), ("b", "2")]));
     // Lines 1 and 3 are written alike, line 2 is the same series written otherwise: all
     // three share the one interned series, across bodies too.
     assert!(series.iter().all(|s| s.is_interned() && Series::ptr_eq(s, series[0])));
@@ -250,7 +250,7 @@ fn known_series_with_escaped_spaces_parse_like_new_ones() {
     let limits = wide_limits();
     let whole = parse_body(body, Precision::Nanoseconds, NOW, &limits);
     assert_eq!(whole, parse_framed(body));
-    assert_eq!(whole[0].as_ref().unwrap().0.key, "m\\ x,t=a\\ b");
+    assert_eq!(whole[0].as_ref().unwrap().0.key(), "m\\ x,t=a\\ b");
     assert!(Series::ptr_eq(&whole[0].as_ref().unwrap().0, &whole[5].as_ref().unwrap().0));
     assert_eq!(whole.iter().filter(|r| r.is_err()).count(), 2, "{whole:?}");
 }
@@ -443,9 +443,9 @@ proptest! {
         prop_assert_eq!(parsed.len(), points.len(), "{:?}", body);
         for (p, r) in points.iter().zip(&parsed) {
             let (series, reading) = r.as_ref().map_err(|e| TestCaseError::fail(format!("{e} in {body:?}")))?;
-            prop_assert_eq!(&series.measurement, &p.measurement);
-            prop_assert_eq!(&series.tags, &p.tags);
-            prop_assert_eq!(&series.key, &series_key(&p.measurement, &p.tags));
+            prop_assert_eq!(&series.measurement(), &p.measurement);
+            prop_assert_eq!(&series.tag_vec(), &p.tags);
+            prop_assert_eq!(&series.key(), &series_key(&p.measurement, &p.tags));
             prop_assert_eq!(reading.fields.len(), p.fields.len());
             for ((gk, gv), (wk, wv)) in reading.fields.iter().zip(&p.fields) {
                 prop_assert_eq!(gk, wk);

@@ -190,7 +190,7 @@ impl<'b> Item<'b> {
     }
 
     fn key(&self) -> (&str, TimestampMs) {
-        (self.batch.series.key.as_str(), self.batch.hour)
+        (self.batch.series.key(), self.batch.hour)
     }
 
     fn written(&self) -> bool {
@@ -210,7 +210,7 @@ fn write_items(
     items: &mut [Item<'_>],
 ) -> Result<(), EmbeddedError> {
     items.sort_by(|a, b| a.key().cmp(&b.key()));
-    for group in items.chunk_by_mut(|a, b| a.batch.series.key == b.batch.series.key) {
+    for group in items.chunk_by_mut(|a, b| a.batch.series.key() == b.batch.series.key()) {
         find_series(t, group)?;
     }
     items.sort_by_key(|item| (item.series_id, item.batch.hour));
@@ -220,12 +220,12 @@ fn write_items(
         }
     }
     items.sort_by(|a, b| a.key().cmp(&b.key()));
-    for group in items.chunk_by(|a, b| a.batch.series.key == b.batch.series.key) {
+    for group in items.chunk_by(|a, b| a.batch.series.key() == b.batch.series.key()) {
         // The first pass widened the record to every batch; a failed one must not.
         if group.iter().any(|item| matches!(item.outcome, Some(Err(_))))
             && let Some(record) = widened(group, Item::written)
         {
-            put_series(t, group[0].batch.series.key.as_str(), &record)?;
+            put_series(t, group[0].batch.series.key(), &record)?;
         }
         for item in group.iter().filter(|item| item.written()) {
             record_mark(t, w.writer, item.batch)?;
@@ -239,7 +239,7 @@ fn write_items(
 /// rewrite per series, however many of its batches the write holds. A record that does not
 /// decode fails the group before anything of it is written.
 fn find_series(t: &mut Tables<'_>, group: &mut [Item<'_>]) -> Result<(), EmbeddedError> {
-    let key = group[0].batch.series.key.as_str();
+    let key = group[0].batch.series.key();
     let stored = t.series.get(key)?.map(|g| SeriesRecord::decode(g.value()));
     let record = match stored {
         Some(Ok(record)) => record,
@@ -280,7 +280,7 @@ fn put_series(t: &mut Tables<'_>, key: &str, record: &SeriesRecord) -> Result<()
 
 fn record_mark(t: &mut Tables<'_>, writer: WriterId, batch: &Batch) -> Result<(), EmbeddedError> {
     let Some(last) = batch.last_seq() else { return Ok(()) };
-    let key = (batch.series.key.as_str(), batch.hour, writer.0);
+    let key = (batch.series.key(), batch.hour, writer.0);
     // Marks almost always grow, so write first and put a higher old mark back (a refill of
     // older readings): one B-tree operation per batch instead of a lookup and a write.
     let old = t.marks.insert(key, last)?.map(|g| g.value());
@@ -384,13 +384,18 @@ fn create_series(
         .ok_or_else(|| EmbeddedError::Corrupt("meta table lacks next_series_id".into()))?;
     t.meta.insert(META_NEXT_SERIES_ID, id + 1)?;
     let s = &batch.series;
-    let record =
-        SeriesRecord { id, measurement: s.measurement.clone(), tags: s.tags.clone(), first, last };
-    t.series.insert(s.key.as_str(), record.encode().as_slice())?;
-    for (k, v) in &s.tags {
-        t.tags.insert((k.as_str(), v.as_str(), s.key.as_str()), ())?;
+    let record = SeriesRecord {
+        id,
+        measurement: s.measurement().to_owned(),
+        tags: s.tag_vec(),
+        first,
+        last,
+    };
+    t.series.insert(s.key(), record.encode().as_slice())?;
+    for (k, v) in s.tags() {
+        t.tags.insert((k, v, s.key()), ())?;
     }
-    t.measurements.insert((s.measurement.as_str(), s.key.as_str()), ())?;
+    t.measurements.insert((s.measurement(), s.key()), ())?;
     Ok(record)
 }
 

@@ -113,7 +113,7 @@ fn statement(run: &Run<'_>, writer: WriterId, after: Option<Seq>) -> Option<Docu
             max.insert(format!("{key}.{}", d::STAT_LAST), point(last));
         }
     }
-    let mut filter = doc! {d::ID: doc_id(&batch.series.key, batch.hour)};
+    let mut filter = doc! {d::ID: doc_id(batch.series.key(), batch.hour)};
     let last_seq = run.readings.clone().filter_map(|i| run.seq(i)).max();
     if let Some(last) = last_seq {
         let path = mark_path(batch.hour, writer);
@@ -137,17 +137,16 @@ fn statement(run: &Run<'_>, writer: WriterId, after: Option<Seq>) -> Option<Docu
     let day = day_of(batch.hour);
     let tags: Vec<Bson> = batch
         .series
-        .tags
-        .iter()
+        .tags()
         .map(|(k, v)| Bson::Document(doc! {d::TAG_KEY: k, d::TAG_VALUE: v}))
         .collect();
     let mut update = doc! {
         "$inc": inc,
         "$setOnInsert": {
-            d::SENSOR: &batch.series.key,
+            d::SENSOR: &batch.series.key(),
             DAY: d::date(day),
             d::END: d::date(day + DAY_MS),
-            d::MEASUREMENT: &batch.series.measurement,
+            d::MEASUREMENT: &batch.series.measurement(),
             d::TAGS: tags,
         },
     };
@@ -207,7 +206,7 @@ pub(super) async fn write(
 /// Reads the run's mark and sends the statistics of its readings above it.
 async fn rest_of(inner: &Inner, writer: WriterId, run: &Run<'_>) -> Result<(), StoreError> {
     let (batch, path) = (run.batch, mark_path(run.batch.hour, writer));
-    let filter = doc! {d::ID: doc_id(&batch.series.key, batch.hour)};
+    let filter = doc! {d::ID: doc_id(batch.series.key(), batch.hour)};
     let action = inner.hours.find_one(filter).projection(doc! {&path: 1});
     let found = super::timed(inner.op_timeout, "find", action).await?.map_err(error_from_driver)?;
     let mark = found
@@ -218,7 +217,7 @@ async fn rest_of(inner: &Inner, writer: WriterId, run: &Run<'_>) -> Result<(), S
         .ok_or_else(|| {
             StoreError::Unavailable(format!(
                 "hour statistics of {} without a mark",
-                batch.series.key
+                batch.series.key()
             ))
         })?;
     let Some(st) = statement(run, writer, Some(mark)) else { return Ok(()) };

@@ -297,7 +297,7 @@ fn build(
             states[work.batch].error.get_or_insert(StoreError::Rejected(format!(
                 "a reading of {} encodes to a {size}-byte update, more than MongoDB accepts in \
                  one document",
-                states[work.batch].batch.series.key
+                states[work.batch].batch.series.key()
             )));
             return;
         }
@@ -359,7 +359,7 @@ fn statement(
     let mut on_insert = RawDocumentBuf::new();
     match work.target {
         Target::Open => {
-            filter.append(d::SENSOR, batch.series.key.as_str());
+            filter.append(d::SENSOR, batch.series.key());
             filter.append(d::START, d::date(batch.hour));
             filter.append(d::VERSION, version);
             let mut n = RawDocumentBuf::new();
@@ -371,18 +371,18 @@ fn statement(
         }
         Target::New(id) => {
             filter.append(d::ID, id);
-            on_insert.append(d::SENSOR, batch.series.key.as_str());
+            on_insert.append(d::SENSOR, batch.series.key());
             on_insert.append(d::START, d::date(batch.hour));
             on_insert.append(d::VERSION, version);
         }
     }
     on_insert.append(d::END, d::date(batch.hour + HOUR_MS));
-    on_insert.append(d::MEASUREMENT, batch.series.measurement.as_str());
+    on_insert.append(d::MEASUREMENT, batch.series.measurement());
     let mut tags = RawArrayBuf::new();
-    for (k, v) in &batch.series.tags {
+    for (k, v) in batch.series.tags() {
         let mut tag = RawDocumentBuf::new();
-        tag.append(d::TAG_KEY, k.as_str());
-        tag.append(d::TAG_VALUE, v.as_str());
+        tag.append(d::TAG_KEY, k);
+        tag.append(d::TAG_VALUE, v);
         tags.push(tag);
     }
     on_insert.append(d::TAGS, tags);
@@ -561,7 +561,7 @@ fn settle(states: &mut [BatchState<'_>], works: Vec<Work>, reply: &Document) -> 
                     state.error.get_or_insert_with(|| {
                         StoreError::Rejected(format!(
                             "a reading of {} does not fit a MongoDB document: {msg}",
-                            state.batch.series.key
+                            state.batch.series.key()
                         ))
                     });
                 }
@@ -586,11 +586,7 @@ mod tests {
 
     fn batch(sizes: &[usize]) -> Batch {
         Batch::numbered(
-            crate::model::Series::from(SeriesMeta {
-                key: "s".into(),
-                measurement: "m".into(),
-                tags: vec![],
-            }),
+            crate::model::Series::from(SeriesMeta::untagged("s", "m")),
             0,
             sizes
                 .iter()

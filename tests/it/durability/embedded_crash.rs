@@ -60,11 +60,7 @@ fn write_readings(round: u64, w: i64) -> Vec<Reading> {
 fn batches_for(round: u64, w: i64) -> Vec<Batch> {
     let mut out = Vec::new();
     for key in SERIES {
-        let series = Arc::new(SeriesMeta {
-            key: key.into(),
-            measurement: "crash".into(),
-            tags: vec![("kind".into(), "crash".into())],
-        });
+        let series = Arc::new(SeriesMeta::new(key, "crash", &[("kind", "crash")]));
         let mut by_hour: BTreeMap<i64, Vec<Reading>> = BTreeMap::new();
         for r in write_readings(round, w) {
             by_hour.entry(hour_start(r.ts)).or_default().push(r);

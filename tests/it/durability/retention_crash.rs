@@ -64,11 +64,7 @@ fn readings_of(i: usize) -> Vec<Reading> {
 fn all_batches() -> Vec<Batch> {
     let mut out = Vec::new();
     for i in 0..SENSORS {
-        let series = Arc::new(SeriesMeta {
-            key: key(i),
-            measurement: "rc".into(),
-            tags: vec![("sensor".into(), format!("s{i:03}"))],
-        });
+        let series = Arc::new(SeriesMeta::new(&key(i), "rc", &[("sensor", format!("s{i:03}"))]));
         let readings = readings_of(i);
         for h in 0..HOURS {
             let hour = T0 + h * HOUR_MS;

@@ -91,8 +91,8 @@ fn compare(
     reading: &Reading,
 ) -> Result<(), String> {
     let measurement = expected["measurement"].as_str().unwrap();
-    if series.measurement != measurement {
-        return Err(format!("measurement {:?}, expected {measurement:?}", series.measurement));
+    if series.measurement() != measurement {
+        return Err(format!("measurement {:?}, expected {measurement:?}", series.measurement()));
     }
     let want_tags: BTreeMap<String, String> = expected["tags"]
         .as_object()
@@ -100,15 +100,16 @@ fn compare(
         .iter()
         .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
         .collect();
-    let got_tags: BTreeMap<String, String> = series.tags.iter().cloned().collect();
-    if got_tags != want_tags || got_tags.len() != series.tags.len() {
-        return Err(format!("tags {:?}, expected {want_tags:?}", series.tags));
+    let tags = series.tag_vec();
+    let got_tags: BTreeMap<String, String> = tags.iter().cloned().collect();
+    if got_tags != want_tags || got_tags.len() != tags.len() {
+        return Err(format!("tags {tags:?}, expected {want_tags:?}"));
     }
-    if !series.tags.windows(2).all(|w| w[0].0 < w[1].0) {
-        return Err(format!("tags not sorted by key: {:?}", series.tags));
+    if !tags.windows(2).all(|w| w[0].0 < w[1].0) {
+        return Err(format!("tags not sorted by key: {tags:?}"));
     }
-    if series.key != series_key(&series.measurement, &series.tags) {
-        return Err(format!("series key {:?} is not the canonical one", series.key));
+    if series.key() != series_key(series.measurement(), &tags) {
+        return Err(format!("series key {:?} is not the canonical one", series.key()));
     }
     let want_fields: BTreeMap<&str, FieldValue> = expected["fields"]
         .as_object()

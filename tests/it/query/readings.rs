@@ -51,7 +51,7 @@ async fn fixture() -> (App, SeriesMeta, HashMap<i64, i64>, Vec<i64>) {
     stored.push(id_reading(BASE + 2 * HOUR_MS, 200));
     write(&app.store, &s, &stored[..stored.len() - 1]).await;
     write(&app.store, &s, &stored[stored.len() - 1..]).await;
-    assert!(app.store.bucket_count(&s.key, BASE + HOUR_MS) > 1, "the fixture spills buckets");
+    assert!(app.store.bucket_count(s.key(), BASE + HOUR_MS) > 1, "the fixture spills buckets");
 
     let unflushed = vec![
         id_reading(BASE, 1000),          // ties with the first stored reading
@@ -182,7 +182,7 @@ async fn paging_covers_the_whole_range_in_both_orders_without_gaps_or_duplicates
     let (app, s, ts_of, asc) = fixture().await;
     let range = format!(
         "/api/v1/readings?sensor={}&from={BASE}&to={}",
-        enc(&s.key),
+        enc(s.key()),
         enc("2023-11-15T01:00:00Z")
     );
     for limit in [1, 3, 7, 10, 1000] {
@@ -206,7 +206,7 @@ async fn a_flush_between_pages_neither_repeats_nor_skips_tied_readings() {
         let want: Vec<i64> = if order == "asc" { asc } else { asc.into_iter().rev().collect() };
         let base = format!(
             "/api/v1/readings?sensor={}&from={BASE}&to={}&order={order}&limit=4",
-            enc(&s.key),
+            enc(s.key()),
             BASE + 3 * HOUR_MS
         );
         let mut ids = Vec::new();
@@ -221,8 +221,8 @@ async fn a_flush_between_pages_neither_repeats_nor_skips_tied_readings() {
             ids.extend(rows.iter().map(|r| r.0));
             page += 1;
             // Once the page has entered the tie group, the buffers flush into the store.
-            if ids.iter().any(|id| (100..125).contains(id)) && app.unflushed.pending(&s.key) > 0 {
-                let flushed = app.unflushed.take(&s.key);
+            if ids.iter().any(|id| (100..125).contains(id)) && app.unflushed.pending(s.key()) > 0 {
+                let flushed = app.unflushed.take(s.key());
                 write(&app.store, &s, &flushed).await;
             }
             match next {
@@ -423,7 +423,7 @@ async fn cursors_are_bound_to_their_sensor_order_and_range() {
     write(&app.store, &other, &[id_reading(BASE, 1)]).await;
     let base = format!(
         "/api/v1/readings?sensor={}&from={BASE}&to={}&limit=2",
-        enc(&s.key),
+        enc(s.key()),
         BASE + 3 * HOUR_MS
     );
     let (_, v) = get_json(&app.router, &base).await;
@@ -431,7 +431,7 @@ async fn cursors_are_bound_to_their_sensor_order_and_range() {
     // The cursor alone (no from/to/order) continues the same query.
     let (status, v2) = get_json(
         &app.router,
-        &format!("/api/v1/readings?sensor={}&limit=2&cursor={c}", enc(&s.key)),
+        &format!("/api/v1/readings?sensor={}&limit=2&cursor={c}", enc(s.key())),
     )
     .await;
     assert_eq!(status, StatusCode::OK);
@@ -440,7 +440,7 @@ async fn cursors_are_bound_to_their_sensor_order_and_range() {
     for bad in [
         format!("/api/v1/readings?sensor=other&cursor={c}"),
         format!("{base}&order=desc&cursor={c}"),
-        format!("/api/v1/readings?sensor={}&from={}&cursor={c}", enc(&s.key), BASE + 1),
+        format!("/api/v1/readings?sensor={}&from={}&cursor={c}", enc(s.key()), BASE + 1),
         format!("{base}&cursor=not-a-cursor"),
         format!("{base}&cursor={}", &c[..c.len() - 2]),
     ] {
@@ -459,7 +459,7 @@ async fn store_down_is_503_with_a_json_body() {
             &app.router,
             &format!(
                 "/api/v1/readings?sensor={}&from={BASE}&to={}&format={format}",
-                enc(&s.key),
+                enc(s.key()),
                 BASE + HOUR_MS
             ),
         )

@@ -382,7 +382,7 @@ async fn schema1_buckets_are_read_and_their_mark_kept_apart() {
     ];
     let (r, bytes) = encoded(&old);
     let v1 = doc! {
-        d::SENSOR: &s.key, d::VERSION: 1, d::START: d::date(T0), d::END: d::date(T0 + HOUR_MS),
+        d::SENSOR: &s.key(), d::VERSION: 1, d::START: d::date(T0), d::END: d::date(T0 + HOUR_MS),
         d::MEASUREMENT: "old", d::TAGS: [{"k": "sensor", "v": "a"}],
         d::COUNT: 2, d::BYTES: bytes as i64, d::FIRST: d::date(T0 + 1), d::LAST: d::date(T0 + 2),
         d::STATS: {"v": {"min": 1.0, "max": 2.0, "sum": 3.0, "n": 2}},
@@ -390,7 +390,7 @@ async fn schema1_buckets_are_read_and_their_mark_kept_apart() {
     };
     store.database().collection::<bson::Document>(COLLECTION).insert_one(v1).await.unwrap();
 
-    let keys = vec![(s.key.clone(), T0)];
+    let keys = vec![(s.key().to_owned(), T0)];
     assert_eq!(store.schema1_high_water(&keys).await.unwrap(), vec![500]);
     assert_eq!(store.high_water(W, &keys).await.unwrap(), vec![0], "not this writer's mark");
 
@@ -405,7 +405,7 @@ async fn schema1_buckets_are_read_and_their_mark_kept_apart() {
         "schema 2 never writes it"
     );
     // By version, not by `_id`: the test's client and the server draw ObjectIds apart.
-    let docs = raw_buckets(&store, &s.key).await;
+    let docs = raw_buckets(&store, s.key()).await;
     let count_of = |version: f64| -> Vec<Option<f64>> {
         docs.iter()
             .filter(|b| b.get(d::VERSION).and_then(d::number) == Some(version))
@@ -417,10 +417,10 @@ async fn schema1_buckets_are_read_and_their_mark_kept_apart() {
 
     let mut expected = old.to_vec();
     expected.extend(new);
-    assert_eq!(read(&store, range(&s.key, T0, T0 + HOUR_MS)).await, expected);
+    assert_eq!(read(&store, range(s.key(), T0, T0 + HOUR_MS)).await, expected);
     let rollup = store
         .rollups(bucketd::store::RollupQuery {
-            sensor: s.key.clone(),
+            sensor: s.key().to_owned(),
             from: T0,
             to: T0 + HOUR_MS,
             step_ms: HOUR_MS,
@@ -447,7 +447,7 @@ async fn schema2_buckets_are_read_and_their_statistics_lack_first_and_last() {
     ];
     let (r, bytes) = encoded(&old);
     let v2 = doc! {
-        d::SENSOR: &s.key, d::VERSION: 2, d::START: d::date(T0), d::END: d::date(T0 + HOUR_MS),
+        d::SENSOR: &s.key(), d::VERSION: 2, d::START: d::date(T0), d::END: d::date(T0 + HOUR_MS),
         d::MEASUREMENT: "two", d::TAGS: [{"k": "sensor", "v": "a"}],
         d::COUNT: 2, d::BYTES: bytes as i64, d::FIRST: d::date(T0 + 1_000),
         d::LAST: d::date(T0 + 2_000),
@@ -456,7 +456,7 @@ async fn schema2_buckets_are_read_and_their_statistics_lack_first_and_last() {
     };
     store.database().collection::<bson::Document>(COLLECTION).insert_one(v2).await.unwrap();
 
-    let keys = vec![(s.key.clone(), T0), (s.key.clone(), T0 + HOUR_MS)];
+    let keys = vec![(s.key().to_owned(), T0), (s.key().to_owned(), T0 + HOUR_MS)];
     assert_eq!(store.high_water(W, &keys).await.unwrap(), vec![700, 0], "the schema-2 mark");
 
     // Earlier, later and in between the old readings, and an hour of its own.
@@ -476,7 +476,7 @@ async fn schema2_buckets_are_read_and_their_statistics_lack_first_and_last() {
     .await;
     assert_eq!(store.high_water(W, &keys).await.unwrap(), vec![802, 803]);
 
-    let docs = raw_buckets(&store, &s.key).await;
+    let docs = raw_buckets(&store, s.key()).await;
     let old_doc = docs.iter().find(|b| b.get(d::VERSION).and_then(d::number) == Some(2.0));
     let old_stats = old_doc.unwrap().get_document(d::STATS).unwrap().get_document("v").unwrap();
     assert_eq!(old_doc.unwrap().get(d::COUNT).and_then(d::number), Some(2.0), "left as it was");
@@ -484,8 +484,13 @@ async fn schema2_buckets_are_read_and_their_statistics_lack_first_and_last() {
     assert_eq!(docs.len(), 3, "one schema-2 bucket, a schema-3 bucket per hour");
 
     let rollup = |from: i64, to: i64, step_ms: i64| {
-        let query =
-            bucketd::store::RollupQuery { sensor: s.key.clone(), from, to, step_ms, fields: None };
+        let query = bucketd::store::RollupQuery {
+            sensor: s.key().to_owned(),
+            from,
+            to,
+            step_ms,
+            fields: None,
+        };
         let store = &store;
         async move { store.rollups(query).await.unwrap() }
     };
@@ -541,12 +546,12 @@ async fn hour_statistics_count_each_reading_once_across_retries() {
         .delete_many(doc! {d::SENSOR: "once"})
         .await
         .unwrap();
-    assert_eq!(store.high_water(W, &[(s.key.clone(), T0 + HOUR_MS)]).await.unwrap(), vec![0]);
+    assert_eq!(store.high_water(W, &[(s.key().to_owned(), T0 + HOUR_MS)]).await.unwrap(), vec![0]);
     write_ok(&store, &[batch(0..15)]).await;
     // And a replay of what is stored by now: statistics unchanged.
     write_ok(&store, &[batch(5..15)]).await;
     let q = bucketd::store::RollupQuery {
-        sensor: s.key.clone(),
+        sensor: s.key().to_owned(),
         from: T0,
         to: T0 + 3 * HOUR_MS,
         step_ms: HOUR_MS,

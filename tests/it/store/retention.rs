@@ -95,7 +95,7 @@ pub async fn expired_hours_keep_exact_statistics(make: Make<'_>) {
     );
 
     // Readings of the expired hours are gone, and a range touching them says so.
-    let e = range_error(store, &s.key, T0, T0 + 5 * HOUR_MS).await;
+    let e = range_error(store, s.key(), T0, T0 + 5 * HOUR_MS).await;
     assert!(matches!(e, StoreError::Expired { before, .. } if before == T0 + 2 * HOUR_MS), "{e:?}");
     let message = e.to_string();
     assert!(
@@ -103,26 +103,26 @@ pub async fn expired_hours_keep_exact_statistics(make: Make<'_>) {
         "{message}"
     );
     assert!(
-        matches!(range_error(store, &s.key, T0 + 30 * MINUTE, T0 + 31 * MINUTE).await, StoreError::Expired { before, .. } if before == T0 + HOUR_MS)
+        matches!(range_error(store, s.key(), T0 + 30 * MINUTE, T0 + 31 * MINUTE).await, StoreError::Expired { before, .. } if before == T0 + HOUR_MS)
     );
     // Live hours answer as before.
     let (live, end) = (T0 + 2 * HOUR_MS, T0 + 5 * HOUR_MS);
-    assert_eq!(read(store, range(&s.key, live, end)).await, expected_range(&written, live, end));
-    assert!(store.sensor_exists(&s.key).await.unwrap());
+    assert_eq!(read(store, range(s.key(), live, end)).await, expected_range(&written, live, end));
+    assert!(store.sensor_exists(s.key()).await.unwrap());
 
     // Whole-hour rollups over expired and live hours are exact: count, min, max, sum,
     // first, last of every numeric field.
     for step in [HOUR_MS, 2 * HOUR_MS, 5 * HOUR_MS] {
-        let got = rollups(store, &s.key, T0, end, step, None).await;
+        let got = rollups(store, s.key(), T0, end, step, None).await;
         assert_eq!(got, expected_rollups(&written, T0, end, step, None), "step {step}");
     }
     assert_eq!(
-        rollups(store, &s.key, T0, end, HOUR_MS, Some(&["n"])).await,
+        rollups(store, s.key(), T0, end, HOUR_MS, Some(&["n"])).await,
         expected_rollups(&written, T0, end, HOUR_MS, Some(&["n"]))
     );
     // Finer steps need the readings: a clear error, not a partial answer.
     let fine = RollupQuery {
-        sensor: s.key.clone(),
+        sensor: s.key().to_owned(),
         from: T0,
         to: end,
         step_ms: 30 * MINUTE,
@@ -139,7 +139,7 @@ pub async fn expired_hours_keep_exact_statistics(make: Make<'_>) {
     // (MongoDB counts the hour again: it sees its last bucket go.)
     assert!(again.readings_deleted == 1 && again.hours_deleted <= 1, "{again:?}");
     assert_eq!(
-        rollups(store, &s.key, T0, end, HOUR_MS, None).await,
+        rollups(store, s.key(), T0, end, HOUR_MS, None).await,
         expected_rollups(&written, T0, end, HOUR_MS, None)
     );
 
@@ -152,11 +152,11 @@ pub async fn expired_hours_keep_exact_statistics(make: Make<'_>) {
         if f.caps.rollup_retention_by_day { (0, T0) } else { (1, T0 + HOUR_MS) };
     assert_eq!((report.hours_deleted, report.stats_deleted), (1, stats_gone), "{report:?}");
     assert_eq!(
-        rollups(store, &s.key, T0, end, HOUR_MS, None).await,
+        rollups(store, s.key(), T0, end, HOUR_MS, None).await,
         expected_rollups(&written, kept_from, end, HOUR_MS, None)
     );
     let (live, end) = (T0 + 3 * HOUR_MS, T0 + 5 * HOUR_MS);
-    assert_eq!(read(store, range(&s.key, live, end)).await, expected_range(&written, live, end));
+    assert_eq!(read(store, range(s.key(), live, end)).await, expected_range(&written, live, end));
 }
 
 pub async fn retention_is_per_hour_and_spares_other_series(make: Make<'_>) {

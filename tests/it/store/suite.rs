@@ -154,7 +154,7 @@ pub fn series(key: &str, measurement: &str, tags: &[(&str, &str)]) -> Series {
     let mut tags: Vec<(String, String)> =
         tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     tags.sort();
-    Series::shared(SeriesMeta { key: key.into(), measurement: measurement.into(), tags })
+    Series::shared(SeriesMeta::new(key, measurement, &tags))
 }
 
 pub fn reading(ts: TimestampMs, fields: &[(&str, FieldValue)]) -> Reading {
@@ -183,7 +183,7 @@ pub async fn write_ok(store: &dyn Store, batches: &[Batch]) -> Vec<WriteReport> 
         .into_iter()
         .enumerate()
         .map(|(i, r)| {
-            r.unwrap_or_else(|e| panic!("batch {i} ({}) failed: {e}", batches[i].series.key))
+            r.unwrap_or_else(|e| panic!("batch {i} ({}) failed: {e}", batches[i].series.key()))
         })
         .collect()
 }
@@ -355,11 +355,11 @@ pub async fn spill_by_count(make: Make<'_>) {
     assert!(created >= total.div_ceil(cap), "{created} buckets for {total} readings");
     assert!(created <= upper, "{created} buckets, at most {upper} expected");
     assert_eq!(
-        read(&*f.store, range(&s.key, T0, T0 + HOUR_MS)).await,
+        read(&*f.store, range(s.key(), T0, T0 + HOUR_MS)).await,
         expected_range(&written, T0, T0 + HOUR_MS)
     );
     assert_eq!(
-        rollups(&*f.store, &s.key, T0, T0 + HOUR_MS, HOUR_MS, None).await,
+        rollups(&*f.store, s.key(), T0, T0 + HOUR_MS, HOUR_MS, None).await,
         expected_rollups(&written, T0, T0 + HOUR_MS, HOUR_MS, None)
     );
 }
@@ -387,7 +387,7 @@ pub async fn spill_by_size(make: Make<'_>) {
     // Each reading is more than 500 bytes, so a 4096-byte bucket holds at most 8.
     assert!(created >= (written.len() as u32).div_ceil(8), "only {created} buckets");
     assert_eq!(
-        read(&*f.store, range(&s.key, T0, T0 + HOUR_MS)).await,
+        read(&*f.store, range(s.key(), T0, T0 + HOUR_MS)).await,
         expected_range(&written, T0, T0 + HOUR_MS)
     );
 }
@@ -411,15 +411,15 @@ pub async fn batch_larger_than_a_document(make: Make<'_>) {
     all.extend(batches(&small, &others));
     let reports = write_ok(&*f.store, &all).await;
     assert!(reports[0].buckets_created >= 2, "{reports:?}");
-    let back = read(&*f.store, range(&big.key, T0, T0 + HOUR_MS)).await;
+    let back = read(&*f.store, range(big.key(), T0, T0 + HOUR_MS)).await;
     assert_eq!(back.len(), readings.len());
     assert!(
         back == expected_range(&readings, T0, T0 + HOUR_MS),
         "readings differ after the round trip"
     );
-    assert_eq!(read(&*f.store, range(&small.key, T0, T0 + HOUR_MS)).await, normalized(&others));
+    assert_eq!(read(&*f.store, range(small.key(), T0, T0 + HOUR_MS)).await, normalized(&others));
     assert_eq!(
-        rollups(&*f.store, &big.key, T0, T0 + HOUR_MS, HOUR_MS, None).await,
+        rollups(&*f.store, big.key(), T0, T0 + HOUR_MS, HOUR_MS, None).await,
         expected_rollups(&readings, T0, T0 + HOUR_MS, HOUR_MS, None)
     );
 }
@@ -445,17 +445,17 @@ pub async fn stats_exact_across_flushes(make: Make<'_>) {
     let (from, to) = (T0, T0 + 3 * HOUR_MS);
     for step in [HOUR_MS, 3 * HOUR_MS] {
         assert_eq!(
-            rollups(&*f.store, &s.key, from, to, step, None).await,
+            rollups(&*f.store, s.key(), from, to, step, None).await,
             expected_rollups(&written, from, to, step, None),
             "step {step}"
         );
     }
     let some: &[&str] = &["temp", "big", "absent", "status"];
     assert_eq!(
-        rollups(&*f.store, &s.key, from, to, HOUR_MS, Some(some)).await,
+        rollups(&*f.store, s.key(), from, to, HOUR_MS, Some(some)).await,
         expected_rollups(&written, from, to, HOUR_MS, Some(some))
     );
-    assert_eq!(read(&*f.store, range(&s.key, from, to)).await, expected_range(&written, from, to));
+    assert_eq!(read(&*f.store, range(s.key(), from, to)).await, expected_range(&written, from, to));
 }
 
 /// Late readings (an hour already flushed past) and readings out of order within a batch land
@@ -481,11 +481,11 @@ pub async fn late_and_out_of_order_readings(make: Make<'_>) {
         written.extend(readings);
     }
     let (from, to) = (T0, T0 + 3 * HOUR_MS);
-    assert_eq!(read(&*f.store, range(&s.key, from, to)).await, expected_range(&written, from, to));
-    let hours = rollups(&*f.store, &s.key, from, to, HOUR_MS, None).await;
+    assert_eq!(read(&*f.store, range(s.key(), from, to)).await, expected_range(&written, from, to));
+    let hours = rollups(&*f.store, s.key(), from, to, HOUR_MS, None).await;
     assert_eq!(hours, expected_rollups(&written, from, to, HOUR_MS, None));
     assert_eq!(hours.iter().map(|r| r.fields["v"].count).collect::<Vec<_>>(), vec![8, 1, 4]);
-    let early = read(&*f.store, range(&s.key, -HOUR_MS, 1)).await;
+    let early = read(&*f.store, range(s.key(), -HOUR_MS, 1)).await;
     assert_eq!(early, expected_range(&written, -HOUR_MS, 1));
     assert_eq!(early.len(), 3);
 }
@@ -508,7 +508,7 @@ pub async fn ranges_across_hours_and_spilled_buckets(make: Make<'_>) {
         (T0 + 2 * HOUR_MS, T0 + 3 * HOUR_MS),
     ] {
         assert_eq!(
-            read(&*f.store, range(&s.key, from, to)).await,
+            read(&*f.store, range(s.key(), from, to)).await,
             expected_range(&written, from, to),
             "[{from}, {to})"
         );
@@ -528,16 +528,16 @@ pub async fn descending_order_and_limit(make: Make<'_>) {
         .collect();
     write_ok(&*f.store, &batches(&s, &written)).await;
     let (from, to) = (T0, T0 + 2 * HOUR_MS);
-    let asc = read(&*f.store, range(&s.key, from, to)).await;
+    let asc = read(&*f.store, range(s.key(), from, to)).await;
     assert_eq!(asc, expected_range(&written, from, to));
-    let mut desc_query = range(&s.key, from, to);
+    let mut desc_query = range(s.key(), from, to);
     desc_query.order = Order::Desc;
     let desc = read(&*f.store, desc_query.clone()).await;
     let mut reversed = asc.clone();
     reversed.reverse();
     assert_eq!(desc, reversed);
     for limit in [0, 1, 5, 24, 100] {
-        let mut q = range(&s.key, from, to);
+        let mut q = range(s.key(), from, to);
         q.limit = Some(limit);
         assert_eq!(
             read(&*f.store, q).await,
@@ -572,10 +572,10 @@ pub async fn resume_after_equal_timestamps(make: Make<'_>) {
     }
     let (from, to) = (T0, T0 + HOUR_MS);
     for order in [Order::Asc, Order::Desc] {
-        let full = read(&*f.store, RangeQuery { order, ..range(&s.key, from, to) }).await;
+        let full = read(&*f.store, RangeQuery { order, ..range(s.key(), from, to) }).await;
         assert_eq!(full.len(), written.len());
         // The same query twice gives the same order.
-        assert_eq!(read(&*f.store, RangeQuery { order, ..range(&s.key, from, to) }).await, full);
+        assert_eq!(read(&*f.store, RangeQuery { order, ..range(s.key(), from, to) }).await, full);
         for page_size in [1, 3, 5] {
             let mut paged: Vec<Reading> = Vec::new();
             let (mut lo, mut hi) = (from, to);
@@ -587,7 +587,7 @@ pub async fn resume_after_equal_timestamps(make: Make<'_>) {
                     .last()
                     .map_or(0, |last| paged.iter().rev().take_while(|r| r.ts == last.ts).count());
                 let q = RangeQuery {
-                    sensor: s.key.clone(),
+                    sensor: s.key().to_owned(),
                     from: lo,
                     to: hi,
                     order,
@@ -609,7 +609,7 @@ pub async fn resume_after_equal_timestamps(make: Make<'_>) {
         }
     }
     // Within one batch, equal timestamps keep the order they were written in.
-    let first = read(&*f.store, range(&s.key, T0 + 1000, T0 + 1001)).await;
+    let first = read(&*f.store, range(s.key(), T0 + 1000, T0 + 1001)).await;
     let ids: Vec<i64> = first
         .iter()
         .map(|r| match r.fields[0].1 {
@@ -644,7 +644,7 @@ pub async fn one_batch_fails_the_others_land(make: Make<'_>) {
     assert_eq!(results.len(), 3);
     assert!(results[0].is_ok(), "{:?}", results[0]);
     assert!(results[2].is_ok(), "{:?}", results[2]);
-    let stored = read(&*f.store, range(&bad.key, T0, T0 + HOUR_MS)).await;
+    let stored = read(&*f.store, range(bad.key(), T0, T0 + HOUR_MS)).await;
     if f.caps.rejects_oversized_reading {
         match &results[1] {
             Err(e @ StoreError::Rejected(_)) => assert!(!e.is_retriable()),
@@ -655,8 +655,8 @@ pub async fn one_batch_fails_the_others_land(make: Make<'_>) {
         assert!(results[1].is_ok(), "{:?}", results[1]);
         assert_eq!(stored, vec![oversized]);
     }
-    assert_eq!(read(&*f.store, range(&good_a.key, T0, T0 + HOUR_MS)).await, a);
-    assert_eq!(read(&*f.store, range(&good_b.key, T0, T0 + HOUR_MS)).await, b);
+    assert_eq!(read(&*f.store, range(good_a.key(), T0, T0 + HOUR_MS)).await, a);
+    assert_eq!(read(&*f.store, range(good_b.key(), T0, T0 + HOUR_MS)).await, b);
 }
 
 /// Field names that look like paths, operators, prefixes of each other, or the store's own
@@ -704,15 +704,15 @@ pub async fn awkward_field_names_round_trip(make: Make<'_>) {
         write_ok(&*f.store, &batches(&s, chunk)).await;
     }
     let (from, to) = (T0, T0 + HOUR_MS);
-    assert_eq!(read(&*f.store, range(&s.key, from, to)).await, expected_range(&written, from, to));
-    let by_hour = rollups(&*f.store, &s.key, from, to, HOUR_MS, None).await;
+    assert_eq!(read(&*f.store, range(s.key(), from, to)).await, expected_range(&written, from, to));
+    let by_hour = rollups(&*f.store, s.key(), from, to, HOUR_MS, None).await;
     assert_eq!(by_hour, expected_rollups(&written, from, to, HOUR_MS, None));
     assert_eq!(by_hour[0].fields.len(), names.len());
-    let fine = rollups(&*f.store, &s.key, from, to, 10 * MINUTE, None).await;
+    let fine = rollups(&*f.store, s.key(), from, to, 10 * MINUTE, None).await;
     assert_eq!(fine, expected_rollups(&written, from, to, 10 * MINUTE, None));
     let chosen: &[&str] = &["a.sum", "$x", "%2E", "a"];
     for step in [HOUR_MS, 10 * MINUTE] {
-        let rows = rollups(&*f.store, &s.key, from, to, step, Some(chosen)).await;
+        let rows = rollups(&*f.store, s.key(), from, to, step, Some(chosen)).await;
         assert_eq!(rows, expected_rollups(&written, from, to, step, Some(chosen)), "step {step}");
         assert!(rows.iter().all(|r| r.fields.len() == chosen.len()));
     }
@@ -726,7 +726,7 @@ pub async fn awkward_field_names_round_trip(make: Make<'_>) {
         .await
         .expect("sensors");
     assert_eq!(found.len(), 1);
-    assert_eq!(found[0].tags, s.tags);
+    assert_eq!(found[0].tags, s.tag_vec());
     assert_eq!(found[0].measurement, "m.x");
 }
 
@@ -749,10 +749,10 @@ pub async fn rollups_from_stats_match_rollups_from_readings(make: Make<'_>) {
         write_ok(&*f.store, &batches(&s, chunk)).await;
     }
     let (from, to) = (T0, T0 + 4 * HOUR_MS);
-    let from_stats = rollups(&*f.store, &s.key, from, to, HOUR_MS, None).await;
+    let from_stats = rollups(&*f.store, s.key(), from, to, HOUR_MS, None).await;
     assert_eq!(from_stats, expected_rollups(&written, from, to, HOUR_MS, None));
     assert_eq!(from_stats.len(), 4);
-    let from_readings = rollups(&*f.store, &s.key, from, to - MINUTE, HOUR_MS, None).await;
+    let from_readings = rollups(&*f.store, s.key(), from, to - MINUTE, HOUR_MS, None).await;
     assert_eq!(from_readings, from_stats);
     for (lo, hi, step) in [
         (from, to, 15 * MINUTE),
@@ -763,14 +763,14 @@ pub async fn rollups_from_stats_match_rollups_from_readings(make: Make<'_>) {
         (from - 24 * HOUR_MS, to + 24 * HOUR_MS, 24 * HOUR_MS),
     ] {
         assert_eq!(
-            rollups(&*f.store, &s.key, lo, hi, step, None).await,
+            rollups(&*f.store, s.key(), lo, hi, step, None).await,
             expected_rollups(&written, lo, hi, step, None),
             "[{lo}, {hi}) step {step}"
         );
     }
     let only: &[&str] = &["count"];
     assert_eq!(
-        rollups(&*f.store, &s.key, from, to, 20 * MINUTE, Some(only)).await,
+        rollups(&*f.store, s.key(), from, to, 20 * MINUTE, Some(only)).await,
         expected_rollups(&written, from, to, 20 * MINUTE, Some(only))
     );
 }
@@ -800,11 +800,11 @@ pub async fn sensors_by_tag_and_measurement(make: Make<'_>) {
         let readings: Vec<Reading> =
             stamps.iter().map(|&ts| reading(ts, &[("v", FieldValue::Int(i))])).collect();
         expected.insert(
-            s.key.clone(),
+            s.key().to_owned(),
             SensorInfo {
-                key: s.key.clone(),
-                measurement: s.measurement.clone(),
-                tags: s.tags.clone(),
+                key: s.key().to_owned(),
+                measurement: s.measurement().to_owned(),
+                tags: s.tag_vec(),
                 first: *stamps.iter().min().expect("stamps"),
                 last: *stamps.iter().max().expect("stamps"),
             },
@@ -854,16 +854,16 @@ pub async fn empty_and_invalid_requests(make: Make<'_>) {
     let one = batches(&s, &[reading(T0 + 1, &[("v", FieldValue::Bool(true))])]);
     let results = f.store.write(W, &[empty, one[0].clone()]).await;
     assert!(results.iter().all(Result::is_ok), "{results:?}");
-    assert!(read(&*f.store, range(&s.key, T0 + 5, T0 + 5)).await.is_empty());
-    assert!(read(&*f.store, range(&s.key, T0 + 5, T0)).await.is_empty());
-    assert_eq!(read(&*f.store, range(&s.key, T0, T0 + 2)).await.len(), 1);
+    assert!(read(&*f.store, range(s.key(), T0 + 5, T0 + 5)).await.is_empty());
+    assert!(read(&*f.store, range(s.key(), T0 + 5, T0)).await.is_empty());
+    assert_eq!(read(&*f.store, range(s.key(), T0, T0 + 2)).await.len(), 1);
     // Only non-numeric values: no statistics, so no rows.
-    assert!(rollups(&*f.store, &s.key, T0, T0 + HOUR_MS, HOUR_MS, None).await.is_empty());
-    assert!(rollups(&*f.store, &s.key, T0, T0 + HOUR_MS, MINUTE, None).await.is_empty());
-    assert!(rollups(&*f.store, &s.key, T0 + HOUR_MS, T0, HOUR_MS, None).await.is_empty());
+    assert!(rollups(&*f.store, s.key(), T0, T0 + HOUR_MS, HOUR_MS, None).await.is_empty());
+    assert!(rollups(&*f.store, s.key(), T0, T0 + HOUR_MS, MINUTE, None).await.is_empty());
+    assert!(rollups(&*f.store, s.key(), T0 + HOUR_MS, T0, HOUR_MS, None).await.is_empty());
     for step in [0, -HOUR_MS] {
         let q = RollupQuery {
-            sensor: s.key.clone(),
+            sensor: s.key().to_owned(),
             from: T0,
             to: T0 + HOUR_MS,
             step_ms: step,
@@ -916,7 +916,7 @@ pub async fn high_water_marks_follow_writes(make: Make<'_>) {
     write_ok(&*f.store, &batches(&a, &ints(T0 + 100, 3))).await;
     write_ok(&*f.store, &[numbered(&a, ints(T0 + 200, 1), 7)]).await;
     assert_eq!(marks(&*f.store, &[("hw-a", T0)]).await, vec![1_024]);
-    assert_eq!(read(&*f.store, range(&a.key, T0, T0 + HOUR_MS)).await.len(), 29);
+    assert_eq!(read(&*f.store, range(a.key(), T0, T0 + HOUR_MS)).await.len(), 29);
 }
 
 /// `Store::write`'s promise that the flusher and the WAL replay rely on: a failed batch leaves
@@ -938,9 +938,9 @@ pub async fn a_failed_batch_leaves_the_prefix_its_mark_names(make: Make<'_>) {
     }
     let batch = numbered(&s, readings.clone(), 100);
     let result = f.store.write(W, std::slice::from_ref(&batch)).await.remove(0);
-    let mark = marks(&*f.store, &[(s.key.as_str(), T0)]).await[0];
+    let mark = marks(&*f.store, &[(s.key(), T0)]).await[0];
     let landed = batch.seqs().partition_point(|&q| q <= mark);
-    let stored = read(&*f.store, range(&s.key, T0, T0 + HOUR_MS)).await;
+    let stored = read(&*f.store, range(s.key(), T0, T0 + HOUR_MS)).await;
     assert_eq!(stored, readings[..landed].to_vec(), "a prefix, as long as the mark says");
     match result {
         Ok(_) => panic!("every store fails this batch, by its document limit or when told to"),
@@ -965,8 +965,8 @@ pub async fn a_failed_batch_leaves_the_prefix_its_mark_names(make: Make<'_>) {
     write_ok(&*f.store, std::slice::from_ref(&rest)).await;
     let mut expected = readings[..landed].to_vec();
     expected.extend(rest.readings());
-    assert_eq!(read(&*f.store, range(&s.key, T0, T0 + HOUR_MS)).await, expected);
-    assert_eq!(marks(&*f.store, &[(s.key.as_str(), T0)]).await, vec![111]);
+    assert_eq!(read(&*f.store, range(s.key(), T0, T0 + HOUR_MS)).await, expected);
+    assert_eq!(marks(&*f.store, &[(s.key(), T0)]).await, vec![111]);
 }
 
 /// Two writers sharing a (series, hour), and even its buckets: each has its own mark, raised
@@ -984,11 +984,11 @@ pub async fn marks_are_kept_per_writer(make: Make<'_>) {
     write_ok_as(&*f.store, a, &[numbered(&s, ints(T0, 4), 100)]).await;
     write_ok_as(&*f.store, b, &[numbered(&s, ints(T0 + 10, 3), 9_000_000)]).await;
     write_ok_as(&*f.store, a, &[numbered(&s, ints(T0 + 20, 12), 104)]).await;
-    let key = s.key.as_str();
+    let key = s.key();
     assert_eq!(marks_of(&*f.store, a, &[(key, T0)]).await, vec![115]);
     assert_eq!(marks_of(&*f.store, b, &[(key, T0)]).await, vec![9_000_002]);
     assert_eq!(marks_of(&*f.store, WriterId(7), &[(key, T0)]).await, vec![0]);
-    let keys = vec![(s.key.clone(), T0)];
+    let keys = vec![(s.key().to_owned(), T0)];
     assert_eq!(f.store.schema1_high_water(&keys).await.expect("schema-1 marks"), vec![0]);
     let stored = read(&*f.store, range(key, T0, T0 + HOUR_MS)).await;
     let mut expected = ints(T0, 4);
@@ -1057,7 +1057,7 @@ pub async fn first_and_last_of_each_hour(make: Make<'_>) {
     assert!(created_in_hour0 >= 4, "hour 0 spilled into {created_in_hour0} buckets");
 
     let (from, to) = (T0, T0 + 3 * HOUR_MS);
-    let hours = rollups(&*f.store, &s.key, from, to, HOUR_MS, None).await;
+    let hours = rollups(&*f.store, s.key(), from, to, HOUR_MS, None).await;
     assert_eq!(hours, expected_rollups(&written, from, to, HOUR_MS, None));
     let points = |row: &RollupRow, name: &str| {
         let stats = &row.fields[name];
@@ -1070,16 +1070,16 @@ pub async fn first_and_last_of_each_hour(make: Make<'_>) {
     assert_eq!(points(&hours[2], "v"), (Some((h2 + 1_000, 10.0)), Some((h2 + 3_000, 30.0))));
 
     // Steps of several hours merge the hours' statistics; one field alone is the same.
-    let all = rollups(&*f.store, &s.key, from, to, 3 * HOUR_MS, None).await;
+    let all = rollups(&*f.store, s.key(), from, to, 3 * HOUR_MS, None).await;
     assert_eq!(all, expected_rollups(&written, from, to, 3 * HOUR_MS, None));
     assert_eq!(points(&all[0], "v"), (Some((T0 + 50, -3.0)), Some((h2 + 3_000, 30.0))));
-    let only_w = rollups(&*f.store, &s.key, from, to, HOUR_MS, Some(&["w"])).await;
+    let only_w = rollups(&*f.store, s.key(), from, to, HOUR_MS, Some(&["w"])).await;
     assert_eq!(only_w.len(), 1);
     assert_eq!(points(&only_w[0], "w"), points(&hours[0], "w"));
 
     // From the readings: finer steps, and whole hours over a range that cuts one.
-    let fine = rollups(&*f.store, &s.key, from, to, 30 * MINUTE, None).await;
+    let fine = rollups(&*f.store, s.key(), from, to, 30 * MINUTE, None).await;
     assert_eq!(fine, expected_rollups(&written, from, to, 30 * MINUTE, None));
-    let cut = rollups(&*f.store, &s.key, from, to - MINUTE, HOUR_MS, None).await;
+    let cut = rollups(&*f.store, s.key(), from, to - MINUTE, HOUR_MS, None).await;
     assert_eq!(cut, hours, "whole hours from the readings agree with the statistics");
 }

@@ -27,7 +27,7 @@ pub struct FakeUnflushed {
 impl FakeUnflushed {
     pub fn push(&self, series: &SeriesMeta, reading: Reading) {
         let mut map = self.series.lock().unwrap();
-        map.entry(series.key.clone())
+        map.entry(series.key().to_owned())
             .or_insert_with(|| (series.clone(), Vec::new()))
             .1
             .push(reading);
@@ -60,9 +60,9 @@ impl Unflushed for FakeUnflushed {
         map.values()
             .filter(|(_, rs)| !rs.is_empty())
             .map(|(s, rs)| SensorInfo {
-                key: s.key.clone(),
-                measurement: s.measurement.clone(),
-                tags: s.tags.clone(),
+                key: s.key().to_owned(),
+                measurement: s.measurement().to_owned(),
+                tags: s.tag_vec(),
                 first: rs.iter().map(|r| r.ts).min().unwrap(),
                 last: rs.iter().map(|r| r.ts).max().unwrap(),
             })
@@ -99,11 +99,7 @@ pub fn app_with(
 }
 
 pub fn series(key: &str, measurement: &str, tags: &[(&str, &str)]) -> SeriesMeta {
-    SeriesMeta {
-        key: key.into(),
-        measurement: measurement.into(),
-        tags: tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-    }
+    SeriesMeta::new(key, measurement, tags)
 }
 
 pub fn reading(ts: TimestampMs, fields: Vec<(&str, FieldValue)>) -> Reading {

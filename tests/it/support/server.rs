@@ -315,7 +315,7 @@ impl Store for FlakyStore {
         }
         let mut outcomes = Vec::with_capacity(batches.len());
         for batch in batches {
-            if refused.contains(&batch.series.key) {
+            if refused.iter().any(|r| r == batch.series.key()) {
                 outcomes.push(Err(StoreError::Rejected("test: this sensor is refused".into())));
             } else {
                 outcomes.extend(self.inner.write(writer, std::slice::from_ref(batch)).await);

@@ -18,11 +18,7 @@ mod upgrade;
 const BIG: BucketLimits = BucketLimits { max_readings: 1000, max_bytes: 1 << 20 };
 
 fn meta(key: &str, measurement: &str, tags: &[(&str, &str)]) -> Arc<SeriesMeta> {
-    Arc::new(SeriesMeta {
-        key: key.into(),
-        measurement: measurement.into(),
-        tags: tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-    })
+    Arc::new(SeriesMeta::new(key, measurement, tags))
 }
 
 fn reading(ts: TimestampMs, v: f64) -> Reading {
@@ -592,7 +588,7 @@ async fn a_ping_does_not_wait_for_a_compaction() {
 async fn collect_all(store: &EmbeddedStore, series: &[Arc<SeriesMeta>]) -> Vec<Vec<Reading>> {
     let mut all = Vec::new();
     for s in series {
-        all.push(collect(store, range(&s.key, i64::MIN, i64::MAX)).await);
+        all.push(collect(store, range(s.key(), i64::MIN, i64::MAX)).await);
     }
     all
 }

@@ -258,11 +258,7 @@ impl OtherWriter {
                 let seqs = (self.next..self.next + readings.len() as u64).collect();
                 self.next += readings.len() as u64;
                 let key = format!("{prefix},sensor=s{s}");
-                let series = SeriesMeta {
-                    key,
-                    measurement: prefix.into(),
-                    tags: vec![("sensor".into(), format!("s{s}"))],
-                };
+                let series = SeriesMeta::new(&key, prefix, &[("sensor", format!("s{s}"))]);
                 Batch::numbered(Series::from(series), T0_MS, readings, seqs)
             })
             .collect();
