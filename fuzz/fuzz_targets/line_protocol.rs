@@ -28,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
                 panic!("parser returned an invalid reading ({e}): {series:?} {reading:?}");
             }
             // The series key is the line-protocol text of measurement and tags.
-            let mut line = series.key.clone();
+            let mut line = series.key().to_owned();
             line.push(' ');
             for (i, (name, value)) in reading.fields.iter().enumerate() {
                 if i > 0 {

@@ -41,7 +41,7 @@ fn app() -> &'static (tokio::runtime::Runtime, Router) {
             })
         });
         // One known sensor, so the routes get past "unknown sensor".
-        let series = SeriesMeta { key: "s1".into(), measurement: "s1".into(), tags: vec![] };
+        let series = SeriesMeta::untagged("s1", "s1");
         let reading = Reading {
             ts: 1_700_000_000_000,
             fields: vec![("v".into(), FieldValue::Float(1.5))].into(),
