@@ -363,11 +363,6 @@ impl SeriesMeta {
         (0..(self.ends.len() - 2) / 2).map(|i| (self.part(2 + 2 * i), self.part(3 + 2 * i)))
     }
 
-    /// The value of tag `name`.
-    pub fn tag(&self, name: &str) -> Option<&str> {
-        self.tags().find(|(k, _)| *k == name).map(|(_, v)| v)
-    }
-
     pub fn tag_vec(&self) -> Vec<(String, String)> {
         self.tags().map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
     }
@@ -376,11 +371,6 @@ impl SeriesMeta {
     /// that line protocol wrote).
     pub fn series_key(&self) -> String {
         series_key_of(self.measurement(), self.tags())
-    }
-
-    /// Whether it has every tag of `tags` with the same value.
-    pub fn has_tags(&self, tags: &[(String, String)]) -> bool {
-        tags.iter().all(|(k, v)| self.tag(k) == Some(v.as_str()))
     }
 }
 
@@ -736,10 +726,7 @@ mod tests {
         assert_eq!(s.measurement(), "env");
         assert_eq!(s.tags().collect::<Vec<_>>(), tags);
         assert_eq!(s.tags().len(), 2);
-        assert_eq!((s.tag("zone"), s.tag("site"), s.tag("nope")), (Some(""), Some("w 3"), None));
         assert_eq!(s.series_key(), s.key());
-        assert!(s.has_tags(&[("zone".into(), String::new())]));
-        assert!(!s.has_tags(&[("zone".into(), "x".into())]));
         let bare = SeriesMeta::untagged("", "");
         assert_eq!((bare.key(), bare.measurement(), bare.tags().len()), ("", "", 0));
 

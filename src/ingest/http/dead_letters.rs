@@ -114,5 +114,9 @@ async fn accept(state: &IngestState, items: Vec<Item>, before: usize) -> Result<
 
 /// The series a JSON sensor key named: its measurement and tags, under that key.
 fn under_key(series: &Series, key: &str) -> Series {
-    Series::from(Arc::new(SeriesMeta::new(key, series.measurement(), &series.tag_vec())))
+    Series::from(Arc::new(SeriesMeta::new(
+        key,
+        series.measurement(),
+        &series.tags().collect::<Vec<_>>(),
+    )))
 }
