@@ -68,8 +68,6 @@ DAY_START=$(( (NOW_MS / 86400000 - 2) * 86400000 ))
 DAY_END=$(( DAY_START + 86400000 ))
 
 
-peak_rss_kib() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
-
 load() { # name base_url path [extra loadtest args...]
   local name=$1 url=$2 path=$3
   shift 3

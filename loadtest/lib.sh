@@ -12,6 +12,9 @@ wait_http() {
   return 1
 }
 
+# peak_rss_kib PID: the process's peak resident memory (VmHWM), KiB.
+peak_rss_kib() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
+
 # start_influxd DIR CPU DATABASE: starts InfluxDB 1.x on 127.0.0.1:18086 (RPC :18088) with
 # everything under DIR, pinned to CPU, waits for it and creates DATABASE. Sets INFLUXD_PID (the
 # caller adds it to its cleanup list). Extra [data] settings may come in INFLUXD_DATA_EXTRA.

@@ -26,10 +26,58 @@ pub struct Layout {
     humidities: Vec<[u8; 4]>,
     start_ms: i64,
     step_ms: i64,
+    /// What every reading carries after its two fields, per format: `TAILS` variants that
+    /// differ in the string's first byte (empty when the reading has nothing extra).
+    lp_tails: Vec<Box<[u8]>>,
+    json_tails: Vec<Box<[u8]>>,
+}
+
+/// Fields a reading carries beside temperature and humidity, to give readings the size and
+/// width the memory budget must hold (`--extra-fields`, `--string-bytes`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Extra {
+    /// Float fields `f0`, `f1`, ..., each with a fixed value: the server stores every
+    /// reading's values whatever they are.
+    pub fields: u32,
+    /// Length of a string field `note`, 0 for none.
+    pub string_bytes: u32,
+}
+
+/// How many versions of a tail there are: reading `(s, k)` takes `(s + k) % TAILS`, so
+/// consecutive readings of one sensor never carry the same string.
+const TAILS: u64 = 16;
+
+impl Extra {
+    /// The tail in line protocol (`lp`) or as JSON object members, variant `v`.
+    fn tail(&self, lp: bool, v: u64) -> Box<[u8]> {
+        let mut out = String::new();
+        for i in 0..self.fields {
+            let v = 1.5 + f64::from(i);
+            out += &if lp { format!(",f{i}={v}") } else { format!(",\"f{i}\":{v}") };
+        }
+        if self.string_bytes > 0 {
+            let first = char::from(b'a' + v as u8);
+            let text = format!("{first}{}", "x".repeat(self.string_bytes as usize - 1));
+            out += &if lp { format!(",note=\"{text}\"") } else { format!(",\"note\":\"{text}\"") };
+        }
+        out.into_bytes().into()
+    }
 }
 
 impl Layout {
+    #[cfg(test)]
     pub fn new(measurement: &str, prefix: &str, sensors: u64, start_ms: i64, step_ms: i64) -> Self {
+        Self::with_extra(measurement, prefix, sensors, start_ms, step_ms, Extra::default())
+    }
+
+    pub fn with_extra(
+        measurement: &str,
+        prefix: &str,
+        sensors: u64,
+        start_ms: i64,
+        step_ms: i64,
+        extra: Extra,
+    ) -> Self {
         let width = (sensors.saturating_sub(1)).to_string().len();
         let keys: Vec<String> =
             (0..sensors).map(|i| format!("{measurement},sensor={prefix}{i:0width$}")).collect();
@@ -42,6 +90,8 @@ impl Layout {
             humidities: (HUM_MIN..HUM_MIN + HUM_SPAN).map(|v| fixed_text(v, 1)).collect(),
             start_ms,
             step_ms,
+            lp_tails: (0..TAILS).map(|v| extra.tail(true, v)).collect(),
+            json_tails: (0..TAILS).map(|v| extra.tail(false, v)).collect(),
         }
     }
 
@@ -74,7 +124,7 @@ impl Layout {
     /// (the timestamp's once per `k`), so that sending stays far cheaper than parsing: on two
     /// shared cores the generator's time is taken from the server's.
     pub fn write_body(&self, proto: Protocol, (n0, n1): (u64, u64), out: &mut Vec<u8>) {
-        out.reserve(((n1 - n0) as usize) * 96);
+        out.reserve(((n1 - n0) as usize) * (96 + self.lp_tails[0].len()));
         if proto == Protocol::Json {
             out.push(b'[');
         }
@@ -84,12 +134,14 @@ impl Layout {
         for n in n0..n1 {
             let temp = &self.temperatures[((s * 7 + k) % TEMP_SPAN) as usize];
             let hum = &self.humidities[((s + 3 * k) % HUM_SPAN) as usize];
+            let tail = ((s + k) % TAILS) as usize;
             match proto {
                 Protocol::LineProtocol => {
                     out.extend_from_slice(&self.line_heads[s as usize]);
                     out.extend_from_slice(temp);
                     out.extend_from_slice(b",humidity=");
                     out.extend_from_slice(hum);
+                    out.extend_from_slice(&self.lp_tails[tail]);
                     out.extend_from_slice(&ts_text);
                 }
                 Protocol::Json => {
@@ -104,6 +156,7 @@ impl Layout {
                     out.extend_from_slice(temp);
                     out.extend_from_slice(b",\"humidity\":");
                     out.extend_from_slice(hum);
+                    out.extend_from_slice(&self.json_tails[tail]);
                     out.extend_from_slice(b"}}");
                 }
             }
@@ -221,6 +274,28 @@ mod tests {
         let mut out = Vec::new();
         l.write_body(Protocol::Json, (n0, n1), &mut out);
         assert_eq!(String::from_utf8(out).unwrap(), format!("[{}]", json.join(",")));
+    }
+
+    /// Extra fields and the string come after humidity, in both formats, and the string's
+    /// first byte differs between a sensor's consecutive readings.
+    #[test]
+    fn extra_fields_and_string() {
+        let extra = Extra { fields: 2, string_bytes: 5 };
+        let l = Layout::with_extra("env", "s", 2, 1_700_000_000_000, 1000, extra);
+        let mut out = Vec::new();
+        l.write_body(Protocol::LineProtocol, (0, 3), &mut out);
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            r#"env,sensor=s0 temperature=15.00,humidity=30.0,f0=1.5,f1=2.5,note="axxxx" 1700000000000000000"#
+        );
+        assert!(lines[2].contains(r#"note="bxxxx""#), "{}", lines[2]);
+        let mut out = Vec::new();
+        l.write_body(Protocol::Json, (0, 3), &mut out);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v[1]["fields"]["f1"], 2.5);
+        assert_eq!(v[1]["fields"]["note"], "bxxxx");
     }
 
     #[test]

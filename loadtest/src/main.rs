@@ -24,7 +24,7 @@ use clap::{Parser, ValueEnum};
 use hdrhistogram::Histogram;
 use tokio::io::AsyncWriteExt;
 
-use body::{Layout, Protocol};
+use body::{Extra, Layout, Protocol};
 
 /// The longest run accepted, so a typo cannot leave a generator running for days.
 const MAX_DURATION: Duration = Duration::from_secs(3600);
@@ -96,6 +96,14 @@ struct Args {
     /// 24 hours ago (so a long run stays in the past, which every peer accepts).
     #[arg(long)]
     start_ms: Option<i64>,
+
+    /// Float fields every reading carries beside temperature and humidity (`f0`, `f1`, ...).
+    #[arg(long, default_value_t = 0)]
+    extra_fields: u32,
+
+    /// Length of a string field `note` every reading carries, 0 for none.
+    #[arg(long, default_value_t = 0)]
+    string_bytes: u32,
 
     /// Milliseconds between one sensor's consecutive readings.
     #[arg(long, default_value_t = 1000)]
@@ -234,17 +242,22 @@ async fn main() -> anyhow::Result<()> {
     if args.sensors == 0 || args.batch == 0 || args.connections == 0 || args.step_ms <= 0 {
         bail!("--sensors, --batch, --connections and --step-ms must be positive");
     }
+    if args.extra_fields > 1000 || args.string_bytes > 1 << 20 {
+        bail!("--extra-fields is at most 1000 and --string-bytes at most 1 MiB");
+    }
     let base = args.url.trim_end_matches('/').to_owned();
     let start_ms = args.start_ms.unwrap_or_else(|| {
         let now = chrono::Utc::now().timestamp_millis() - 24 * 3_600_000;
         now - now.rem_euclid(3_600_000)
     });
-    let layout = Arc::new(Layout::new(
+    let extra = Extra { fields: args.extra_fields, string_bytes: args.string_bytes };
+    let layout = Arc::new(Layout::with_extra(
         &args.measurement,
         &args.sensor_prefix,
         args.sensors,
         start_ms,
         args.step_ms,
+        extra,
     ));
     let per_second = (args.rate > 0.0).then_some(args.rate * args.sensors as f64);
     let started = Instant::now();
