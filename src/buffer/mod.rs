@@ -73,7 +73,7 @@ use tokio::time::Instant;
 
 use crate::metrics::{BUFFERED_BYTES, READINGS_BUFFERED, READINGS_BUFFERED_PEAK};
 use crate::model::{Batch, HOUR_MS, Item, Packed, Reading, Rows, Seq, Series, TimestampMs};
-use crate::store::SensorInfo;
+use crate::store::{SensorInfo, WriteOverhead};
 use entry::{Cycle, InFlight, SensorBuffers, SensorKey};
 use span::Span;
 #[cfg(test)]
@@ -706,15 +706,28 @@ impl Buffers {
         }
     }
 
-    /// Takes the buffers `mode` selects, oldest readings first, at most `max_readings` in all
-    /// (a buffer may be split), and no more buffers once `max_bytes` are taken. `None` when
-    /// nothing is to be taken. Await-free: see the module doc on why the scan must not be
-    /// interrupted between the first marker and publishing.
+    /// [`Buffers::take_costed`] for a store that holds nothing beside the rows.
+    #[cfg(test)]
     pub(crate) fn take(
         &self,
         mode: TakeMode,
         max_readings: usize,
         max_bytes: usize,
+    ) -> Option<Taken> {
+        self.take_costed(mode, max_readings, max_bytes, WriteOverhead::default())
+    }
+
+    /// Takes the buffers `mode` selects, oldest readings first, at most `max_readings` in all
+    /// and at most about `max_bytes`, counting each buffer's rows and what the store's write
+    /// will hold beside them (`overhead`). A buffer that would not fit is split (at least one
+    /// reading is taken). `None` when nothing is to be taken. Await-free: see the module doc
+    /// on why the scan must not be interrupted between the first marker and publishing.
+    pub(crate) fn take_costed(
+        &self,
+        mode: TakeMode,
+        max_readings: usize,
+        max_bytes: usize,
+        overhead: WriteOverhead,
     ) -> Option<Taken> {
         self.merge();
         let now = Instant::now();
@@ -792,7 +805,17 @@ impl Buffers {
                         stopped = true;
                         return ControlFlow::Break(());
                     }
-                    let k = len.min(max_readings - total);
+                    let fields = hb.readings.fields();
+                    let per_reading =
+                        hb.readings.heap_bytes() / len + overhead.per_reading_of(fields);
+                    let room = (max_bytes - total_bytes).saturating_sub(overhead.of(0, fields));
+                    let fit = room / per_reading.max(1);
+                    if fit == 0 && total > 0 {
+                        stopped = true;
+                        return ControlFlow::Break(());
+                    }
+                    let k = len.min(max_readings - total).min(fit.max(1));
+                    total_bytes += overhead.of(k, fields);
                     let since = hb.since;
                     let (taken, span) = if k == len {
                         hb.since = now;
@@ -843,7 +866,7 @@ impl Buffers {
             // spread over several hours (every sensor crossed into a new one). Writing nothing
             // would leave the buffers full, refusing every write until the oldest are due by
             // age, so write what there is.
-            return self.take(TakeMode::All, max_readings, max_bytes);
+            return self.take_costed(TakeMode::All, max_readings, max_bytes, overhead);
         }
         took.then_some(Taken { cycle, readings: total })
     }

@@ -500,6 +500,33 @@ fn take_stops_at_the_cap_across_buffers() {
     assert_eq!(rest.readings(), 3);
 }
 
+/// What the store holds beside the rows counts towards the write's bytes: a buffer that would
+/// not fit is split, and a buffer whose batch would not fit waits for the next write.
+#[test]
+fn take_counts_the_stores_overhead_towards_the_bytes() {
+    let b = Buffers::new(config(1000, 1000));
+    b.push((0..10).map(|i| item("a", i, i)).collect()).unwrap();
+    b.push((0..3).map(|i| item("b", i, i)).collect()).unwrap();
+    let overhead =
+        WriteOverhead { per_batch: 10_000, per_batch_field: 0, per_reading: 0, per_value: 1_000 };
+    // Room for one batch and four readings of one field (each 1,000 plus its rows' share).
+    let max_bytes = 10_000 + 4_500;
+    let mut taken_of: std::collections::BTreeMap<String, Vec<i64>> = Default::default();
+    let mut writes = 0;
+    while let Some(taken) = b.take_costed(TakeMode::All, usize::MAX, max_bytes, overhead) {
+        writes += 1;
+        assert_eq!(taken.batches().len(), 1, "a second batch never fits beside the first");
+        let batch = &taken.batches()[0];
+        assert!(batch.len() <= 4, "{} readings do not fit", batch.len());
+        taken_of.entry(batch.series.key().to_owned()).or_default().extend(batch_seqs(batch));
+        b.complete(taken, &[Outcome::Written]);
+    }
+    assert_eq!(writes, 4, "a in three writes (4, 4, 2), b in one");
+    assert_eq!(taken_of["a"], (0..10).collect::<Vec<_>>());
+    assert_eq!(taken_of["b"], vec![0, 1, 2]);
+    assert_eq!(b.buffered(), 0);
+}
+
 #[test]
 fn the_gauge_follows_reservations_and_releases() {
     let recorder = DebuggingRecorder::new();
@@ -698,8 +725,8 @@ fn take_stops_at_its_byte_cap() {
         (0..10).map(|s| item_with_text(&format!("s{s}"), 0, s, 10_000)).collect();
     b.push(items).unwrap();
     let taken = b.take(TakeMode::All, usize::MAX, 25_000).unwrap();
-    assert_eq!(taken.batches().len(), 3, "buffers are taken until 25,000 bytes are reached");
-    b.complete(taken, &[Outcome::Written; 3]);
+    assert_eq!(taken.batches().len(), 2, "buffers are taken while they fit in 25,000 bytes");
+    b.complete(taken, &[Outcome::Written; 2]);
 }
 
 /// A cycle's cap, filled by buffers due by pressure, never keeps a buffer due by age waiting:

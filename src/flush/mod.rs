@@ -285,11 +285,18 @@ impl Quiet {
 }
 
 impl Worker {
-    /// Bytes of rows per `Store::write` call at most: an eighth of the buffers' bound, since a
-    /// store holds a write's encoding beside its rows (large strings would otherwise let
-    /// `MAX_READINGS_PER_WRITE` readings be most of the budget).
+    /// Bytes per `Store::write` call at most, its rows and what the store holds beside them
+    /// (`Store::write_overhead`): an eighth of the buffers' bound, so that large strings, wide
+    /// readings or many small batches cannot make one write most of the budget.
     fn max_write_bytes(&self) -> usize {
         (self.buffers.bound_bytes() / 8).max(1)
+    }
+
+    /// The next write's batches, at most `MAX_READINGS_PER_WRITE` readings and
+    /// `max_write_bytes`.
+    fn take(&self, mode: TakeMode) -> Option<Taken> {
+        let overhead = self.store.write_overhead();
+        self.buffers.take_costed(mode, MAX_READINGS_PER_WRITE, self.max_write_bytes(), overhead)
     }
 
     async fn run(mut self, stop: CancellationToken, abandon: CancellationToken) {
@@ -297,7 +304,7 @@ impl Worker {
         // its outcome is settled before the drain starts.
         let mut released = Instant::now();
         while !stop.is_cancelled() {
-            match self.buffers.take(TakeMode::Due, MAX_READINGS_PER_WRITE, self.max_write_bytes()) {
+            match self.take(TakeMode::Due) {
                 Some(taken) => {
                     self.quiet.wrote();
                     let delay = self.write(taken).await;
@@ -332,8 +339,7 @@ impl Worker {
         }
         // Drain: everything, due or not, until empty; `shutdown` enforces the deadline.
         while !abandon.is_cancelled()
-            && let Some(taken) =
-                self.buffers.take(TakeMode::All, MAX_READINGS_PER_WRITE, self.max_write_bytes())
+            && let Some(taken) = self.take(TakeMode::All)
         {
             if let Some(delay) = self.write(taken).await {
                 tokio::select! {

@@ -211,6 +211,11 @@ impl Rows {
         self.len as usize
     }
 
+    /// Fields a row has room for: every field any of these rows has.
+    pub fn fields(&self) -> usize {
+        self.names.len()
+    }
+
     /// What these rows hold on the heap as the buffers' memory budget counts it: their words,
     /// their names once more than fit inline, and their strings (each string's capacity and
     /// its `String`). Not the small bookkeeping around them (`More`'s vectors). Exact for the

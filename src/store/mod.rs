@@ -79,6 +79,35 @@ pub fn approx_reading_bytes(reading: &impl ReadingView) -> u64 {
     (8 + 5 + 11 + 8 + fields) as u64
 }
 
+/// What a store's write holds in memory beside the rows it is given, while it runs: the
+/// readings made from the rows, their encoding, and the statements and commands that carry
+/// them. The flusher caps a write at its rows plus this estimate, so that a write of wide
+/// readings, or of many sensors with a reading each, is no larger in memory than a write of
+/// a few long buffers of plain readings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteOverhead {
+    /// Per batch (one sensor's hour): its statement's filter, tags and bookkeeping.
+    pub per_batch: usize,
+    /// Per field a batch's readings have: the statement's statistics for it.
+    pub per_batch_field: usize,
+    /// Per reading: the reading made from its row and its encoding's framing.
+    pub per_reading: usize,
+    /// Per value (a reading's field): its name and value, in each copy the write makes.
+    pub per_value: usize,
+}
+
+impl WriteOverhead {
+    /// The overhead of one batch of `readings` readings of `fields` fields each.
+    pub fn of(&self, readings: usize, fields: usize) -> usize {
+        self.per_batch + fields * self.per_batch_field + readings * self.per_reading_of(fields)
+    }
+
+    /// The overhead of one more reading of `fields` fields.
+    pub fn per_reading_of(&self, fields: usize) -> usize {
+        self.per_reading + fields * self.per_value
+    }
+}
+
 /// What a successful batch write did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WriteReport {
@@ -445,6 +474,12 @@ pub trait Store: Send + Sync + 'static {
     /// runtime worker: see `flush::Flusher::spawn_settling`.
     fn writes_block(&self) -> bool {
         false
+    }
+
+    /// What [`Store::write`] holds beside its batches' rows; see [`WriteOverhead`]. None by
+    /// default: the store works from the rows as they are.
+    fn write_overhead(&self) -> WriteOverhead {
+        WriteOverhead::default()
     }
 
     /// Writes every batch, spilling into new buckets as the caps require. Returns one outcome

@@ -326,6 +326,10 @@ impl Store for MongoStore {
         "mongodb"
     }
 
+    fn write_overhead(&self) -> crate::store::WriteOverhead {
+        write::WRITE_OVERHEAD
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         let inner = &self.inner;
         timed(inner.op_timeout, "ping", inner.db.run_command(doc! {"ping": 1}))

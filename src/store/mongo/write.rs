@@ -59,6 +59,18 @@ struct Work {
     stats_done: bool,
 }
 
+/// What [`write`] holds beside its batches' rows: every reading made into a `Reading` and a
+/// BSON document up front, then statements that copy the documents, then commands that copy
+/// the statements, and the driver's message: about four copies of each value with its field
+/// name, and for a batch its filter, tags and statistics paths per field. An estimate on the
+/// high side; `the_write_overhead_covers_what_a_write_makes` checks it.
+pub(super) const WRITE_OVERHEAD: crate::store::WriteOverhead = crate::store::WriteOverhead {
+    per_batch: 2048,
+    per_batch_field: 512,
+    per_reading: 192,
+    per_value: 96,
+};
+
 struct BatchState<'a> {
     batch: &'a Batch,
     /// Whose high-water mark the statements raise.
@@ -602,6 +614,44 @@ mod tests {
 
     fn state(batch: &Batch) -> BatchState<'_> {
         BatchState::new(batch, WriterId(1))
+    }
+
+    /// The overhead the flusher counts for a write covers what `write` makes of a batch: a
+    /// `Reading` and an encoding per reading, and the statements with two more copies of them
+    /// (the command and the driver's message), for narrow and wide readings alike.
+    #[test]
+    fn the_write_overhead_covers_what_a_write_makes() {
+        for (n, fields) in [(1, 1), (1, 2), (10, 2), (60, 2), (100, 256)] {
+            let readings: Vec<Reading> = (0..n)
+                .map(|i| Reading {
+                    ts: i as i64,
+                    fields: (0..fields)
+                        .map(|f| (format!("f{f}").into(), FieldValue::Float(f as f64 + 0.5)))
+                        .collect(),
+                })
+                .collect();
+            let series = SeriesMeta::new(
+                "env,site=north,sensor=s000042",
+                "env",
+                &[("sensor", "s000042"), ("site", "north")],
+            );
+            let b = Batch::numbered(series, 0, readings, (1..=n as u64).collect());
+            let st = state(&b);
+            let objects: usize = st
+                .plain
+                .iter()
+                .map(|r| size_of::<Reading>() + r.fields.len() * size_of_val(&r.fields[0]))
+                .sum();
+            let encodings: usize = st.readings.iter().map(|e| e.doc.as_bytes().len()).sum();
+            let limits = BucketLimits { max_readings: 1000, max_bytes: 16 << 20 };
+            let statements: usize = encode_batch(&b, WriterId(1), limits, 16 << 20)
+                .iter()
+                .map(|s| s.as_bytes().len())
+                .sum();
+            let held = objects + encodings + 3 * statements;
+            let counted = WRITE_OVERHEAD.of(n, fields);
+            assert!(counted >= held, "{n} readings of {fields} fields: {counted} < {held}");
+        }
     }
 
     #[test]
