@@ -242,23 +242,37 @@ impl PartialEq<String> for FieldName {
 
 /// Hands out one shared [`FieldName`] per distinct name among the last few seen, so that a
 /// parser or decoder allocates a name once per body or chunk rather than once per reading.
-/// Bounded: it remembers at most `NAMES` names and forgets the oldest (a forgotten name is only
-/// allocated again).
+/// Bounded: it remembers the last `NAMES` names in a list it scans, and up to `MORE` older
+/// ones in a set, emptied when full (a forgotten name is only looked up again).
 #[derive(Default)]
 pub struct FieldNames {
     recent: std::collections::VecDeque<FieldName>,
+    /// Names pushed out of `recent`: readings of many fields (a scan of every name known made
+    /// each of their fields cost a comparison with every other).
+    more: std::collections::HashSet<FieldName, foldhash::fast::RandomState>,
 }
 
 impl FieldNames {
     /// Sensors rarely send more fields than this; beyond it a linear scan stops paying off.
     const NAMES: usize = 32;
+    const MORE: usize = 4096;
 
     pub fn get(&mut self, name: &str) -> FieldName {
+        if !self.more.is_empty()
+            && let Some(found) = self.more.get(name)
+        {
+            return found.clone();
+        }
         if let Some(found) = self.recent.iter().find(|n| n.as_str() == name) {
             return found.clone();
         }
-        if self.recent.len() == Self::NAMES {
-            self.recent.pop_front();
+        if self.recent.len() == Self::NAMES
+            && let Some(old) = self.recent.pop_front()
+        {
+            if self.more.len() == Self::MORE {
+                self.more.clear();
+            }
+            self.more.insert(old);
         }
         let new = FieldName::interned(name);
         self.recent.push_back(new.clone());
@@ -784,10 +798,16 @@ mod tests {
             names.get(&format!("f{i}"));
         }
         assert_eq!(names.recent.len(), FieldNames::NAMES);
-        assert!(!names.recent.iter().any(|n| n == "temp"), "the oldest name was forgotten");
+        assert!(!names.recent.iter().any(|n| n == "temp"), "the oldest name left the list");
+        assert!(names.more.contains("temp"), "for the set of older names");
+        assert!(arcstr::ArcStr::ptr_eq(&a.0, &names.get("temp").0), "where it is found");
+        for i in 0..FieldNames::MORE + FieldNames::NAMES {
+            names.get(&format!("g{i}"));
+        }
+        assert!(names.more.len() <= FieldNames::MORE && !names.more.contains("temp"), "bounded");
         assert!(
             arcstr::ArcStr::ptr_eq(&a.0, &names.get("temp").0),
-            "and found again in the process's table: one object per name"
+            "a forgotten name is found again in the process's table: one object per name"
         );
         assert!(
             arcstr::ArcStr::is_static(&a.0),

@@ -1,9 +1,13 @@
 //! Ingest policy: the bounds a reading must keep, the checks both parsers run before anything
 //! reaches a buffer, the cardinality limit, and the cache of series already admitted.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use crate::model::{FieldValue, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, Series, SeriesMeta};
+
+/// Readings with up to this many fields look for a repeated name by a scan.
+const LINEAR_FIELDS: usize = 16;
 
 /// Bounds on what one reading may carry. They exist so that one client cannot blow up memory,
 /// a bucket document, or metric cardinality; the defaults are generous for sensor data.
@@ -373,9 +377,21 @@ pub fn validate_reading(reading: &Reading, limits: &InputLimits) -> Result<(), I
     if !(MIN_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&reading.ts) {
         return Err(InvalidReading::TimestampOutOfRange { ts: reading.ts });
     }
+    // A reading of many fields is checked for a repeated name with a set: a scan of the
+    // names before each made 256-field readings quadratic.
+    let mut seen = (reading.fields.len() > LINEAR_FIELDS).then(|| {
+        HashSet::with_capacity_and_hasher(
+            reading.fields.len(),
+            foldhash::fast::RandomState::default(),
+        )
+    });
     for (i, (name, value)) in reading.fields.iter().enumerate() {
         check_name(name, limits)?;
-        if reading.fields[..i].iter().any(|(n, _)| n == name) {
+        let repeated = match &mut seen {
+            Some(seen) => !seen.insert(name.as_str()),
+            None => reading.fields[..i].iter().any(|(n, _)| n == name),
+        };
+        if repeated {
             return Err(InvalidReading::DuplicateField { name: name.to_string() });
         }
         match value {
@@ -414,6 +430,26 @@ mod tests {
 
     fn series(key: &str) -> SeriesMeta {
         SeriesMeta::untagged(key, key)
+    }
+
+    /// A repeated name is refused however many fields the reading has: narrow readings are
+    /// scanned, wide ones checked with a set.
+    #[test]
+    fn a_repeated_field_name_is_refused_in_narrow_and_wide_readings() {
+        for width in [2, 16, 17, 255] {
+            let mut fields: Fields = (0..width)
+                .map(|i| (format!("f{i}").as_str().into(), FieldValue::Float(0.5)))
+                .collect();
+            let reading = Reading { ts: 1_700_000_000_000, fields: fields.clone() };
+            assert_eq!(validate_reading(&reading, &InputLimits::default()), Ok(()), "{width}");
+            fields.push(("f1".into(), FieldValue::Int(1)));
+            let reading = Reading { ts: 1_700_000_000_000, fields };
+            assert_eq!(
+                validate_reading(&reading, &InputLimits::default()),
+                Err(InvalidReading::DuplicateField { name: "f1".into() }),
+                "{width}"
+            );
+        }
     }
 
     #[test]

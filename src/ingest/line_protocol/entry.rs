@@ -1,6 +1,8 @@
 //! Entry syntax: one framed line to a borrowed measurement, tags, fields and timestamp.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use super::lex::{
     ESC_KEY, ESC_MEASUREMENT, ESC_STRING, FIELD_VALUE, KEY, MEASUREMENT, TAG_VALUE, at_eol, is,
@@ -32,6 +34,9 @@ pub(super) struct Scratch<'a> {
     pub(super) text: Option<&'a str>,
     pub(super) tags: Vec<(Cow<'a, str>, Cow<'a, str>)>,
     pub(super) fields: Vec<(Cow<'a, str>, Value<'a>)>,
+    /// Each field key's place in `fields`, once a line has more than `LINEAR_FIELDS`: a
+    /// repeated key is looked up here, not in every field before it.
+    field_index: HashMap<Cow<'a, str>, usize, foldhash::fast::RandomState>,
     pub(super) ts: Option<i64>,
     /// Outlives the lines: the body's readings share their field names.
     pub(super) names: FieldNames,
@@ -137,6 +142,7 @@ pub(super) fn parse_entry<'a>(
 ) -> Result<(), Bad> {
     out.tags.clear();
     out.fields.clear();
+    out.field_index.clear();
     out.ts = None;
     out.known = None;
 
@@ -220,7 +226,7 @@ fn parse_fields<'a>(s: &'a [u8], mut p: usize, out: &mut Scratch<'a>) -> Result<
         let key = token(s, out.text, k0, p, kesc, ESC_KEY)?;
         p += 1;
         let value = field_value(s, out.text, &mut p, &key)?;
-        push_field(&mut out.fields, key, value);
+        push_field(out, key, value);
         match s.get(p) {
             None => return Ok(()),
             Some(b',') => {
@@ -386,14 +392,29 @@ fn int_error(at: usize, key: &str, kind: &str, raw: &[u8], e: std::num::ParseInt
     }
 }
 
+/// Lines with up to this many fields look for a repeated key among the fields before it;
+/// wider ones in `Scratch::field_index` (a scan made 256-field lines quadratic).
+const LINEAR_FIELDS: usize = 16;
+
 /// Adds a field; a repeated key keeps its first position and takes the new value.
-fn push_field<'a>(
-    fields: &mut Vec<(Cow<'a, str>, Value<'a>)>,
-    key: Cow<'a, str>,
-    value: Value<'a>,
-) {
-    match fields.iter_mut().find(|(k, _)| *k == key) {
-        Some(slot) => slot.1 = value,
-        None => fields.push((key, value)),
+fn push_field<'a>(out: &mut Scratch<'a>, key: Cow<'a, str>, value: Value<'a>) {
+    let fields = &mut out.fields;
+    if fields.len() < LINEAR_FIELDS {
+        match fields.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = value,
+            None => fields.push((key, value)),
+        }
+        return;
+    }
+    let index = &mut out.field_index;
+    if index.is_empty() {
+        index.extend(fields.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)));
+    }
+    match index.entry(key) {
+        Entry::Occupied(at) => fields[*at.get()].1 = value,
+        Entry::Vacant(at) => {
+            fields.push((at.key().clone(), value));
+            at.insert(fields.len() - 1);
+        }
     }
 }

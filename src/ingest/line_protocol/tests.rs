@@ -197,6 +197,18 @@ fn repeated_field_keeps_first_place_and_last_value() {
     );
 }
 
+/// The same with more fields than are scanned: the repeated key is found by its index.
+#[test]
+fn repeated_field_of_a_wide_line_keeps_first_place_and_last_value() {
+    let fields: Vec<String> = (0..40).map(|i| format!("f{i}={i}")).collect();
+    let (_, r) = one(&format!("m {},f3=-1,f39=\"x\",f40=40", fields.join(",")));
+    assert_eq!(r.fields.len(), 41);
+    assert_eq!(r.fields[3], ("f3".into(), FieldValue::Float(-1.0)));
+    assert_eq!(r.fields[39], ("f39".into(), FieldValue::Str("x".into())));
+    assert_eq!(r.fields[40], ("f40".into(), FieldValue::Float(40.0)));
+    assert_eq!(r.fields[20], ("f20".into(), FieldValue::Float(20.0)));
+}
+
 #[test]
 fn series_key_is_canonical_whatever_the_tag_order() {
     let (a, _) = one("w\\ x\\,y,z=1,b\\ k=v\\=\\,w v=1");
