@@ -33,7 +33,6 @@ SERVERS=${SERVERS:-bucketd,victoria-metrics,influxdb}
 BUCKETD_ARGS=${BUCKETD_ARGS:-}
 
 cd "$(dirname "$0")/.."
-ROOT=$(pwd)
 # shellcheck source=loadtest/lib.sh
 . loadtest/lib.sh
 WORK=$(mktemp -d -t bucketd-compare.XXXXXX)
@@ -42,25 +41,15 @@ mkdir -p "$OUT"
 PIDS=()
 
 cleanup() {
-  for pid in "${PIDS[@]:-}"; do
-    [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
-  done
-  for pid in "${PIDS[@]:-}"; do
-    [ -n "$pid" ] && wait "$pid" 2>/dev/null || true
-  done
+  stop_pids
   case "$OUT" in "$WORK"/*) ;; *) echo "summaries kept in $OUT" >&2 ;; esac
   rm -rf "$WORK"
 }
 trap cleanup EXIT INT TERM
 
-for tool in victoria-metrics influxd curl jq taskset; do
-  command -v "$tool" >/dev/null || { echo "compare.sh: $tool is not installed" >&2; exit 1; }
-done
+require_tools victoria-metrics influxd curl jq taskset
 
-echo "building release binaries..." >&2
-cargo build --release --quiet --workspace --bins
-BUCKETD=$ROOT/target/release/bucketd
-LOADTEST=$ROOT/target/release/loadtest
+build_release
 
 # The day-long series: the UTC day two days ago, one sensor, 1 Hz.
 NOW_MS=$(($(date +%s) * 1000))

@@ -24,29 +24,22 @@ STORE=${STORE:-embedded}
 MONGODB_URI=${MONGODB_URI:-}
 
 cd "$(dirname "$0")/.."
-ROOT=$(pwd)
 # shellcheck source=loadtest/lib.sh
 . loadtest/lib.sh
 WORK=$(mktemp -d -t bucketd-influxql.XXXXXX)
 PIDS=()
 cleanup() {
-  for pid in "${PIDS[@]:-}"; do [ -n "$pid" ] && kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]:-}"; do [ -n "$pid" ] && wait "$pid" 2>/dev/null || true; done
+  stop_pids
   rm -rf "$WORK"
 }
 trap cleanup EXIT INT TERM
 
-for tool in influxd curl jq taskset; do
-  command -v "$tool" >/dev/null || { echo "influxql.sh: $tool is not installed" >&2; exit 1; }
-done
+require_tools influxd curl jq taskset
 if [ "$STORE" = mongodb ] && [ -z "$MONGODB_URI" ]; then
   echo "influxql.sh: STORE=mongodb needs MONGODB_URI" >&2; exit 1
 fi
 
-echo "building release binaries..." >&2
-cargo build --release --quiet --workspace --bins
-BUCKETD=$ROOT/target/release/bucketd
-LOADTEST=$ROOT/target/release/loadtest
+build_release
 
 # The data ends at the last whole day before today, so the whole range is in the past.
 NOW_MS=$(($(date +%s) * 1000))

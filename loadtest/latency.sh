@@ -29,9 +29,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-for tool in curl jq taskset; do
-  command -v "$tool" >/dev/null || { echo "latency.sh: $tool is not installed" >&2; exit 1; }
-done
+require_tools curl jq taskset
 
 echo "building release binaries..." >&2
 cargo build --release --quiet -p bucketd -p loadtest

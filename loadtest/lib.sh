@@ -12,6 +12,31 @@ wait_http() {
   return 1
 }
 
+# require_tools TOOL...: exits with a message naming the first TOOL not installed.
+require_tools() {
+  local tool
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null ||
+      { echo "$(basename "$0"): $tool is not installed" >&2; exit 1; }
+  done
+}
+
+# build_release: builds the workspace's release binaries (from the repository root) and sets
+# BUCKETD and LOADTEST to them.
+build_release() {
+  echo "building release binaries..." >&2
+  cargo build --release --quiet --workspace --bins
+  BUCKETD=$PWD/target/release/bucketd
+  LOADTEST=$PWD/target/release/loadtest
+}
+
+# stop_pids: kills every process in the array PIDS, then waits for each (for exit traps).
+stop_pids() {
+  local pid
+  for pid in "${PIDS[@]:-}"; do [ -n "$pid" ] && kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]:-}"; do [ -n "$pid" ] && wait "$pid" 2>/dev/null || true; done
+}
+
 # peak_rss_kib PID: the process's peak resident memory (VmHWM), KiB.
 peak_rss_kib() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
 

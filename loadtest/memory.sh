@@ -38,20 +38,14 @@ ROOT=$(pwd)
 WORK=$(mktemp -d -t bucketd-memory.XXXXXX)
 PIDS=()
 cleanup() {
-  for pid in "${PIDS[@]:-}"; do [ -n "$pid" ] && kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]:-}"; do [ -n "$pid" ] && wait "$pid" 2>/dev/null || true; done
+  stop_pids
   rm -rf "$WORK"
 }
 trap cleanup EXIT INT TERM
 
-for tool in python3 curl jq taskset; do
-  command -v "$tool" >/dev/null || { echo "memory.sh: $tool is not installed" >&2; exit 1; }
-done
+require_tools python3 curl jq taskset
 
-echo "building release binaries..." >&2
-cargo build --release --quiet --workspace --bins
-BUCKETD=$ROOT/target/release/bucketd
-LOADTEST=$ROOT/target/release/loadtest
+build_release
 BASE=http://127.0.0.1:18080
 
 # The stand-in's interpreter: the tests' venv when it is ready, else one made here.
