@@ -1,20 +1,23 @@
 //! Counts, not timings, of what the MongoDB store sends, on the stand-in
 //! (`tests/mongo_standin/bridge.py`, started here as the tests start it). Measurements, not
 //! tests: they print what `loadtest/README.md` and the README quote, and check only that the
-//! counts are what those say. Four of them:
+//! counts are what those say. Five of them:
 //!
 //! - `flush_intervals`: update statements and update commands (round trips) per flush,
 //!   against one-document-per-reading `insert`s of the same readings, for several flush
 //!   intervals. A counting TCP proxy sits between the driver and the stand-in and reads every
 //!   OP_MSG the client sends;
 //! - `running_flusher`: the running flusher at the default flags, paced in real time (150 s);
+//! - `fleet`: the running flusher under 200,000 sensors at 1 reading/s, the memory budget
+//!   pressed, for ten minutes (`FLEET_SENSORS`, `FLEET_SECONDS` choose another);
 //! - `large_flush`: round trips of one flush of 10,000 sensors × 10 readings (minutes);
 //! - `day_range`: round trips of reading back one day of one sensor at 1 Hz (a minute).
 //!
-//! `cargo bench --bench mongo_write_path` runs the first two; name measurements to choose,
-//! e.g. `cargo bench --bench mongo_write_path -- large_flush day_range`. `large_flush` uses
-//! the MongoDB server named by `BUCKETD_TEST_MONGODB_URI` when set. Under `cargo test`
-//! (which runs bench targets without `--bench`) nothing runs.
+//! `cargo bench --bench mongo_write_path` runs `flush_intervals`, `hour_stats` and
+//! `running_flusher`; name measurements to choose, e.g.
+//! `cargo bench --bench mongo_write_path -- large_flush day_range`. `large_flush` uses the
+//! MongoDB server named by `BUCKETD_TEST_MONGODB_URI` when set. Under `cargo test` (which runs
+//! bench targets without `--bench`) nothing runs.
 //!
 //! About `flush_intervals`:
 //! The load modelled is N sensors at 1 reading/s each, every sensor flushed once per flush
@@ -83,11 +86,12 @@ impl Counts {
     }
 
     /// Counts one client message: its command (the first key of the body) and the statements
-    /// it carries, embedded in the body or as a document sequence.
-    fn message(&self, msg: &[u8]) {
+    /// it carries, embedded in the body or as a document sequence. Returns an `update`'s
+    /// statements.
+    fn message(&self, msg: &[u8]) -> Option<u64> {
         let op = i32::from_le_bytes(msg[12..16].try_into().unwrap());
         if op != OP_MSG {
-            return;
+            return None;
         }
         let mut at = 20; // header (16) + flagBits (4)
         let mut command = String::new();
@@ -130,6 +134,7 @@ impl Counts {
                 self.update_commands.fetch_add(1, Ordering::SeqCst);
                 self.update_statements.fetch_add(items, Ordering::SeqCst);
                 self.update_bytes.fetch_add(msg.len() as u64, Ordering::SeqCst);
+                return Some(items);
             }
             "insert" => {
                 self.insert_commands.fetch_add(1, Ordering::SeqCst);
@@ -137,19 +142,26 @@ impl Counts {
             }
             _ => {}
         }
+        None
     }
 }
 
-/// Forwards every connection to `upstream`, counting what clients send.
-async fn proxy(listener: TcpListener, upstream: String, counts: Arc<Counts>) {
+/// Forwards every connection to `upstream`, counting what clients send. With `acknowledge`,
+/// the proxy answers `update` commands itself, as if every statement matched, instead of
+/// forwarding them: for loads whose statements the stand-in cannot apply in real time.
+async fn proxy(listener: TcpListener, upstream: String, counts: Arc<Counts>, acknowledge: bool) {
     loop {
         let Ok((client, _)) = listener.accept().await else { return };
         let upstream = upstream.clone();
         let counts = counts.clone();
         tokio::spawn(async move {
             let Ok(server) = TcpStream::connect(&upstream).await else { return };
-            let (mut cr, mut cw) = client.into_split();
+            let (mut cr, cw) = client.into_split();
             let (mut sr, mut sw) = server.into_split();
+            // The driver waits for each reply before its next request on a connection, so the
+            // two writers never interleave within a message.
+            let cw = Arc::new(tokio::sync::Mutex::new(cw));
+            let client_writer = cw.clone();
             let up = async move {
                 loop {
                     let mut header = [0u8; 4];
@@ -162,18 +174,52 @@ async fn proxy(listener: TcpListener, upstream: String, counts: Arc<Counts>) {
                     if cr.read_exact(&mut msg[4..]).await.is_err() {
                         return;
                     }
-                    counts.message(&msg);
-                    if sw.write_all(&msg).await.is_err() {
+                    let counted = counts.message(&msg);
+                    let sent = match counted {
+                        Some(statements) if acknowledge => {
+                            let reply = acknowledgement(&msg, statements);
+                            client_writer.lock().await.write_all(&reply).await
+                        }
+                        _ => sw.write_all(&msg).await,
+                    };
+                    if sent.is_err() {
                         return;
                     }
                 }
             };
             let down = async move {
-                let _ = tokio::io::copy(&mut sr, &mut cw).await;
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = match sr.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    if cw.lock().await.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
             };
             tokio::join!(up, down);
         });
     }
+}
+
+/// MongoDB's reply to an `update` command `request` whose `statements` all matched.
+fn acknowledgement(request: &[u8], statements: u64) -> Vec<u8> {
+    let body = bson::to_vec(&doc! {
+        "n": statements as i64, "nModified": statements as i64, "ok": 1.0
+    })
+    .unwrap();
+    let request_id = &request[4..8];
+    let mut reply = Vec::with_capacity(21 + body.len());
+    reply.extend_from_slice(&((21 + body.len()) as i32).to_le_bytes());
+    reply.extend_from_slice(&0i32.to_le_bytes()); // requestID
+    reply.extend_from_slice(request_id); // responseTo
+    reply.extend_from_slice(&OP_MSG.to_le_bytes());
+    reply.extend_from_slice(&0u32.to_le_bytes()); // flagBits
+    reply.push(0); // a body section
+    reply.extend_from_slice(&body);
+    reply
 }
 
 struct Row {
@@ -183,13 +229,14 @@ struct Row {
 }
 
 /// The stand-in behind a counting proxy: (the backend, kept alive; the counts; the proxy's URI).
-async fn counted_standin() -> (MongoBackend, Arc<Counts>, String) {
+/// With `acknowledge`, the proxy answers updates itself ([`proxy`]).
+async fn counted_standin(acknowledge: bool) -> (MongoBackend, Arc<Counts>, String) {
     let backend = MongoBackend::standin(StandInOptions::default());
     let upstream = backend.uri.split("//").nth(1).unwrap().split('/').next().unwrap().to_owned();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let counts = Arc::new(Counts::default());
-    tokio::spawn(proxy(listener, upstream, counts.clone()));
+    tokio::spawn(proxy(listener, upstream, counts.clone(), acknowledge));
     (backend, counts, format!("mongodb://127.0.0.1:{port}/?directConnection=true"))
 }
 
@@ -204,7 +251,7 @@ async fn running_flusher() {
     const PACED_SENSORS: usize = 200;
     // Ends halfway between two rounds of 60 s flushes, so no write is in flight when counted.
     const SECONDS: i64 = 150;
-    let (_backend, counts, uri) = counted_standin().await;
+    let (_backend, counts, uri) = counted_standin(false).await;
     let config = bucketd::config::Config::from_args(["bucketd"]).unwrap();
     let store = MongoStore::connect(&uri, "paced", config.bucket_limits(), None)
         .await
@@ -237,9 +284,109 @@ async fn running_flusher() {
     assert!(per_million <= 21_000, "{per_million} update statements per million readings");
 }
 
+/// The sensor fleet at the default flags: `FLEET_SENSORS` sensors (default 200,000) at 1
+/// reading/s for `FLEET_SECONDS` (default 600), pushed in bodies of 5,000 readings as the
+/// parser pushes a body. `--memory-budget` is scaled by sensors / 200,000 (the default at
+/// 200,000), so a smaller fleet presses the budget as the full one does and its buffers are
+/// taken as early. Counts every statement and command, the final drain's included, against
+/// every reading. A fleet of more than `ACKNOWLEDGED_ABOVE` sensors sends more statements a
+/// second than the stand-in can apply, so the proxy acknowledges its updates itself.
+async fn fleet() {
+    const FULL_FLEET: usize = 200_000;
+    const ACKNOWLEDGED_ABOVE: usize = 5_000;
+    const BODY: usize = 5_000;
+    let env = |name: &str, default: usize| {
+        std::env::var(name).map_or(default, |v| v.parse().expect("a number of sensors or seconds"))
+    };
+    let sensors = env("FLEET_SENSORS", FULL_FLEET).max(1);
+    let seconds = env("FLEET_SECONDS", 600).max(1);
+    let acknowledged = sensors > ACKNOWLEDGED_ABOVE;
+    let (_backend, counts, uri) = counted_standin(acknowledged).await;
+    let defaults = bucketd::config::Config::from_args(["bucketd"]).unwrap();
+    let budget = (defaults.memory_budget as u128 * sensors as u128 / FULL_FLEET as u128) as usize;
+    let config = if sensors == FULL_FLEET {
+        defaults
+    } else {
+        bucketd::config::Config::from_args(["bucketd", "--memory-budget", &budget.to_string()])
+            .unwrap()
+    };
+    let store = MongoStore::connect(&uri, "fleet", config.bucket_limits(), None)
+        .await
+        .expect("connect through the counting proxy");
+    counts.take();
+    let buffers = Buffers::new(config.buffer_config());
+    let flusher = Flusher::spawn(buffers.clone(), Arc::new(store), config.flush_config(W, None));
+    let all: Vec<_> = (0..sensors).map(series).collect();
+    println!(
+        "{sensors} sensors x 1 reading/s for {seconds} s, --memory-budget {budget} bytes, \
+         updates {}",
+        if acknowledged { "acknowledged by the proxy" } else { "applied by the stand-in" }
+    );
+    println!(
+        "| minute | readings written | update statements | update commands | statements / M | commands / M |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
+    let hour = 1_700_000_000_000 - 1_700_000_000_000 % HOUR_MS;
+    let start = tokio::time::Instant::now();
+    let (mut pushed, mut refused, mut late) = (0u64, 0u64, Duration::ZERO);
+    let (mut total_statements, mut total_commands, mut settled_before) = (0u64, 0u64, 0u64);
+    let mut row = |minute: String, settled: u64, counts: [u64; 5]| {
+        let [commands, statements, ..] = counts;
+        let written = settled - settled_before;
+        settled_before = settled;
+        total_statements += statements;
+        total_commands += commands;
+        let per_million = |n: u64| n * 1_000_000 / written.max(1);
+        println!(
+            "| {minute} | {written} | {statements} | {commands} | {} | {} |",
+            per_million(statements),
+            per_million(commands)
+        );
+    };
+    for second in 0..seconds {
+        let ts = hour + second as i64 * 1000;
+        for body in (0..sensors).step_by(BODY) {
+            let items: Vec<Item> = (body..(body + BODY).min(sensors))
+                .map(|i| (all[i].clone(), reading(ts, i)))
+                .collect();
+            let n = items.len() as u64;
+            match buffers.push(items) {
+                Ok(_) => pushed += n,
+                Err(_) => refused += n,
+            }
+        }
+        let due = start + Duration::from_secs(second as u64 + 1);
+        late = late.max(tokio::time::Instant::now().saturating_duration_since(due));
+        tokio::time::sleep_until(due).await;
+        if (second + 1) % 60 == 0 {
+            row(
+                format!("{}", (second + 1) / 60),
+                pushed - buffers.buffered() as u64,
+                counts.take(),
+            );
+        }
+    }
+    let drain = Instant::now();
+    flusher.shutdown(Duration::from_secs(600)).await;
+    let left = buffers.buffered() as u64;
+    row(format!("drain ({:.1} s)", drain.elapsed().as_secs_f64()), pushed - left, counts.take());
+    let written = pushed - left;
+    println!(
+        "\nfleet, {sensors} sensors x 1 reading/s for {seconds} s: {written} readings written \
+         ({refused} refused, {left} left) in {total_statements} update statements and \
+         {total_commands} commands: {} statements and {} commands per million readings; \
+         pushes at most {late:?} behind the clock",
+        total_statements * 1_000_000 / written.max(1),
+        total_commands * 1_000_000 / written.max(1),
+    );
+    assert_eq!((refused, left), (0, 0), "every reading accepted and written");
+    // A second behind would be a slower fleet than the one named.
+    assert!(late < Duration::from_secs(1), "the pushes kept to the clock: {late:?} behind");
+}
+
 /// Update statements and round trips per flush, for flush intervals of 1, 10 and 60 s.
 async fn flush_intervals() {
-    let (_backend, counts, uri) = counted_standin().await;
+    let (_backend, counts, uri) = counted_standin(false).await;
 
     let mut rows = Vec::new();
     for (round, interval_s) in [1i64, 10, 60].into_iter().enumerate() {
@@ -316,7 +463,7 @@ async fn flush_intervals() {
 /// (written while `--retention` is set), 10 s flushes; then a retry of flushes whose buckets
 /// were lost after their statistics landed (the one path that reads before writing).
 async fn hour_stats() {
-    let (_backend, counts, uri) = counted_standin().await;
+    let (_backend, counts, uri) = counted_standin(false).await;
     let hour = 1_700_000_000_000 - 1_700_000_000_000 % HOUR_MS;
     let flush = |f: usize, seq0: u64| -> Vec<Batch> {
         let start = hour + f as i64 * 10_000;
@@ -505,10 +652,11 @@ async fn day_range() {
 
 /// Each measurement, whether it runs when none is named, and whether it needs a multi-threaded
 /// runtime.
-const MEASUREMENTS: [(&str, bool, bool); 5] = [
+const MEASUREMENTS: [(&str, bool, bool); 6] = [
     ("flush_intervals", true, true),
     ("hour_stats", true, true),
     ("running_flusher", true, true),
+    ("fleet", false, true),
     ("large_flush", false, false),
     ("day_range", false, false),
 ];
@@ -541,6 +689,7 @@ fn main() {
                 "flush_intervals" => flush_intervals().await,
                 "hour_stats" => hour_stats().await,
                 "running_flusher" => running_flusher().await,
+                "fleet" => fleet().await,
                 "large_flush" => large_flush().await,
                 "day_range" => day_range().await,
                 _ => unreachable!(),
