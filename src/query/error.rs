@@ -42,8 +42,8 @@ impl From<QueryError> for ApiError {
             // Our own validation should make the store's complaint impossible; if it happens
             // anyway it is still about the request.
             QueryError::Store(StoreError::InvalidQuery(why)) => ApiError::BadRequest(why),
-            // The range asks for readings the retention deleted: the request can be narrowed
-            // (or asked as whole-hour rollups), retrying it unchanged never helps.
+            // Reads start again where the kept readings begin (`kept`), so this is a range
+            // whose start retention passes kept moving while it was read: narrowing it helps.
             QueryError::Store(e @ StoreError::Expired { .. }) => {
                 ApiError::BadRequest(e.to_string())
             }

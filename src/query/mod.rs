@@ -17,12 +17,14 @@
 //! - [`error`]: `QueryError` and its mapping into the API's error; [`params`], [`cursor`]:
 //!   shared parsing; [`encode`]: the timestamp, number, JSON-string and CSV writers;
 //!   `source`: a readings page's rows, written from the store's columns; `merge`: the same
-//!   merge over readings, for InfluxQL.
+//!   merge over readings, for InfluxQL; `kept`: ranges that reach back past `--retention`,
+//!   read from where the readings are kept.
 
 pub mod cursor;
 pub mod encode;
 pub mod error;
 pub mod influxql;
+mod kept;
 mod merge;
 pub mod params;
 pub mod readings;

@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::Body;
@@ -21,8 +22,9 @@ use bytes::Bytes;
 use futures::stream::{self, Stream, StreamExt};
 
 use super::cursor::{ReadingsCursor, sensor_hash};
-use super::encode::{TsWriter, write_csv_field, write_json_value};
+use super::encode::{TsWriter, format_ts, write_csv_field, write_json_value};
 use super::error::QueryError;
+use super::kept::Kept;
 use super::params::{Params, parse_limit, parse_time, resolve_range};
 use super::source::Source;
 use super::{QueryState, now_ms, sensor_known};
@@ -33,6 +35,9 @@ use crate::store::{Order, RangeQuery};
 const CHUNK_BYTES: usize = 64 * 1024;
 
 pub const NEXT_CURSOR_HEADER: &str = "x-next-cursor";
+
+/// Where the page's readings begin when `--retention` deleted the start of its range.
+pub const KEPT_FROM_HEADER: &str = "x-kept-from";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -169,7 +174,10 @@ impl Tracker {
     ),
     responses(
         (status = 200, description = "One page of readings, ordered by time. JSON carries `next_cursor` last; NDJSON has one `{\"t\",\"fields\"}` object per line, then a final `{\"next_cursor\": \"...\"}` line only when more readings follow; CSV has a header row `t,<field>...` (the union of the page's field names in order of first appearance; missing values are empty cells) and the cursor in `X-Next-Cursor`.",
-            headers(("X-Next-Cursor" = String, description = "CSV only: present when more readings follow.")),
+            headers(
+                ("X-Next-Cursor" = String, description = "CSV only: present when more readings follow."),
+                ("X-Kept-From" = String, description = "Present when `--retention` deleted the readings of the range's start: where the readings kept begin (RFC 3339 UTC). The page holds those readings."),
+            ),
             content(
                 (super::schemas::ReadingsPage = "application/json"),
                 (String = "application/x-ndjson"),
@@ -235,16 +243,20 @@ pub async fn get_readings(
     if page.order == Order::Desc {
         unflushed.reverse();
     }
-    let store = state.store.runs(RangeQuery {
-        sensor: sensor.clone(),
-        from: qfrom,
-        to: qto,
-        order: page.order,
-        // One more than the page, to know whether another page follows.
-        limit: Some(
-            usize::try_from(skip).unwrap_or(usize::MAX).saturating_add(limit).saturating_add(1),
-        ),
-    });
+    let kept = Arc::new(Kept::default());
+    let store = kept.runs(
+        state.store.clone(),
+        RangeQuery {
+            sensor: sensor.clone(),
+            from: qfrom,
+            to: qto,
+            order: page.order,
+            // One more than the page, to know whether another page follows.
+            limit: Some(
+                usize::try_from(skip).unwrap_or(usize::MAX).saturating_add(limit).saturating_add(1),
+            ),
+        },
+    );
     let mut source = Source::new(store, unflushed, page.order, page.resume);
 
     let first = std::future::poll_fn(|cx| source.poll_row(cx)).await.transpose()?;
@@ -254,9 +266,14 @@ pub async fn get_readings(
 
     let mut tracker = Tracker::new(page);
     let mut builder = Response::builder().header(header::CONTENT_TYPE, format.content_type());
+    // Known once the first row was asked for: the store checks the range before it reads.
+    let kept_from = kept.from().map(format_ts);
+    if let Some(from) = &kept_from {
+        builder = builder.header(KEPT_FROM_HEADER, from.as_str());
+    }
     let body = match format {
         Format::Json | Format::Ndjson => {
-            PageBody::new(source, format, &sensor, tracker, Vec::new())
+            PageBody::new(source, format, &sensor, kept_from.as_deref(), tracker, Vec::new())
         }
         Format::Csv => {
             let collected = collect_page(&mut source, &mut tracker).await?;
@@ -270,7 +287,7 @@ pub async fn get_readings(
             let tracker = Tracker::new(Page { limit: collected.len(), ..page });
             // In page order already: nothing to merge, order or skip.
             let rows = Source::new(stream::empty().boxed(), collected, Order::Asc, None);
-            PageBody::new(rows, format, &sensor, tracker, columns)
+            PageBody::new(rows, format, &sensor, None, tracker, columns)
         }
     };
     Ok(builder.body(Body::from_stream(body)).expect("static headers are valid"))
@@ -330,6 +347,7 @@ impl PageBody {
         source: Source,
         format: Format,
         sensor: &str,
+        kept_from: Option<&str>,
         tracker: Tracker,
         columns: Vec<String>,
     ) -> PageBody {
@@ -339,6 +357,10 @@ impl PageBody {
             Format::Json => {
                 prefix.extend(b"{\"sensor\":");
                 serde_json::to_writer(&mut prefix, sensor).expect("writing to a Vec");
+                if let Some(from) = kept_from {
+                    prefix.extend(b",\"kept_from\":");
+                    serde_json::to_writer(&mut prefix, from).expect("writing to a Vec");
+                }
                 prefix.extend(b",\"readings\":[");
             }
             Format::Ndjson => {}

@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use super::encode::format_ts;
 use super::error::QueryError;
+use super::kept::Kept;
 use super::params::{Params, parse_step, parse_time, resolve_range};
 use super::{QueryState, now_ms, sensor_known};
 use crate::model::TimestampMs;
@@ -24,6 +25,12 @@ pub struct RollupsResponse {
     pub step_ms: i64,
     /// Steps with at least one numeric value, ascending; empty steps are omitted.
     pub rows: Vec<RollupRowJson>,
+    /// Present when `--retention` deleted the readings of the range's start and its steps
+    /// needed them: where the readings these rows were computed from begin (RFC 3339 UTC).
+    /// Whole-hour steps are answered from the kept hour statistics and never set it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub kept_from: Option<String>,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -126,13 +133,16 @@ pub async fn get_rollups(
         });
     }
 
-    let merged = merged_rollups(&state, &sensor, from, to, step_ms, fields.as_deref()).await?;
+    let kept = Kept::default();
+    let merged =
+        merged_rollups(&state, &kept, &sensor, from, to, step_ms, fields.as_deref()).await?;
     if merged.is_empty() && !sensor_known(&state, &sensor).await? {
         return Err(QueryError::UnknownSensor(sensor));
     }
     Ok(Json(RollupsResponse {
         sensor,
         step_ms,
+        kept_from: kept.from().map(format_ts),
         rows: merged
             .into_iter()
             .filter(|(_, f)| !f.is_empty())
@@ -145,9 +155,12 @@ pub async fn get_rollups(
 }
 
 /// The store's rollup rows with the unflushed readings of `[from, to)` merged in, by step
-/// start; `fields` of `None` is every numeric field. Shared with InfluxQL's time groupings.
+/// start; `fields` of `None` is every numeric field. Steps that need readings `--retention`
+/// deleted are answered from the kept ones, noted in `kept`. Shared with InfluxQL's time
+/// groupings.
 pub async fn merged_rollups(
     state: &QueryState,
+    kept: &Kept,
     sensor: &str,
     from: TimestampMs,
     to: TimestampMs,
@@ -156,16 +169,14 @@ pub async fn merged_rollups(
 ) -> Result<BTreeMap<TimestampMs, BTreeMap<String, FieldStats>>, StoreError> {
     // Buffers before the store, as for readings: double counting is possible, missing is not.
     let unflushed = state.unflushed.unflushed(sensor, from, to);
-    let rows = state
-        .store
-        .rollups(RollupQuery {
-            sensor: sensor.to_owned(),
-            from,
-            to,
-            step_ms,
-            fields: fields.map(<[String]>::to_vec),
-        })
-        .await?;
+    let query = RollupQuery {
+        sensor: sensor.to_owned(),
+        from,
+        to,
+        step_ms,
+        fields: fields.map(<[String]>::to_vec),
+    };
+    let rows = kept.rollups(&*state.store, query).await?;
     let mut merged: BTreeMap<TimestampMs, BTreeMap<String, FieldStats>> =
         rows.into_iter().map(|r| (r.start, r.fields)).collect();
     for reading in unflushed {

@@ -10,6 +10,11 @@ use utoipa::ToSchema;
 #[allow(dead_code)]
 pub struct ReadingsPage {
     pub sensor: String,
+    /// Present when `--retention` deleted the readings of the range's start: where the
+    /// readings kept begin (RFC 3339 UTC), also in the `X-Kept-From` header of every format.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub kept_from: Option<String>,
     pub readings: Vec<ReadingJson>,
     /// Pass as `cursor` to get the next page; `null` when no more readings follow.
     pub next_cursor: Option<String>,

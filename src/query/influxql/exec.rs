@@ -1,6 +1,7 @@
 //! Runs parsed statements against the store and the unflushed buffers.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use futures::stream::BoxStream;
 use serde::Serialize;
@@ -11,6 +12,7 @@ use super::cond::compile_regex;
 use super::{select, show};
 use crate::model::{FieldValue, Reading, TimestampMs};
 use crate::query::QueryState;
+use crate::query::kept::Kept;
 use crate::query::merge::merge;
 use crate::query::rollups::merged_rollups;
 use crate::store::{FieldStats, Order, RangeQuery, SensorInfo, SensorQuery, StoreError};
@@ -158,6 +160,8 @@ pub struct Ctx<'a> {
     pub epoch: Epoch,
     /// When the statement's time budget (`QueryLimits::statement_time`) runs out.
     pub deadline: std::time::Instant,
+    /// Where the readings begin when `--retention` cut the statement's range: its warning.
+    pub kept: Arc<Kept>,
 }
 
 impl Ctx<'_> {
@@ -292,7 +296,8 @@ impl Ctx<'_> {
         }
     }
 
-    /// The readings of one series in `[from, to)`, unflushed ones merged in.
+    /// The readings of one series in `[from, to)`, unflushed ones merged in; from where they
+    /// are kept if `--retention` cut the range, noted for the statement's warning.
     pub fn readings(
         &self,
         key: &str,
@@ -300,16 +305,33 @@ impl Ctx<'_> {
         to: TimestampMs,
         order: Order,
     ) -> BoxStream<'static, Result<Reading, StoreError>> {
+        self.readings_noted(key, from, to, order, &self.kept)
+    }
+
+    /// The same for a probe that decides how to answer (field types), not what: a cut range
+    /// is not noted.
+    pub fn probe(
+        &self,
+        key: &str,
+        from: TimestampMs,
+        to: TimestampMs,
+        order: Order,
+    ) -> BoxStream<'static, Result<Reading, StoreError>> {
+        self.readings_noted(key, from, to, order, &Arc::default())
+    }
+
+    fn readings_noted(
+        &self,
+        key: &str,
+        from: TimestampMs,
+        to: TimestampMs,
+        order: Order,
+        kept: &Arc<Kept>,
+    ) -> BoxStream<'static, Result<Reading, StoreError>> {
         // Buffers before the store: double counting is possible during a flush, missing is not.
         let unflushed = self.state.unflushed.unflushed(key, from, to);
-        let stored = self.state.store.readings(RangeQuery {
-            sensor: key.to_owned(),
-            from,
-            to,
-            order,
-            limit: None,
-        });
-        merge(stored, unflushed, order)
+        let query = RangeQuery { sensor: key.to_owned(), from, to, order, limit: None };
+        merge(kept.readings(self.state.store.clone(), query), unflushed, order)
     }
 
     pub async fn rollups(
@@ -318,35 +340,24 @@ impl Ctx<'_> {
         range: super::cond::TimeRange,
         step_ms: i64,
     ) -> Result<BTreeMap<TimestampMs, BTreeMap<String, FieldStats>>, ExecError> {
-        Ok(merged_rollups(self.state, key, range.from, range.to, step_ms, None).await?)
+        Ok(merged_rollups(self.state, &self.kept, key, range.from, range.to, step_ms, None).await?)
     }
 
     /// The types of the fields of a series' latest reading in range: what decides whether
     /// bucket statistics (numbers only) can answer. `None` without a reading in range that is
-    /// still kept (`--retention` may have deleted the older ones: only the range after the
-    /// deleted hours is asked then).
+    /// still kept.
     pub async fn field_kinds(
         &self,
         info: &SensorInfo,
         range: super::cond::TimeRange,
     ) -> Result<Option<HashMap<String, FieldKind>>, ExecError> {
         use futures::StreamExt;
-        let mut from = range.from;
-        // Twice at most: the whole range, then the part after the deleted hours.
-        for _ in 0..2 {
-            let mut latest = self.readings(&info.key, from, range.to, Order::Desc);
-            match latest.next().await.transpose() {
-                Ok(None) => return Ok(None),
-                Ok(Some(r)) => {
-                    let kinds = r.fields.iter().map(|(k, v)| (k.to_string(), FieldKind::of(v)));
-                    return Ok(Some(kinds.collect()));
-                }
-                Err(StoreError::Expired { before, .. }) if before > from => from = before,
-                Err(StoreError::Expired { .. }) => return Ok(None),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(None)
+        let mut latest = self.probe(&info.key, range.from, range.to, Order::Desc);
+        Ok(latest
+            .next()
+            .await
+            .transpose()?
+            .map(|r| r.fields.iter().map(|(k, v)| (k.to_string(), FieldKind::of(v))).collect()))
     }
 }
 

@@ -45,6 +45,15 @@ struct StatementResult {
     series: Vec<Series>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// InfluxDB's `[{"level", "text"}]`: here, that `--retention` cut the range.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    messages: Vec<Message>,
+}
+
+#[derive(Serialize)]
+struct Message {
+    level: &'static str,
+    text: String,
 }
 
 /// The request's parameters: from the URL, and for a form-encoded POST from the body too (the
@@ -160,14 +169,17 @@ pub async fn query(
     let mut results = Vec::with_capacity(parsed.statements.len());
     for (statement_id, statement) in parsed.statements.iter().enumerate() {
         let deadline = std::time::Instant::now() + state.limits.statement_time;
-        let ctx = Ctx { state: &state, now_ns, epoch, deadline };
-        results.push(match ctx.run(statement).await {
+        let ctx = Ctx { state: &state, now_ns, epoch, deadline, kept: Default::default() };
+        let (series, error) = match ctx.run(statement).await {
             Ok(mut series) => {
                 series.iter_mut().for_each(whole_floats_as_go_writes_them);
-                StatementResult { statement_id, series, error: None }
+                (series, None)
             }
-            Err(e) => StatementResult { statement_id, series: Vec::new(), error: Some(e.0) },
-        });
+            Err(e) => (Vec::new(), Some(e.0)),
+        };
+        let messages =
+            ctx.kept.message().map(|text| Message { level: "warning", text }).into_iter().collect();
+        results.push(StatementResult { statement_id, series, error, messages });
     }
     let body = if p.chunked {
         let mut out = Vec::new();

@@ -218,7 +218,7 @@ async fn probe_fields(
     let mut kinds = HashMap::new();
     for order in [Order::Asc, Order::Desc] {
         let mut readings =
-            ctx.readings(&s.key, MIN_TIMESTAMP_MS, MAX_TIMESTAMP_MS + 1, order).take(FIELD_PROBE);
+            ctx.probe(&s.key, MIN_TIMESTAMP_MS, MAX_TIMESTAMP_MS + 1, order).take(FIELD_PROBE);
         while let Some(r) = readings.next().await {
             for (name, v) in &r?.fields {
                 kinds.entry(name.to_string()).or_insert_with(|| FieldKind::of(v));

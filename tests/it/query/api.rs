@@ -188,38 +188,56 @@ async fn rollups_agree_with_stats_computed_here() {
 }
 
 /// After the retention deleted an hour's readings: whole-hour rollups still answer it from its
-/// statistics (merged with unflushed readings as before); anything needing its readings is a
-/// 400 naming the retention, not an empty or partial answer.
+/// statistics (merged with unflushed readings as before); what needs its readings answers from
+/// the readings kept and says where they begin.
 #[tokio::test]
-async fn expired_hours_answer_whole_hour_rollups_and_refuse_readings() {
+async fn expired_hours_answer_whole_hour_rollups_and_the_kept_readings() {
     use bucketd::store::{Retention, Store};
     let (app, all) = rollup_fixture().await;
     let policy = Retention { raw: Some(std::time::Duration::from_secs(3600)), rollups: None };
     let report = app.store.expire(BASE + 2 * HOUR_MS, policy, 100).await.unwrap();
     assert_eq!(report.hours_deleted, 1, "{report:?}");
     let to = BASE + 3 * HOUR_MS;
+    let kept = BASE + HOUR_MS;
     let (status, v) =
         get_json(&app.router, &format!("/api/v1/rollups?sensor=rs&from={BASE}&to={to}&step=1h"))
             .await;
     assert_eq!(status, StatusCode::OK, "{v}");
     assert_eq!(actual(&v), expected(&all, BASE, to, HOUR_MS, None));
     assert_eq!(actual_points(&v), expected_points(&all, BASE, to, HOUR_MS));
-    for uri in [
-        format!("/api/v1/rollups?sensor=rs&from={BASE}&to={to}&step=15m"),
-        format!("/api/v1/readings?sensor=rs&from={BASE}&to={to}"),
-    ] {
-        let (status, v) = get_json(&app.router, &uri).await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}: {v}");
-        let error = v["error"].as_str().unwrap();
-        assert!(error.contains("deleted by --retention 1h"), "{uri}: {error}");
+    assert!(v.get("kept_from").is_none(), "{v}");
+
+    let kept_from =
+        DateTime::from_timestamp_millis(kept).unwrap().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
+    let (status, v) =
+        get_json(&app.router, &format!("/api/v1/rollups?sensor=rs&from={BASE}&to={to}&step=15m"))
+            .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["kept_from"], kept_from.as_str(), "{v}");
+    assert_eq!(actual(&v), expected(&all, kept, to, 15 * 60_000, None));
+
+    let (status, v) =
+        get_json(&app.router, &format!("/api/v1/readings?sensor=rs&from={BASE}&to={to}")).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["kept_from"], kept_from.as_str(), "{v}");
+    let (_, live) =
+        get_json(&app.router, &format!("/api/v1/readings?sensor=rs&from={kept}&to={to}")).await;
+    assert_eq!(v["readings"], live["readings"]);
+    assert!(!live["readings"].as_array().unwrap().is_empty());
+    assert!(live.get("kept_from").is_none(), "{live}");
+
+    // Every format carries the header; a range wholly in the deleted hour is empty.
+    for format in ["ndjson", "csv"] {
+        let (status, headers, body) = get(
+            &app.router,
+            &format!("/api/v1/readings?sensor=rs&from={BASE}&to={}&format={format}", BASE + 60_000),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(headers["x-kept-from"], kept_from.as_str(), "{format}");
+        let rows = String::from_utf8_lossy(&body).lines().count();
+        assert_eq!(rows, usize::from(format == "csv"), "{format}: only a CSV header: {body:?}");
     }
-    // The live hours alone are still read.
-    let (status, _) = get_json(
-        &app.router,
-        &format!("/api/v1/readings?sensor=rs&from={}&to={to}", BASE + HOUR_MS),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK);
 }
 
 #[tokio::test]

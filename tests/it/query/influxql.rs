@@ -389,7 +389,8 @@ async fn hour_groups_from_mongodb_statistics_equal_those_from_readings() {
 }
 
 /// With `--retention`, hour groups still answer over hours whose readings are deleted (from
-/// the kept hour statistics), and what needs those readings says so.
+/// the kept hour statistics); what needs those readings answers from the readings kept, as
+/// InfluxDB does, with a warning saying where they begin.
 #[tokio::test]
 async fn hour_groups_outlive_the_readings_retention_deletes() {
     use bucketd::store::Retention;
@@ -401,7 +402,6 @@ async fn hour_groups_outlive_the_readings_retention_deletes() {
         range(0, 6)
     );
     let (_, before) = q(&app, &hours).await;
-    // Four of the six hours end more than the retention before "now".
     let now = BASE + 6 * HOUR_MS + HOUR_MS / 2;
     let policy = Retention { raw: Some(std::time::Duration::from_secs(3 * 3600)), rollups: None };
     loop {
@@ -412,19 +412,44 @@ async fn hour_groups_outlive_the_readings_retention_deletes() {
     }
     let (status, after) = q(&app, &hours).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(after, before, "hour statistics answer for the deleted hours too");
+    assert_eq!(after, before, "hour statistics answer for the deleted hours too, with no warning");
 
+    let rfc3339 = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .unwrap()
+            .format("%Y-%m-%dT%H:%M:%S%.3fZ")
+            .to_string()
+    };
     for statement in [
-        format!("SELECT v FROM temp WHERE {}", range(0, 6)),
-        format!("SELECT mean(v) FROM temp WHERE {} GROUP BY time(10m)", range(0, 6)),
-        format!("SELECT median(v) FROM temp WHERE {} GROUP BY time(1h)", range(0, 6)),
+        "SELECT v FROM temp WHERE {range}",
+        "SELECT mean(v) FROM temp WHERE {range} GROUP BY time(10m)",
+        "SELECT median(v) FROM temp WHERE {range} GROUP BY time(1h)",
     ] {
-        let (status, body) = q(&app, &statement).await;
+        let (status, body) = q(&app, &statement.replace("{range}", &range(0, 6))).await;
         assert_eq!(status, StatusCode::OK);
-        let error =
-            body["results"][0]["error"].as_str().unwrap_or_else(|| panic!("{statement}: {body}"));
-        assert!(error.contains("deleted by --retention"), "{statement}: {error}");
+        let result = &body["results"][0];
+        assert_eq!(result["messages"][0]["level"], "warning", "{statement}: {body}");
+        let text = result["messages"][0]["text"].as_str().unwrap();
+        assert!(text.contains("deleted by --retention 3h"), "{statement}: {text}");
+        let kept = (1..6)
+            .find(|&h| text.contains(&rfc3339(BASE + h * HOUR_MS)))
+            .unwrap_or_else(|| panic!("{statement}: the warning names an hour: {text}"));
+        // Exactly what the same statement answers over the hours kept, after empty windows
+        // for the deleted ones.
+        let (_, only_kept) = q(&app, &statement.replace("{range}", &range(kept, 6))).await;
+        assert!(only_kept["results"][0]["messages"].is_null(), "{statement}: {only_kept}");
+        let rows = result["series"][0]["values"].as_array().unwrap();
+        let cut = rows.iter().position(|r| r[0].as_i64() >= Some(BASE + kept * HOUR_MS));
+        let (deleted, kept_rows) = rows.split_at(cut.unwrap_or(rows.len()));
+        assert!(deleted.iter().all(|r| r[1].is_null()), "{statement}: {deleted:?}");
+        assert_eq!(kept_rows, only_kept["results"][0]["series"][0]["values"].as_array().unwrap());
+        assert!(!kept_rows.is_empty(), "{statement}");
     }
+    // Field types are probed from what is kept, with no warning: the answer is not cut.
+    let (_, body) = q(&app, "SHOW FIELD KEYS FROM temp").await;
+    let result = &body["results"][0];
+    assert!(result["error"].is_null() && result["messages"].is_null(), "{body}");
+    assert_eq!(result["series"][0]["values"], json!([["n", "integer"], ["v", "float"]]));
     // The live hours still read their readings.
     let (_, body) = q(&app, &format!("SELECT count(v) FROM temp WHERE {}", range(5, 6))).await;
     assert_eq!(body["results"][0]["series"][0]["values"][0][1], 3 * 60);
