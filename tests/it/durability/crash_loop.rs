@@ -240,6 +240,9 @@ async fn two_writer_crash_loop(mongo: &[&str], rounds: usize, pause: Duration) {
     check_exactly_once(&ledger.lock().unwrap(), &stored);
 }
 
+/// Times a page answered 503 is asked again.
+const READ_RETRIES: usize = 4;
+
 /// Every stored reading, by number, with how often it is stored.
 async fn read_all(client: &reqwest::Client, base: &str) -> BTreeMap<i64, usize> {
     let mut out = BTreeMap::new();
@@ -260,8 +263,15 @@ async fn read_all(client: &reqwest::Client, base: &str) -> BTreeMap<i64, usize> 
             }
             let url = reqwest::Url::parse_with_params(&format!("{base}/api/v1/readings"), &query)
                 .unwrap();
-            let request = client.get(url);
-            let response = request.send().await.unwrap();
+            // 503 says "store unavailable; retry": on a loaded machine the stand-in can take
+            // longer than the store's operation timeout over a whole sensor's readings.
+            let mut response = client.get(url.clone()).send().await.unwrap();
+            for _ in 0..READ_RETRIES {
+                if response.status() != StatusCode::SERVICE_UNAVAILABLE {
+                    break;
+                }
+                response = client.get(url.clone()).send().await.unwrap();
+            }
             if response.status() == StatusCode::NOT_FOUND {
                 break;
             }
