@@ -240,6 +240,23 @@ async fn counted_standin(acknowledge: bool) -> (MongoBackend, Arc<Counts>, Strin
     (backend, counts, format!("mongodb://127.0.0.1:{port}/?directConnection=true"))
 }
 
+/// The buffers and their flusher at `config`, writing through the counting proxy at `uri`
+/// into `database`; the counts start once the store has made its indexes.
+async fn running(
+    uri: &str,
+    database: &str,
+    config: &bucketd::config::Config,
+    counts: &Counts,
+) -> (Arc<Buffers>, Flusher) {
+    let store = MongoStore::connect(uri, database, config.bucket_limits(), None)
+        .await
+        .expect("connect through the counting proxy");
+    counts.take();
+    let buffers = Buffers::new(config.buffer_config());
+    let flusher = Flusher::spawn(buffers.clone(), Arc::new(store), config.flush_config(W, None));
+    (buffers, flusher)
+}
+
 /// The running flusher at the default flags, paced in real time: sensors at 1 reading/s, one
 /// push a second (a client posting every second). A 1 Hz sensor's buffer is written when its
 /// oldest reading nears `--flush-interval` (60 s), so a statement carries about sixty
@@ -253,12 +270,7 @@ async fn running_flusher() {
     const SECONDS: i64 = 150;
     let (_backend, counts, uri) = counted_standin(false).await;
     let config = bucketd::config::Config::from_args(["bucketd"]).unwrap();
-    let store = MongoStore::connect(&uri, "paced", config.bucket_limits(), None)
-        .await
-        .expect("connect through the counting proxy");
-    counts.take();
-    let buffers = Buffers::new(config.buffer_config());
-    let flusher = Flusher::spawn(buffers.clone(), Arc::new(store), config.flush_config(W, None));
+    let (buffers, flusher) = running(&uri, "paced", &config, &counts).await;
     let hour = 1_700_000_000_000 - 1_700_000_000_000 % HOUR_MS;
     let start = tokio::time::Instant::now();
     for second in 0..SECONDS {
@@ -304,18 +316,10 @@ async fn fleet() {
     let (_backend, counts, uri) = counted_standin(acknowledged).await;
     let defaults = bucketd::config::Config::from_args(["bucketd"]).unwrap();
     let budget = (defaults.memory_budget as u128 * sensors as u128 / FULL_FLEET as u128) as usize;
-    let config = if sensors == FULL_FLEET {
-        defaults
-    } else {
+    let config =
         bucketd::config::Config::from_args(["bucketd", "--memory-budget", &budget.to_string()])
-            .unwrap()
-    };
-    let store = MongoStore::connect(&uri, "fleet", config.bucket_limits(), None)
-        .await
-        .expect("connect through the counting proxy");
-    counts.take();
-    let buffers = Buffers::new(config.buffer_config());
-    let flusher = Flusher::spawn(buffers.clone(), Arc::new(store), config.flush_config(W, None));
+            .unwrap();
+    let (buffers, flusher) = running(&uri, "fleet", &config, &counts).await;
     let all: Vec<_> = (0..sensors).map(series).collect();
     println!(
         "{sensors} sensors x 1 reading/s for {seconds} s, --memory-budget {budget} bytes, \
