@@ -420,6 +420,25 @@ impl FieldStats {
         };
     }
 
+    /// Adds one value at `ts`: what merging [`FieldStats::of`] does, without making it.
+    #[inline]
+    pub fn push(&mut self, ts: TimestampMs, v: f64) {
+        self.count += 1;
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+        self.sum += v;
+        if let Some(first) = self.first
+            && precedes((ts, v), first)
+        {
+            self.first = Some((ts, v));
+        }
+        if let Some(last) = self.last
+            && precedes(last, (ts, v))
+        {
+            self.last = Some((ts, v));
+        }
+    }
+
     pub fn mean(&self) -> f64 {
         self.sum / self.count as f64
     }

@@ -339,8 +339,10 @@ impl Ctx<'_> {
         key: &str,
         range: super::cond::TimeRange,
         step_ms: i64,
+        fields: Option<&[String]>,
     ) -> Result<BTreeMap<TimestampMs, BTreeMap<String, FieldStats>>, ExecError> {
-        Ok(merged_rollups(self.state, &self.kept, key, range.from, range.to, step_ms, None).await?)
+        Ok(merged_rollups(self.state, &self.kept, key, range.from, range.to, step_ms, fields)
+            .await?)
     }
 
     /// The types of the fields of a series' latest reading in range: what decides whether

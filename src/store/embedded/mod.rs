@@ -82,6 +82,7 @@ mod chunks;
 mod codec;
 mod expire;
 mod read;
+mod windows;
 mod write;
 
 use std::path::{Path, PathBuf};

@@ -12,7 +12,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::chunks::{self, ReadChunks};
-use super::codec::{self, BucketHeader, ChunkSummary, Decoded, SeriesRecord};
+use super::codec::{self, BucketHeader, ChunkSummary, Decoded, ScanScratch, SeriesRecord};
+use super::windows::Windows;
 use super::{
     BUCKETS, EmbeddedError, HOUR_STATS, MEASUREMENT_INDEX, META, META_RAW_RETENTION_MS, SERIES,
     TAG_INDEX,
@@ -322,37 +323,6 @@ trait Visit {
     fn reading(&mut self, r: Reading) -> ControlFlow<()>;
 }
 
-/// A [`Visit`] that decodes chunks at once and hands `f` every reading in `from <= ts < to`.
-struct Decoding<'f> {
-    from: TimestampMs,
-    to: TimestampMs,
-    order: Order,
-    decoded: Vec<Reading>,
-    f: &'f mut dyn FnMut(Reading) -> ControlFlow<()>,
-}
-
-impl Visit for Decoding<'_> {
-    fn chunk(
-        &mut self,
-        hour: TimestampMs,
-        bytes: &[u8],
-        _: ChunkSummary,
-    ) -> Result<ControlFlow<()>, EmbeddedError> {
-        let (from, to) = (self.from, self.to);
-        let in_range = |r: &Reading| r.ts >= from && r.ts < to;
-        self.decoded.clear();
-        codec::decode_chunk(bytes, hour, &mut self.decoded)?;
-        Ok(match self.order {
-            Order::Asc => emit(self.decoded.drain(..).filter(in_range), self.f),
-            Order::Desc => emit(self.decoded.drain(..).rev().filter(in_range), self.f),
-        })
-    }
-
-    fn reading(&mut self, r: Reading) -> ControlFlow<()> {
-        (self.f)(r)
-    }
-}
-
 /// Hands `v` the readings of series `series_id` in `from <= ts < to`, in `order`, until it
 /// breaks. Equal timestamps come in the order written (reversed for `Desc`).
 fn visit_range(
@@ -475,6 +445,11 @@ pub(super) fn rollups(db: &Database, q: &RollupQuery) -> Result<Vec<RollupRow>, 
     let Some(series) = series_record(&txn, &q.sensor)? else {
         return Ok(Vec::new());
     };
+    let from_stats = q.step_ms % HOUR_MS == 0 && q.from % HOUR_MS == 0 && q.to % HOUR_MS == 0;
+    if !from_stats {
+        check_live(&txn, series.id, q.from, q.to)?;
+        return fold_steps(&txn, series.id, q);
+    }
     let wanted = |name: &str| q.fields.as_ref().is_none_or(|f| f.iter().any(|w| w == name));
     let step_of = |ts: TimestampMs| ts.div_euclid(q.step_ms) * q.step_ms;
     let mut rows: BTreeMap<TimestampMs, BTreeMap<String, FieldStats>> = BTreeMap::new();
@@ -488,47 +463,28 @@ pub(super) fn rollups(db: &Database, q: &RollupQuery) -> Result<Vec<RollupRow>, 
         }
     };
 
-    let from_stats = q.step_ms % HOUR_MS == 0 && q.from % HOUR_MS == 0 && q.to % HOUR_MS == 0;
-    if from_stats {
-        if q.from < q.to {
-            // Hours whose readings were deleted answer from the statistics they left.
-            let stats = txn.open_table(HOUR_STATS)?;
-            for entry in stats.range((series.id, q.from)..(series.id, q.to))? {
-                let (key, value) = entry?;
-                let start = step_of(key.value().1);
-                for (name, s) in &BucketHeader::decode(value.value())?.stats {
-                    if wanted(name) {
-                        add(start, name, s);
-                    }
-                }
-            }
-            let buckets = txn.open_table(BUCKETS)?;
-            for entry in buckets.range((series.id, q.from, 0)..(series.id, q.to, 0))? {
-                let (key, value) = entry?;
-                let start = step_of(key.value().1);
-                for (name, s) in &BucketHeader::decode(value.value())?.stats {
-                    if wanted(name) {
-                        add(start, name, s);
-                    }
+    if q.from < q.to {
+        // Hours whose readings were deleted answer from the statistics they left.
+        let stats = txn.open_table(HOUR_STATS)?;
+        for entry in stats.range((series.id, q.from)..(series.id, q.to))? {
+            let (key, value) = entry?;
+            let start = step_of(key.value().1);
+            for (name, s) in &BucketHeader::decode(value.value())?.stats {
+                if wanted(name) {
+                    add(start, name, s);
                 }
             }
         }
-    } else {
-        check_live(&txn, series.id, q.from, q.to)?;
-        let (buckets, chunks) = (txn.open_table(BUCKETS)?, chunks::open_read(&txn)?);
-        let mut f = |r: Reading| {
-            let start = step_of(r.ts);
-            for (name, value) in &r.fields {
-                if let Some(v) = value.as_f64().filter(|_| wanted(name)) {
-                    add(start, name, &FieldStats::of(r.ts, v));
+        let buckets = txn.open_table(BUCKETS)?;
+        for entry in buckets.range((series.id, q.from, 0)..(series.id, q.to, 0))? {
+            let (key, value) = entry?;
+            let start = step_of(key.value().1);
+            for (name, s) in &BucketHeader::decode(value.value())?.stats {
+                if wanted(name) {
+                    add(start, name, s);
                 }
             }
-            ControlFlow::Continue(())
-        };
-        let mut decoding =
-            Decoding { from: q.from, to: q.to, order: Order::Asc, decoded: Vec::new(), f: &mut f };
-        let _: ControlFlow<()> =
-            visit_range(&buckets, &chunks, series.id, q.from, q.to, Order::Asc, &mut decoding)?;
+        }
     }
     // A step whose readings carry none of the wanted numeric fields has nothing to report.
     Ok(rows
@@ -536,6 +492,40 @@ pub(super) fn rollups(db: &Database, q: &RollupQuery) -> Result<Vec<RollupRow>, 
         .filter(|(_, fields)| !fields.is_empty())
         .map(|(start, fields)| RollupRow { start, fields })
         .collect())
+}
+
+/// A rollup's steps folded from every bucket in range, in any order (statistics merge in any
+/// order): a bucket within one step from its header, the others from their chunks' numbers.
+fn fold_steps(
+    txn: &ReadTransaction,
+    series_id: u64,
+    q: &RollupQuery,
+) -> Result<Vec<RollupRow>, EmbeddedError> {
+    let (from, to) = (q.from.max(MIN_TIMESTAMP_MS), q.to.min(MAX_TIMESTAMP_MS + 1));
+    let mut windows = Windows::new(q.step_ms, q.fields.as_deref());
+    if from >= to {
+        return Ok(windows.finish());
+    }
+    let (buckets, chunks) = (txn.open_table(BUCKETS)?, chunks::open_read(txn)?);
+    let mut scratch = ScanScratch::default();
+    let lo = (series_id, hour_start(from), 0u32);
+    let hi = (series_id, hour_start(to - 1), u32::MAX);
+    for entry in buckets.range(lo..=hi)? {
+        let (key, value) = entry?;
+        let (_, hour, seq) = key.value();
+        let header = BucketHeader::decode(value.value())?;
+        if header.count == 0 || header.max_ts < from || header.min_ts >= to {
+            continue;
+        }
+        if windows.whole_bucket(&header, from, to) {
+            continue;
+        }
+        for at in chunks::of_bucket(series_id, hour, seq, &header) {
+            let Some(value) = chunks.get(at)? else { continue };
+            codec::scan_numbers(value.value(), hour, from, to, &mut scratch, &mut windows)?;
+        }
+    }
+    Ok(windows.finish())
 }
 
 /// Sensors matching every tag and the measurement, by key. Candidates come from the tag index of

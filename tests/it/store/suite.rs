@@ -455,6 +455,18 @@ pub async fn stats_exact_across_flushes(make: Make<'_>) {
         rollups(&*f.store, s.key(), from, to, HOUR_MS, Some(some)).await,
         expected_rollups(&written, from, to, HOUR_MS, Some(some))
     );
+    // Finer and unaligned: buckets written out of order, spilled, and some within one step.
+    let (from, to) = (T0 + 60_000, T0 + 3 * HOUR_MS - 1);
+    for step in [7 * 60_000, HOUR_MS, 3 * HOUR_MS] {
+        for fields in [None, Some(some)] {
+            assert_eq!(
+                rollups(&*f.store, s.key(), from, to, step, fields).await,
+                expected_rollups(&written, from, to, step, fields),
+                "step {step}, fields {fields:?}"
+            );
+        }
+    }
+    let (from, to) = (T0, T0 + 3 * HOUR_MS);
     assert_eq!(read(&*f.store, range(s.key(), from, to)).await, expected_range(&written, from, to));
 }
 

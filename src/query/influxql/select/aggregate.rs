@@ -260,7 +260,10 @@ async fn from_rollups(
     if !all_numeric {
         return Ok(false);
     }
-    let rows = ctx.rollups(&info.key, st.range, w.interval).await?;
+    // Only the fields named, unless a wildcard call takes them all.
+    let named: Option<Vec<String>> =
+        st.plan.calls.iter().map(|c| c.field.as_ref().map(|f| f.to_string())).collect();
+    let rows = ctx.rollups(&info.key, st.range, w.interval, named.as_deref()).await?;
     let edges = st.plan.calls.iter().any(|c| matches!(c.func, Func::First | Func::Last));
     if edges
         && rows.values().flat_map(|f| f.values()).any(|s| s.first.is_none() || s.last.is_none())

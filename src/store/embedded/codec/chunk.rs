@@ -9,7 +9,7 @@ use crate::model::{Columns, FieldName, FieldValue, Reading, ReadingView, Timesta
 use crate::store::embedded::EmbeddedError;
 use crate::wire::{Cursor, put_str, put_varint, unzigzag, zigzag};
 
-const CHUNK_V2: u64 = 2;
+pub(super) const CHUNK_V2: u64 = 2;
 
 /// The most readings a chunk may hold: a chunk never holds more than one bucket's readings.
 /// A damaged count beyond it is refused before the decoder allocates for it (a version-2
@@ -24,7 +24,7 @@ pub(super) const T_STR: u8 = 4;
 
 /// A float column's mode byte when its values are written one by one, each decimal or XOR-ed
 /// (as in version 1). `DECIMAL_HEADER | k` says that every value has `k` decimals.
-const FLOATS_EACH: u8 = 0;
+pub(super) const FLOATS_EACH: u8 = 0;
 
 /// What a chunk's first bytes say, readable without decoding the readings, so that a range scan
 /// can skip chunks outside the range.
@@ -278,7 +278,7 @@ pub fn encode_chunk<R: ReadingView>(hour: TimestampMs, readings: &[R]) -> Vec<u8
     out
 }
 
-fn chunk_prefix(
+pub(super) fn chunk_prefix(
     c: &mut Cursor<'_>,
     hour: TimestampMs,
 ) -> Result<(u64, ChunkSummary), EmbeddedError> {
@@ -425,10 +425,22 @@ fn get_timestamps(
     c: &mut Cursor<'_>,
     summary: ChunkSummary,
 ) -> Result<Vec<TimestampMs>, EmbeddedError> {
+    let mut ts = Vec::new();
+    fill_timestamps(c, summary, &mut ts)?;
+    Ok(ts)
+}
+
+/// [`get_timestamps`] into `ts`, which is cleared first.
+pub(super) fn fill_timestamps(
+    c: &mut Cursor<'_>,
+    summary: ChunkSummary,
+    ts: &mut Vec<TimestampMs>,
+) -> Result<(), EmbeddedError> {
     let count = summary.count as usize;
-    let mut ts = Vec::with_capacity(count);
+    ts.clear();
+    ts.reserve(count);
     if count == 0 {
-        return Ok(ts);
+        return Ok(());
     }
     ts.push(summary.first);
     let (mut prev_ts, mut prev_delta) = (summary.first, 0i64);
@@ -454,7 +466,7 @@ fn get_timestamps(
     if prev_ts != summary.last {
         return Err(corrupt("chunk's last timestamp does not match its summary"));
     }
-    Ok(ts)
+    Ok(())
 }
 
 /// A column's `n` values.

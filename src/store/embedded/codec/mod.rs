@@ -62,6 +62,7 @@ mod chunk;
 mod chunk_v1;
 mod float;
 mod header;
+mod scan;
 mod series;
 
 pub use self::chunk::{
@@ -70,6 +71,7 @@ pub use self::chunk::{
 #[cfg(test)]
 pub(super) use self::chunk_v1::encode::encode_v1;
 pub use self::header::BucketHeader;
+pub use self::scan::{NumberSink, ScanScratch, scan_numbers};
 pub use self::series::SeriesRecord;
 use crate::store::embedded::EmbeddedError;
 

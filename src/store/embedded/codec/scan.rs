@@ -1,0 +1,339 @@
+//! A chunk's numbers, column by column, without making a value or a reading of each: what
+//! statistics over windows need, and all a scan of many readings should pay for.
+
+use super::chunk::{
+    CHUNK_V2, ChunkSummary, FLOATS_EACH, T_BOOL, T_FLOAT, T_INT, T_STR, T_UINT, chunk_prefix,
+    fill_timestamps,
+};
+use super::chunk_v1::decode_v1;
+use super::corrupt;
+use super::float::{DECIMAL_HEADER, POW10, get_float, unscaled};
+use crate::model::{Reading, TimestampMs};
+use crate::store::embedded::EmbeddedError;
+use crate::wire::{Cursor, unzigzag};
+
+/// Where [`scan_numbers`] hands a chunk's numbers.
+pub trait NumberSink {
+    /// The sink's slot for a numeric field of this name, or `None` to pass its values by.
+    fn slot(&mut self, name: &str) -> Option<usize>;
+
+    /// Values of one field at ascending times, all within the scan's range. Integers come as
+    /// the floats [`crate::model::FieldValue::as_f64`] makes of them.
+    fn values(&mut self, slot: usize, ts: &[TimestampMs], values: &[f64]);
+}
+
+/// Buffers a scan reuses from chunk to chunk.
+#[derive(Default)]
+pub struct ScanScratch {
+    ts: Vec<TimestampMs>,
+    column_ts: Vec<TimestampMs>,
+    values: Vec<f64>,
+    slots: Vec<Option<usize>>,
+    types: Vec<u8>,
+    shapes: Vec<Vec<usize>>,
+    shape_ids: Vec<usize>,
+    readings: Vec<Reading>,
+}
+
+/// Hands `sink` the numeric values of a chunk whose times are in `from..to`, field by field.
+/// A column no slot wants is stepped over, and none after the last wanted one is read.
+pub fn scan_numbers(
+    bytes: &[u8],
+    hour: TimestampMs,
+    from: TimestampMs,
+    to: TimestampMs,
+    scratch: &mut ScanScratch,
+    sink: &mut dyn NumberSink,
+) -> Result<ChunkSummary, EmbeddedError> {
+    let mut c = Cursor::new(bytes);
+    let (version, summary) = chunk_prefix(&mut c, hour)?;
+    if version != CHUNK_V2 {
+        scratch.readings.clear();
+        decode_v1(&mut c, summary, &mut scratch.readings)?;
+        for r in scratch.readings.iter().filter(|r| r.ts >= from && r.ts < to) {
+            for (name, value) in &r.fields {
+                if let Some(v) = value.as_f64()
+                    && let Some(slot) = sink.slot(name)
+                {
+                    sink.values(slot, &[r.ts], &[v]);
+                }
+            }
+        }
+        return Ok(summary);
+    }
+    let count = summary.count as usize;
+    let n_columns = c.len()?;
+    let ScanScratch { ts, column_ts, values, slots, types, shapes, shape_ids, .. } = scratch;
+    slots.clear();
+    types.clear();
+    for _ in 0..n_columns {
+        let name = c.str()?;
+        let t = c.u8()?;
+        if t > T_STR {
+            return Err(corrupt("unknown field type"));
+        }
+        types.push(t);
+        slots.push(if matches!(t, T_FLOAT | T_INT | T_UINT) { sink.slot(name) } else { None });
+    }
+    let Some(last_wanted) = slots.iter().rposition(Option::is_some) else {
+        return Ok(summary);
+    };
+    let n_shapes = c.len()?;
+    if (n_shapes == 0) != (count == 0) {
+        return Err(corrupt("a chunk's readings have no shape"));
+    }
+    shapes.resize_with(n_shapes, Vec::new);
+    for shape in shapes.iter_mut().take(n_shapes) {
+        shape.clear();
+        for _ in 0..c.len()? {
+            let i = usize::try_from(c.varint()?).unwrap_or(usize::MAX);
+            if i >= n_columns {
+                return Err(corrupt("field column out of range"));
+            }
+            shape.push(i);
+        }
+    }
+    shape_ids.clear();
+    if n_shapes > 1 {
+        if count > c.remaining() {
+            return Err(corrupt("chunk shorter than its readings' shapes"));
+        }
+        for _ in 0..count {
+            let id = usize::try_from(c.varint()?).unwrap_or(usize::MAX);
+            if id >= n_shapes {
+                return Err(corrupt("reading shape out of range"));
+            }
+            shape_ids.push(id);
+        }
+    }
+    fill_timestamps(&mut c, summary, ts)?;
+    let lo = ts.partition_point(|&t| t < from);
+    let hi = ts.partition_point(|&t| t < to);
+
+    for col in 0..=last_wanted {
+        let (t, slot) = (types[col], slots[col]);
+        let has = |shape: usize| shapes[shape].contains(&col);
+        if n_shapes == 1 {
+            // Every reading holds every column of the one shape (or none).
+            let n = if has(0) { count } else { 0 };
+            match slot {
+                Some(slot) if n > 0 => {
+                    get_numbers(&mut c, t, n, values)?;
+                    sink.values(slot, &ts[lo..hi], &values[lo..hi]);
+                }
+                _ => skip_column(&mut c, t, n)?,
+            }
+            continue;
+        }
+        column_ts.clear();
+        column_ts
+            .extend(shape_ids.iter().zip(ts.iter()).filter(|(s, _)| has(**s)).map(|(_, t)| *t));
+        let n = column_ts.len();
+        match slot {
+            Some(slot) if n > 0 => {
+                get_numbers(&mut c, t, n, values)?;
+                let lo = column_ts.partition_point(|&t| t < from);
+                let hi = column_ts.partition_point(|&t| t < to);
+                sink.values(slot, &column_ts[lo..hi], &values[lo..hi]);
+            }
+            _ => skip_column(&mut c, t, n)?,
+        }
+    }
+    Ok(summary)
+}
+
+/// A numeric column's `n` values as floats, into `out` (cleared first).
+fn get_numbers(
+    c: &mut Cursor<'_>,
+    t: u8,
+    n: usize,
+    out: &mut Vec<f64>,
+) -> Result<(), EmbeddedError> {
+    if n > c.remaining() {
+        return Err(corrupt("chunk shorter than its columns"));
+    }
+    out.clear();
+    out.reserve(n);
+    match t {
+        T_FLOAT => {
+            let mode = c.u8()?;
+            if mode == FLOATS_EACH {
+                let (mut prev_bits, mut memo) = (0u64, None);
+                for _ in 0..n {
+                    prev_bits = get_float(c, prev_bits, &mut memo)?;
+                    out.push(f64::from_bits(prev_bits));
+                }
+            } else {
+                let k = usize::from(mode & 0x0f);
+                if mode & 0xf0 != DECIMAL_HEADER || k >= POW10.len() {
+                    return Err(corrupt("bad float column mode"));
+                }
+                let mut s = 0i64;
+                for _ in 0..n {
+                    s = s.wrapping_add(unzigzag(c.varint()?));
+                    out.push(unscaled(s, k));
+                }
+            }
+        }
+        _ => {
+            let mut prev = 0u64;
+            for _ in 0..n {
+                prev = prev.wrapping_add(unzigzag(c.varint()?) as u64);
+                out.push(if t == T_INT { prev as i64 as f64 } else { prev as f64 });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Steps over a column of `n` values of type `t`.
+fn skip_column(c: &mut Cursor<'_>, t: u8, n: usize) -> Result<(), EmbeddedError> {
+    if n == 0 {
+        return Ok(());
+    }
+    match t {
+        T_FLOAT => {
+            let mode = c.u8()?;
+            if mode == FLOATS_EACH {
+                let (mut prev_bits, mut memo) = (0u64, None);
+                for _ in 0..n {
+                    prev_bits = get_float(c, prev_bits, &mut memo)?;
+                }
+            } else {
+                for _ in 0..n {
+                    c.varint()?;
+                }
+            }
+        }
+        T_INT | T_UINT => {
+            for _ in 0..n {
+                c.varint()?;
+            }
+        }
+        T_BOOL => {
+            c.bytes(n.div_ceil(8))?;
+        }
+        _ => {
+            for _ in 0..n {
+                let len = c.len()?;
+                c.bytes(len)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::model::{FieldValue, HOUR_MS};
+    use crate::store::embedded::codec::{decode_chunk, encode_chunk, encode_v1};
+
+    /// Collects what a scan hands over, by field name.
+    #[derive(Default)]
+    struct Collect {
+        names: Vec<String>,
+        got: Vec<(String, TimestampMs, u64)>,
+        only: Option<&'static str>,
+    }
+
+    impl NumberSink for Collect {
+        fn slot(&mut self, name: &str) -> Option<usize> {
+            if self.only.is_some_and(|o| o != name) {
+                return None;
+            }
+            Some(self.names.iter().position(|n| n == name).unwrap_or_else(|| {
+                self.names.push(name.to_owned());
+                self.names.len() - 1
+            }))
+        }
+
+        fn values(&mut self, slot: usize, ts: &[TimestampMs], values: &[f64]) {
+            assert_eq!(ts.len(), values.len());
+            assert!(ts.windows(2).all(|w| w[0] <= w[1]), "times ascend");
+            for (t, v) in ts.iter().zip(values) {
+                self.got.push((self.names[slot].clone(), *t, v.to_bits()));
+            }
+        }
+    }
+
+    fn value() -> impl Strategy<Value = FieldValue> {
+        prop_oneof![
+            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(FieldValue::Float),
+            (0..4000i32).prop_map(|c| FieldValue::Float(f64::from(c) / 100.0)),
+            any::<i64>().prop_map(FieldValue::Int),
+            any::<u64>().prop_map(FieldValue::UInt),
+            any::<bool>().prop_map(FieldValue::Bool),
+            "[a-z]{0,3}".prop_map(FieldValue::Str),
+        ]
+    }
+
+    fn readings() -> impl Strategy<Value = Vec<Reading>> {
+        let fields = proptest::collection::btree_map("[a-d]", value(), 0..4)
+            .prop_map(|m| m.into_iter().collect::<Vec<_>>())
+            .prop_shuffle();
+        proptest::collection::vec((0..60i64, fields), 1..120).prop_map(|rows| {
+            let mut rs: Vec<Reading> = rows
+                .into_iter()
+                .map(|(ts, fields)| Reading {
+                    ts: 3 * HOUR_MS + ts,
+                    fields: fields.into_iter().map(|(n, v)| (n.into(), v)).collect(),
+                })
+                .collect();
+            rs.sort_by_key(|r| r.ts);
+            rs
+        })
+    }
+
+    /// What the scan must hand over: the decoded readings' numbers in range, sorted (a name
+    /// whose type changed has a column of each type).
+    fn expected(
+        bytes: &[u8],
+        from: TimestampMs,
+        to: TimestampMs,
+        only: Option<&str>,
+    ) -> Vec<(String, TimestampMs, u64)> {
+        let mut decoded = Vec::new();
+        decode_chunk(bytes, 3 * HOUR_MS, &mut decoded).unwrap();
+        let mut want: Vec<(String, TimestampMs, u64)> = decoded
+            .iter()
+            .filter(|r| r.ts >= from && r.ts < to)
+            .flat_map(|r| {
+                r.fields.iter().filter_map(move |(n, v)| {
+                    v.as_f64().map(|f| (n.to_string(), r.ts, f.to_bits()))
+                })
+            })
+            .filter(|(n, ..)| only.is_none_or(|o| o == n))
+            .collect();
+        want.sort();
+        want
+    }
+
+    proptest! {
+        #[test]
+        fn a_scan_hands_over_the_numbers_decoding_gives(
+            rs in readings(),
+            from in 0..70i64,
+            len in 0..70i64,
+            only in prop_oneof![Just(None), Just(Some("a")), Just(Some("c"))],
+            v1 in any::<bool>(),
+        ) {
+            let hour = 3 * HOUR_MS;
+            let bytes = if v1 { encode_v1(hour, &rs) } else { encode_chunk(hour, &rs) };
+            let (from, to) = (hour + from, hour + from + len);
+            let mut sink = Collect { only, ..Collect::default() };
+            scan_numbers(&bytes, hour, from, to, &mut ScanScratch::default(), &mut sink).unwrap();
+            let mut got = sink.got;
+            got.sort();
+            prop_assert_eq!(got, expected(&bytes, from, to, only));
+        }
+
+        #[test]
+        fn scanning_garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let mut sink = Collect::default();
+            let _ = scan_numbers(&bytes, 0, 0, HOUR_MS, &mut ScanScratch::default(), &mut sink);
+        }
+    }
+}

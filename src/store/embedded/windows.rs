@@ -1,0 +1,182 @@
+//! A rollup's statistics per step, folded straight from chunks' number columns
+//! ([`scan_numbers`](super::codec::scan_numbers)) or, for a bucket that lies within one step, from its header.
+
+use std::collections::BTreeMap;
+
+use super::codec::{BucketHeader, NumberSink};
+use crate::model::TimestampMs;
+use crate::store::{FieldStats, RollupRow};
+
+/// Per wanted field, the step being filled and the steps done.
+pub(super) struct Windows<'q> {
+    step: TimestampMs,
+    wanted: Option<&'q [String]>,
+    names: Vec<String>,
+    open: Vec<Open>,
+    done: Vec<Done>,
+}
+
+/// The step a field's values are going into.
+struct Open {
+    start: TimestampMs,
+    end: TimestampMs,
+    stats: Option<FieldStats>,
+}
+
+/// A field's finished steps, ascending unless chunks or buckets came out of order.
+#[derive(Default)]
+struct Done {
+    steps: Vec<(TimestampMs, FieldStats)>,
+    sorted: bool,
+}
+
+impl Done {
+    fn add(&mut self, start: TimestampMs, stats: FieldStats) {
+        match self.steps.last_mut() {
+            Some((last, s)) if *last == start => s.merge(&stats),
+            Some((last, _)) if *last > start => {
+                self.sorted = false;
+                self.steps.push((start, stats));
+            }
+            _ => self.steps.push((start, stats)),
+        }
+    }
+
+    /// Ascending, one entry per step.
+    fn finish(mut self) -> Vec<(TimestampMs, FieldStats)> {
+        if self.sorted {
+            return self.steps;
+        }
+        // Stable: a step's parts merge in the order they were folded.
+        self.steps.sort_by_key(|(start, _)| *start);
+        let mut out: Vec<(TimestampMs, FieldStats)> = Vec::with_capacity(self.steps.len());
+        for (start, stats) in self.steps {
+            match out.last_mut() {
+                Some((last, s)) if *last == start => s.merge(&stats),
+                _ => out.push((start, stats)),
+            }
+        }
+        out
+    }
+}
+
+impl<'q> Windows<'q> {
+    pub fn new(step: TimestampMs, wanted: Option<&'q [String]>) -> Self {
+        Windows { step, wanted, names: Vec::new(), open: Vec::new(), done: Vec::new() }
+    }
+
+    fn start_of(&self, ts: TimestampMs) -> TimestampMs {
+        ts.div_euclid(self.step) * self.step
+    }
+
+    /// Folds a bucket whose readings are all in the range and in one step from its header's
+    /// statistics; `false` (nothing folded) when they are not, or the header lacks first/last.
+    pub fn whole_bucket(
+        &mut self,
+        header: &BucketHeader,
+        from: TimestampMs,
+        to: TimestampMs,
+    ) -> bool {
+        let start = self.start_of(header.min_ts);
+        let inside = header.min_ts >= from && header.max_ts < to;
+        if !inside || self.start_of(header.max_ts) != start || header.lacks_first_last() {
+            return false;
+        }
+        for (name, stats) in &header.stats {
+            if let Some(slot) = self.slot(name) {
+                self.done[slot].add(start, *stats);
+            }
+        }
+        true
+    }
+
+    /// The rows, ascending by step; a step where no wanted field had a number is left out.
+    pub fn finish(mut self) -> Vec<RollupRow> {
+        for slot in 0..self.open.len() {
+            self.close(slot);
+        }
+        let mut fields = self.names.into_iter().zip(self.done.into_iter().map(Done::finish));
+        if fields.len() == 1 {
+            let (name, steps) = fields.next().expect("one field");
+            return steps
+                .into_iter()
+                .map(|(start, s)| RollupRow { start, fields: BTreeMap::from([(name.clone(), s)]) })
+                .collect();
+        }
+        let mut rows: BTreeMap<TimestampMs, BTreeMap<String, FieldStats>> = BTreeMap::new();
+        for (name, steps) in fields {
+            for (start, s) in steps {
+                rows.entry(start).or_default().insert(name.clone(), s);
+            }
+        }
+        rows.into_iter().map(|(start, fields)| RollupRow { start, fields }).collect()
+    }
+
+    fn close(&mut self, slot: usize) {
+        let open = &mut self.open[slot];
+        if let Some(stats) = open.stats.take() {
+            self.done[slot].add(open.start, stats);
+        }
+    }
+}
+
+impl NumberSink for Windows<'_> {
+    fn slot(&mut self, name: &str) -> Option<usize> {
+        if let Some(i) = self.names.iter().position(|n| n == name) {
+            return Some(i);
+        }
+        if self.wanted.is_some_and(|w| !w.iter().any(|n| n == name)) {
+            return None;
+        }
+        self.names.push(name.to_owned());
+        self.open.push(Open { start: 0, end: 0, stats: None });
+        self.done.push(Done { steps: Vec::new(), sorted: true });
+        Some(self.names.len() - 1)
+    }
+
+    fn values(&mut self, slot: usize, ts: &[TimestampMs], values: &[f64]) {
+        for (&t, &v) in ts.iter().zip(values) {
+            let open = &mut self.open[slot];
+            match &mut open.stats {
+                Some(s) if t >= open.start && t < open.end => s.push(t, v),
+                _ => {
+                    self.close(slot);
+                    let start = self.start_of(t);
+                    let open = &mut self.open[slot];
+                    open.start = start;
+                    open.end = start.saturating_add(self.step);
+                    open.stats = Some(FieldStats::of(t, v));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_fold_in_any_order_and_merge() {
+        let mut w = Windows::new(10, None);
+        let a = w.slot("a").unwrap();
+        w.values(a, &[20, 25, 31], &[1.0, 2.0, 3.0]);
+        // An earlier chunk after a later one, and a value in a step already done.
+        w.values(a, &[3, 27], &[4.0, 5.0]);
+        let rows = w.finish();
+        let starts: Vec<_> = rows.iter().map(|r| r.start).collect();
+        assert_eq!(starts, [0, 20, 30]);
+        let s = rows[1].fields["a"];
+        assert_eq!((s.count, s.sum, s.min, s.max), (3, 8.0, 1.0, 5.0));
+        assert_eq!((s.first, s.last), (Some((20, 1.0)), Some((27, 5.0))));
+    }
+
+    #[test]
+    fn only_wanted_fields_get_a_slot() {
+        let wanted = ["b".to_owned()];
+        let mut w = Windows::new(10, Some(&wanted));
+        assert_eq!(w.slot("a"), None);
+        assert_eq!(w.slot("b"), Some(0));
+        assert_eq!(w.slot("b"), Some(0));
+    }
+}
