@@ -439,6 +439,31 @@ impl FieldStats {
         }
     }
 
+    /// Adds values at ascending times (at least one), as [`FieldStats::push`] of each would:
+    /// count, sum, minimum and maximum in one tight loop, first and last from the run's ends.
+    pub fn push_run(&mut self, ts: &[TimestampMs], values: &[f64]) {
+        debug_assert!(!ts.is_empty() && ts.len() == values.len());
+        debug_assert!(ts.windows(2).all(|w| w[0] <= w[1]));
+        let (mut sum, mut min, mut max) = (self.sum, self.min, self.max);
+        for &v in values {
+            sum += v;
+            min = min.min(v);
+            max = max.max(v);
+        }
+        (self.sum, self.min, self.max) = (sum, min, max);
+        self.count += values.len() as u64;
+        // Of the values at the earliest time, the smallest comes first; at the latest time,
+        // the largest last.
+        let (t0, tn) = (ts[0], ts[ts.len() - 1]);
+        let earliest = ts.iter().take_while(|&&t| t == t0).count();
+        let latest = ts.iter().rev().take_while(|&&t| t == tn).count();
+        let lowest = values[..earliest].iter().copied().fold(f64::INFINITY, f64::min);
+        let highest =
+            values[values.len() - latest..].iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        self.first = self.first.map(|a| if precedes((t0, lowest), a) { (t0, lowest) } else { a });
+        self.last = self.last.map(|a| if precedes(a, (tn, highest)) { (tn, highest) } else { a });
+    }
+
     pub fn mean(&self) -> f64 {
         self.sum / self.count as f64
     }
@@ -601,6 +626,32 @@ mod tests {
             s.merge(&FieldStats::of(ts, v));
         }
         s
+    }
+
+    proptest::proptest! {
+        /// A run folded at once equals its values pushed one by one after what came before,
+        /// ties at equal times included.
+        #[test]
+        fn a_run_folds_as_its_values_pushed_one_by_one(
+            before in proptest::collection::vec((0..6i64, -3..4i32), 1..4),
+            mut run in proptest::collection::vec((0..6i64, -3..4i32), 1..12),
+        ) {
+            run.sort_by_key(|p| p.0);
+            let points = |p: &[(i64, i32)]| -> Vec<(TimestampMs, f64)> {
+                p.iter().map(|&(t, v)| (t, f64::from(v) / 4.0)).collect()
+            };
+            let (before, run) = (points(&before), points(&run));
+            let mut one_by_one = of_all(&before);
+            for &(t, v) in &run {
+                one_by_one.push(t, v);
+            }
+            let mut at_once = of_all(&before);
+            let (ts, values): (Vec<_>, Vec<_>) = run.iter().copied().unzip();
+            at_once.push_run(&ts, &values);
+            proptest::prop_assert_eq!(at_once, one_by_one);
+            let all: Vec<_> = before.iter().chain(&run).copied().collect();
+            proptest::prop_assert_eq!(one_by_one, of_all(&all));
+        }
     }
 
     #[tokio::test]

@@ -135,19 +135,28 @@ impl NumberSink for Windows<'_> {
     }
 
     fn values(&mut self, slot: usize, ts: &[TimestampMs], values: &[f64]) {
-        for (&t, &v) in ts.iter().zip(values) {
+        let mut at = 0;
+        while at < ts.len() {
             let open = &mut self.open[slot];
-            match &mut open.stats {
-                Some(s) if t >= open.start && t < open.end => s.push(t, v),
-                _ => {
-                    self.close(slot);
-                    let start = self.start_of(t);
-                    let open = &mut self.open[slot];
-                    open.start = start;
-                    open.end = start.saturating_add(self.step);
-                    open.stats = Some(FieldStats::of(t, v));
-                }
+            let Some(stats) = open.stats.as_mut().filter(|_| ts[at] >= open.start) else {
+                self.close(slot);
+                let start = self.start_of(ts[at]);
+                let open = &mut self.open[slot];
+                open.start = start;
+                open.end = start.saturating_add(self.step);
+                open.stats = Some(FieldStats::of(ts[at], values[at]));
+                at += 1;
+                continue;
+            };
+            // The values up to the step's end: times ascend, so they are a run.
+            let n = ts[at..].partition_point(|&t| t < open.end);
+            if n == 0 {
+                self.close(slot);
+                self.open[slot].stats = None;
+                continue;
             }
+            stats.push_run(&ts[at..at + n], &values[at..at + n]);
+            at += n;
         }
     }
 }

@@ -451,6 +451,19 @@ pub(super) fn fill_timestamps(
             return Err(corrupt("chunk has more timestamps than readings"));
         }
         let change = unzigzag(token >> 1);
+        if change == 0 {
+            // A fixed period, the common run: checked once at its end, not per reading.
+            let end = i64::try_from(n)
+                .ok()
+                .and_then(|n| prev_delta.checked_mul(n))
+                .and_then(|span| prev_ts.checked_add(span))
+                .filter(|&t| t <= summary.last)
+                .ok_or_else(|| corrupt("chunk timestamp beyond its last"))?;
+            let (start, delta) = (prev_ts, prev_delta);
+            ts.extend((1..=n as i64).map(|k| start + k * delta));
+            prev_ts = end;
+            continue;
+        }
         for _ in 0..n {
             prev_delta = prev_delta
                 .checked_add(change)
