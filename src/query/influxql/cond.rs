@@ -256,6 +256,13 @@ impl Condition {
         self.eval(&self.expr, &env) != Some(false)
     }
 
+    /// Whether every reading of a series matches, whatever its fields hold: true already
+    /// with the fields unknown.
+    pub fn series_matches(&self, tags: &[(String, String)], tag_keys: &BTreeSet<String>) -> bool {
+        let env = Env { tags, tag_keys, reading: None };
+        self.eval(&self.expr, &env) == Some(true)
+    }
+
     pub fn matches(
         &self,
         tags: &[(String, String)],

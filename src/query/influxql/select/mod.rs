@@ -343,6 +343,8 @@ async fn readings_of(
     mut each: impl FnMut(&Reading) -> Result<(), ExecError>,
 ) -> Result<(), ExecError> {
     let mut stream = ctx.readings(&info.key, st.range.from, st.range.to, Order::Asc);
+    // A condition its tags already satisfy (`"sensor" = 's07'`) is not asked again per reading.
+    let per_reading = st.condition.filter(|c| !c.series_matches(&info.tags, &m.tag_keys));
     let mut n = 0u32;
     while let Some(r) = stream.next().await {
         let r = r?;
@@ -350,7 +352,7 @@ async fn readings_of(
         if n.is_multiple_of(4096) {
             ctx.check_deadline()?;
         }
-        if st.condition.is_some_and(|c| !c.matches(&info.tags, &m.tag_keys, &r)) {
+        if per_reading.is_some_and(|c| !c.matches(&info.tags, &m.tag_keys, &r)) {
             continue;
         }
         each(&r)?;

@@ -1,0 +1,222 @@
+#!/usr/bin/env bash
+# Dashboard panels on bucketd, VictoriaMetrics and InfluxDB 1.x, on the same data:
+# SENSORS sensors at one reading per STEP_MS for DAYS days (measurement `m`, tag `sensor`,
+# fields `temperature`, `humidity`), loaded into each server in turn.
+#
+# A panel is what Grafana sends for a range and a window: the range ends at a "now" that is
+# not on a whole hour, and is written as Grafana writes it (`time >= …ms and time <= …ms`,
+# `fill(null)`). Ranges and windows: 24 h at 1m and 5m, 7 d at 10m and 1h, 30 d at 7m, 30m
+# and 2h; for one sensor, each sensor (GROUP BY "sensor") and all sensors together; with
+# mean, max, count, last and median. VictoriaMetrics answers the same panel as a
+# `query_range` with `nocache=1` (`avg_over_time(m_temperature[W])` at step W, aggregated
+# across series for the all-sensors panel).
+#
+# Each server runs alone, pinned to SERVER_CPU, with the load and curl on LOAD_CPU. A time is
+# the median of QUERY_RUNS (INFLUX_RUNS for InfluxDB, which is slow on the wide panels).
+# bucketd's answers are compared with InfluxDB's, value by value.
+#
+# Usage: loadtest/dashboard.sh                (from the repository root; about 20 minutes)
+#   DAYS=7 SENSORS=20 loadtest/dashboard.sh   (smaller)
+#   PANELS='one_30d' SERVERS=bucketd,victoria-metrics loadtest/dashboard.sh
+# Needs: victoria-metrics, influxd (Debian packages), curl, jq, taskset. Everything listens on
+# 127.0.0.1 only, stores under a temp dir, and is killed (and the temp dir removed) on exit.
+set -euo pipefail
+
+DAYS=${DAYS:-30}
+SENSORS=${SENSORS:-100}
+STEP_MS=${STEP_MS:-10000}
+QUERY_RUNS=${QUERY_RUNS:-5}
+INFLUX_RUNS=${INFLUX_RUNS:-3}
+SERVER_CPU=${SERVER_CPU:-0}
+LOAD_CPU=${LOAD_CPU:-1}
+# Comma-separated subset of: bucketd,victoria-metrics,influxdb
+SERVERS=${SERVERS:-bucketd,victoria-metrics,influxdb}
+# A regular expression the panels' names must match, e.g. 'one_|_7m_'.
+PANELS=${PANELS:-.}
+
+cd "$(dirname "$0")/.."
+# shellcheck source=loadtest/lib.sh
+. loadtest/lib.sh
+WORK=$(mktemp -d -t bucketd-dashboard.XXXXXX)
+PIDS=()
+cleanup() {
+  stop_pids
+  rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+require_tools victoria-metrics influxd curl jq taskset
+build_release
+
+# The data ends at the last whole day before today; "now" is 7 minutes before that, so no
+# range starts or ends on a whole hour.
+NOW_MS=$(($(date +%s) * 1000))
+END_MS=$(( (NOW_MS / 86400000 - 1) * 86400000 ))
+START_MS=$(( END_MS - DAYS * 86400000 ))
+PER_SENSOR=$(( DAYS * 86400000 / STEP_MS ))
+COUNT=$(( SENSORS * PER_SENSOR ))
+TO_MS=$(( END_MS - 7 * 60000 ))
+LAST=$(( SENSORS - 1 ))
+ONE=$(printf "s%0${#LAST}d" 7)
+[ "$SENSORS" -gt 7 ] || ONE=$(printf "s%0${#LAST}d" 0)
+
+declare -A WINDOW_MS=([1m]=60000 [5m]=300000 [7m]=420000 [10m]=600000 [30m]=1800000 [1h]=3600000 [2h]=7200000)
+declare -A RANGE_MS=([24h]=86400000 [7d]=604800000 [30d]=2592000000)
+# range:window pairs, as Grafana picks windows for a panel about 1,000 pixels wide.
+SHAPES=(24h:1m 24h:5m 7d:10m 7d:1h 30d:7m 30d:30m 30d:2h)
+FUNCS=(mean max count last median)
+SCOPES=(one each all)
+
+declare -A INFLUXQL PROMQL START STEP
+ORDER=()
+for shape in "${SHAPES[@]}"; do
+  range=${shape%%:*} window=${shape#*:}
+  [ "${RANGE_MS[$range]}" -le $(( DAYS * 86400000 )) ] || continue
+  from=$(( TO_MS - ${RANGE_MS[$range]} ))
+  for scope in "${SCOPES[@]}"; do
+    for f in "${FUNCS[@]}"; do
+      name="${scope}_${range}_${window}_${f}"
+      [[ $name =~ $PANELS ]] || continue
+      where="time >= ${from}ms and time <= ${TO_MS}ms"
+      by=""
+      selector='m_temperature'
+      case $scope in
+        one) where="\"sensor\" = '$ONE' and $where"; selector="m_temperature{sensor=\"$ONE\"}" ;;
+        each) by=', "sensor"' ;;
+      esac
+      INFLUXQL[$name]="SELECT $f(\"temperature\") FROM \"m\" WHERE $where GROUP BY time($window)$by fill(null)"
+      case $f in
+        mean) inner="avg_over_time($selector[$window])" across=avg ;;
+        max) inner="max_over_time($selector[$window])" across=max ;;
+        count) inner="count_over_time($selector[$window])" across=sum ;;
+        last) inner="last_over_time($selector[$window])" across=max ;;
+        median) inner="median_over_time($selector[$window])" across=median ;;
+      esac
+      if [ "$scope" = all ]; then PROMQL[$name]="$across($inner)"; else PROMQL[$name]=$inner; fi
+      START[$name]=$(( from / 1000 ))
+      STEP[$name]=$(( ${WINDOW_MS[$window]} / 1000 ))
+      ORDER+=("$name")
+    done
+  done
+done
+[ "${#ORDER[@]}" -gt 0 ] || { echo "dashboard.sh: no panel matches PANELS=$PANELS" >&2; exit 1; }
+
+load() { # base_url path
+  echo "loading $COUNT readings ($SENSORS sensors x $PER_SENSOR) into $1..." >&2
+  taskset -c "$LOAD_CPU" "$LOADTEST" --url "$1" --path "$2" --protocol lp-http \
+    --sensors "$SENSORS" --count "$COUNT" --step-ms "$STEP_MS" --start-ms "$START_MS" \
+    --measurement m --batch 5000 --connections 2 --duration 60m >"$WORK/load.log" 2>&1 ||
+    { cat "$WORK/load.log" >&2; echo "dashboard.sh: loading $1 failed" >&2; return 1; }
+  tail -n 1 "$WORK/load.log" >&2
+}
+
+declare -A TIME ROWS
+median_of() { sort -n | awk '{a[NR]=$1} END {printf "%.1f", a[int((NR+1)/2)] * 1000}'; }
+
+# time_panels SERVER RUNS URL-FOR-PANEL-FUNCTION
+time_panels() {
+  local server=$1 runs=$2 urlfn=$3 name url i times
+  for name in "${ORDER[@]}"; do
+    url=$($urlfn "$name")
+    times=()
+    for ((i = 0; i < runs; i++)); do
+      times+=("$(taskset -c "$LOAD_CPU" curl -s --max-time 300 -o "$WORK/body" -w '%{time_total}' "$url")")
+    done
+    TIME[$server.$name]=$(printf '%s\n' "${times[@]}" | median_of)
+    cp "$WORK/body" "$WORK/$server.$name.json"
+    if [ "$server" = victoria-metrics ]; then
+      ROWS[$server.$name]=$(jq '[.data.result[]?.values | length] | add // 0' "$WORK/body")
+    else
+      ROWS[$server.$name]=$(jq '[.results[0].series[]?.values | length] | add // 0' "$WORK/body")
+    fi
+    echo "  $server $name ${TIME[$server.$name]} ms, ${ROWS[$server.$name]} rows" >&2
+  done
+}
+uri() { jq -rn --arg q "$1" '$q | @uri'; }
+bucketd_url() { echo "http://127.0.0.1:18080/query?db=bench&epoch=ms&q=$(uri "${INFLUXQL[$1]}")"; }
+influx_url() { echo "http://127.0.0.1:18086/query?db=bench&epoch=ms&q=$(uri "${INFLUXQL[$1]}")"; }
+vm_url() {
+  echo "http://127.0.0.1:18428/api/v1/query_range?nocache=1&start=${START[$1]}&end=$((TO_MS / 1000))&step=${STEP[$1]}s&query=$(uri "${PROMQL[$1]}")"
+}
+
+if [[ $SERVERS == *bucketd* ]]; then
+  echo "== bucketd" >&2
+  taskset -c "$SERVER_CPU" "$BUCKETD" --http-addr 127.0.0.1:18080 --data-dir "$WORK/bucketd" \
+    >"$WORK/bucketd.log" 2>&1 &
+  pid=$!; PIDS+=("$pid")
+  wait_http http://127.0.0.1:18080/health 30
+  load http://127.0.0.1:18080 /write
+  # Time the store, not the buffers: everything flushed and the log settled.
+  for ((i = 0; i < 6000; i++)); do
+    m=$(curl -s http://127.0.0.1:18080/metrics)
+    if grep -q '^bucketd_readings_buffered 0$' <<<"$m" && grep -q '^bucketd_wal_unsettled_readings 0$' <<<"$m"; then break; fi
+    sleep 0.1
+  done
+  time_panels bucketd "$QUERY_RUNS" bucketd_url
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+fi
+
+if [[ $SERVERS == *victoria* ]]; then
+  echo "== victoria-metrics" >&2
+  taskset -c "$SERVER_CPU" victoria-metrics -httpListenAddr 127.0.0.1:18428 \
+    -storageDataPath "$WORK/vm" -retentionPeriod 100y -loggerLevel ERROR \
+    >"$WORK/vm.log" 2>&1 &
+  pid=$!; PIDS+=("$pid")
+  wait_http http://127.0.0.1:18428/health 30
+  load http://127.0.0.1:18428 /write
+  curl -sf http://127.0.0.1:18428/internal/force_flush >/dev/null
+  # Background merges after the load would be timed with the first panels.
+  for ((i = 0; i < 600; i++)); do
+    busy=$(curl -s http://127.0.0.1:18428/metrics | awk '/^vm_active_merges/ {s += $2} END {print s + 0}')
+    [ "$busy" = 0 ] && break
+    sleep 0.5
+  done
+  time_panels victoria-metrics "$QUERY_RUNS" vm_url
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+fi
+
+if [[ $SERVERS == *influx* ]]; then
+  echo "== influxdb" >&2
+  # A 4 GiB cache: the default 1 GiB refuses writes at this load rate before compaction catches up.
+  INFLUXD_DATA_EXTRA='cache-max-memory-size = "4g"' start_influxd "$WORK/influx" "$SERVER_CPU" bench
+  pid=$INFLUXD_PID; PIDS+=("$pid")
+  load http://127.0.0.1:18086 '/write?db=bench'
+  time_panels influxdb "$INFLUX_RUNS" influx_url
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+fi
+
+# Whether bucketd's answer is InfluxDB's: the same series, times and values (floats within
+# a relative 1e-9: the two sum in different orders).
+same_answer() {
+  jq -n --slurpfile a "$WORK/bucketd.$1.json" --slurpfile b "$WORK/influxdb.$1.json" '
+    def rows(r): [r.results[0].series[]? | {tags, values}];
+    def close(x; y): (x == y) or ((x | type) == "number" and (y | type) == "number"
+      and ((x - y) | fabs) <= 1e-9 * ((y | fabs) + 1));
+    rows($a[0]) as $x | rows($b[0]) as $y
+    | ($x | length) == ($y | length) and all(range(0; $x | length); . as $i
+      | $x[$i].tags == $y[$i].tags and ($x[$i].values | length) == ($y[$i].values | length)
+      and all(range(0; $x[$i].values | length); . as $j
+        | $x[$i].values[$j][0] == $y[$i].values[$j][0] and close($x[$i].values[$j][1]; $y[$i].values[$j][1])))'
+}
+
+echo
+echo "Data: $SENSORS sensors, one reading per $((STEP_MS / 1000)) s for $DAYS days ($COUNT readings); bucketd on the embedded store; each server alone on CPU $SERVER_CPU; median of $QUERY_RUNS (InfluxDB: $INFLUX_RUNS); times in ms"
+echo
+echo "| panel | rows | bucketd | VictoriaMetrics | InfluxDB 1.x | VictoriaMetrics / bucketd | same as InfluxDB |"
+echo "|---|---:|---:|---:|---:|---:|---|"
+slower=0
+for name in "${ORDER[@]}"; do
+  b=${TIME[bucketd.$name]:-} v=${TIME[victoria-metrics.$name]:-} i=${TIME[influxdb.$name]:-}
+  ratio=""
+  if [ -n "$b" ] && [ -n "$v" ]; then
+    ratio=$(awk -v v="$v" -v b="$b" 'BEGIN { printf "%.2fx", v / b }')
+    awk -v v="$v" -v b="$b" 'BEGIN { exit !(b > v) }' && slower=$((slower + 1))
+  fi
+  same=""
+  if [ -n "$b" ] && [ -n "$i" ]; then
+    if [ "$(same_answer "$name")" = true ]; then same=yes; else same=**no**; fi
+  fi
+  echo "| $name | ${ROWS[bucketd.$name]:-${ROWS[influxdb.$name]:-}} | $b | $v | $i | $ratio | $same |"
+done
+echo
+echo "panels where bucketd is slower than VictoriaMetrics: $slower of ${#ORDER[@]}"
