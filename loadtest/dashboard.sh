@@ -110,7 +110,7 @@ load() { # base_url path
   tail -n 1 "$WORK/load.log" >&2
 }
 
-declare -A TIME ROWS
+declare -A TIME ROWS ERROR
 median_of() { sort -n | awk '{a[NR]=$1} END {printf "%.1f", a[int((NR+1)/2)] * 1000}'; }
 
 # time_panels SERVER RUNS URL-FOR-PANEL-FUNCTION
@@ -126,10 +126,12 @@ time_panels() {
     cp "$WORK/body" "$WORK/$server.$name.json"
     if [ "$server" = victoria-metrics ]; then
       ROWS[$server.$name]=$(jq '[.data.result[]?.values | length] | add // 0' "$WORK/body")
+      ERROR[$server.$name]=$(jq -r '.error // empty' "$WORK/body")
     else
       ROWS[$server.$name]=$(jq '[.results[0].series[]?.values | length] | add // 0' "$WORK/body")
+      ERROR[$server.$name]=$(jq -r '.error // .results[0].error // empty' "$WORK/body")
     fi
-    echo "  $server $name ${TIME[$server.$name]} ms, ${ROWS[$server.$name]} rows" >&2
+    echo "  $server $name ${TIME[$server.$name]} ms, ${ROWS[$server.$name]} rows ${ERROR[$server.$name]}" >&2
   done
 }
 uri() { jq -rn --arg q "$1" '$q | @uri'; }
@@ -204,19 +206,25 @@ echo "Data: $SENSORS sensors, one reading per $((STEP_MS / 1000)) s for $DAYS da
 echo
 echo "| panel | rows | bucketd | VictoriaMetrics | InfluxDB 1.x | VictoriaMetrics / bucketd | same as InfluxDB |"
 echo "|---|---:|---:|---:|---:|---:|---|"
-slower=0
+slower=0 failed=0
 for name in "${ORDER[@]}"; do
   b=${TIME[bucketd.$name]:-} v=${TIME[victoria-metrics.$name]:-} i=${TIME[influxdb.$name]:-}
+  # An answer that is an error is no answer, however fast.
+  [ -z "${ERROR[bucketd.$name]:-}" ] || b=error
+  [ -z "${ERROR[victoria-metrics.$name]:-}" ] || v=error
+  [ -z "${ERROR[influxdb.$name]:-}" ] || i=error
   ratio=""
-  if [ -n "$b" ] && [ -n "$v" ]; then
+  if [ "$b" = error ]; then
+    failed=$((failed + 1))
+  elif [ -n "$b" ] && [ -n "$v" ] && [ "$v" != error ]; then
     ratio=$(awk -v v="$v" -v b="$b" 'BEGIN { printf "%.2fx", v / b }')
     awk -v v="$v" -v b="$b" 'BEGIN { exit !(b > v) }' && slower=$((slower + 1))
   fi
   same=""
-  if [ -n "$b" ] && [ -n "$i" ]; then
+  if [ -n "$b" ] && [ -n "$i" ] && [ "$b" != error ] && [ "$i" != error ]; then
     if [ "$(same_answer "$name")" = true ]; then same=yes; else same=**no**; fi
   fi
   echo "| $name | ${ROWS[bucketd.$name]:-${ROWS[influxdb.$name]:-}} | $b | $v | $i | $ratio | $same |"
 done
 echo
-echo "panels where bucketd is slower than VictoriaMetrics: $slower of ${#ORDER[@]}"
+echo "panels where bucketd is slower than VictoriaMetrics: $slower of ${#ORDER[@]}; answered with an error: $failed"
