@@ -152,7 +152,6 @@ impl NumberSink for Windows<'_> {
             let n = ts[at..].partition_point(|&t| t < open.end);
             if n == 0 {
                 self.close(slot);
-                self.open[slot].stats = None;
                 continue;
             }
             stats.push_run(&ts[at..at + n], &values[at..at + n]);

@@ -87,7 +87,8 @@ mod tests {
     use crate::model::{FieldValue, HOUR_MS, Reading, ReadingView, Row, Rows};
     use crate::store::approx_reading_bytes;
 
-    fn value() -> impl Strategy<Value = FieldValue> {
+    /// Any value a field may hold; `scan`'s tests use it too.
+    pub(super) fn value() -> impl Strategy<Value = FieldValue> {
         prop_oneof![
             any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(FieldValue::Float),
             (0..4000i32).prop_map(|c| FieldValue::Float(f64::from(c) / 100.0)),

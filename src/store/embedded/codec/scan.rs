@@ -228,7 +228,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::model::{FieldValue, HOUR_MS};
+    use crate::model::HOUR_MS;
+    use crate::store::embedded::codec::tests::value;
     use crate::store::embedded::codec::{decode_chunk, encode_chunk, encode_v1};
 
     /// Collects what a scan hands over, by field name.
@@ -257,17 +258,6 @@ mod tests {
                 self.got.push((self.names[slot].clone(), *t, v.to_bits()));
             }
         }
-    }
-
-    fn value() -> impl Strategy<Value = FieldValue> {
-        prop_oneof![
-            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(FieldValue::Float),
-            (0..4000i32).prop_map(|c| FieldValue::Float(f64::from(c) / 100.0)),
-            any::<i64>().prop_map(FieldValue::Int),
-            any::<u64>().prop_map(FieldValue::UInt),
-            any::<bool>().prop_map(FieldValue::Bool),
-            "[a-z]{0,3}".prop_map(FieldValue::Str),
-        ]
     }
 
     fn readings() -> impl Strategy<Value = Vec<Reading>> {
