@@ -24,7 +24,7 @@ pub(super) const T_STR: u8 = 4;
 
 /// A float column's mode byte when its values are written one by one, each decimal or XOR-ed
 /// (as in version 1). `DECIMAL_HEADER | k` says that every value has `k` decimals.
-pub(super) const FLOATS_EACH: u8 = 0;
+const FLOATS_EACH: u8 = 0;
 
 /// What a chunk's first bytes say, readable without decoding the readings, so that a range scan
 /// can skip chunks outside the range.
@@ -482,6 +482,47 @@ pub(super) fn fill_timestamps(
     Ok(())
 }
 
+/// A float column's `n` values (its mode byte first), each handed to `each`.
+pub(super) fn get_floats(
+    c: &mut Cursor<'_>,
+    n: usize,
+    mut each: impl FnMut(f64),
+) -> Result<(), EmbeddedError> {
+    let mode = c.u8()?;
+    if mode == FLOATS_EACH {
+        let (mut prev_bits, mut memo) = (0u64, None);
+        for _ in 0..n {
+            prev_bits = get_float(c, prev_bits, &mut memo)?;
+            each(f64::from_bits(prev_bits));
+        }
+    } else {
+        let k = usize::from(mode & 0x0f);
+        if mode & 0xf0 != DECIMAL_HEADER || k >= POW10.len() {
+            return Err(corrupt("bad float column mode"));
+        }
+        let mut s = 0i64;
+        for _ in 0..n {
+            s = s.wrapping_add(unzigzag(c.varint()?));
+            each(unscaled(s, k));
+        }
+    }
+    Ok(())
+}
+
+/// An integer column's `n` values, as their unsigned bits, each handed to `each`.
+pub(super) fn get_integers(
+    c: &mut Cursor<'_>,
+    n: usize,
+    mut each: impl FnMut(u64),
+) -> Result<(), EmbeddedError> {
+    let mut prev = 0u64;
+    for _ in 0..n {
+        prev = prev.wrapping_add(unzigzag(c.varint()?) as u64);
+        each(prev);
+    }
+    Ok(())
+}
+
 /// A column's `n` values.
 fn get_column(c: &mut Cursor<'_>, t: u8, n: usize) -> Result<Vec<FieldValue>, EmbeddedError> {
     // Every value takes a byte at least, a bool an eighth.
@@ -491,38 +532,15 @@ fn get_column(c: &mut Cursor<'_>, t: u8, n: usize) -> Result<Vec<FieldValue>, Em
     }
     let mut values = Vec::with_capacity(n);
     match t {
-        T_FLOAT if n > 0 => {
-            let mode = c.u8()?;
-            if mode == FLOATS_EACH {
-                let (mut prev_bits, mut memo) = (0u64, None);
-                for _ in 0..n {
-                    prev_bits = get_float(c, prev_bits, &mut memo)?;
-                    values.push(FieldValue::Float(f64::from_bits(prev_bits)));
-                }
-            } else {
-                let k = usize::from(mode & 0x0f);
-                if mode & 0xf0 != DECIMAL_HEADER || k >= POW10.len() {
-                    return Err(corrupt("bad float column mode"));
-                }
-                let mut s = 0i64;
-                for _ in 0..n {
-                    s = s.wrapping_add(unzigzag(c.varint()?));
-                    values.push(FieldValue::Float(unscaled(s, k)));
-                }
-            }
-        }
+        T_FLOAT if n > 0 => get_floats(c, n, |v| values.push(FieldValue::Float(v)))?,
         T_FLOAT => {}
-        T_INT | T_UINT => {
-            let mut prev = 0u64;
-            for _ in 0..n {
-                prev = prev.wrapping_add(unzigzag(c.varint()?) as u64);
-                values.push(if t == T_INT {
-                    FieldValue::Int(prev as i64)
-                } else {
-                    FieldValue::UInt(prev)
-                });
-            }
-        }
+        T_INT | T_UINT => get_integers(c, n, |prev| {
+            values.push(if t == T_INT {
+                FieldValue::Int(prev as i64)
+            } else {
+                FieldValue::UInt(prev)
+            })
+        })?,
         T_BOOL => {
             let bits = c.bytes(n.div_ceil(8))?;
             values.extend((0..n).map(|i| FieldValue::Bool(bits[i / 8] >> (i % 8) & 1 != 0)));

@@ -2,15 +2,14 @@
 //! statistics over windows need, and all a scan of many readings should pay for.
 
 use super::chunk::{
-    CHUNK_V2, ChunkSummary, FLOATS_EACH, T_BOOL, T_FLOAT, T_INT, T_STR, T_UINT, chunk_prefix,
-    fill_timestamps,
+    CHUNK_V2, ChunkSummary, T_BOOL, T_FLOAT, T_INT, T_STR, T_UINT, chunk_prefix, fill_timestamps,
+    get_floats, get_integers,
 };
 use super::chunk_v1::decode_v1;
 use super::corrupt;
-use super::float::{DECIMAL_HEADER, POW10, get_float, unscaled};
 use crate::model::{Reading, TimestampMs};
 use crate::store::embedded::EmbeddedError;
-use crate::wire::{Cursor, unzigzag};
+use crate::wire::Cursor;
 
 /// Where [`scan_numbers`] hands a chunk's numbers.
 pub trait NumberSink {
@@ -154,36 +153,13 @@ fn get_numbers(
     }
     out.clear();
     out.reserve(n);
-    match t {
-        T_FLOAT => {
-            let mode = c.u8()?;
-            if mode == FLOATS_EACH {
-                let (mut prev_bits, mut memo) = (0u64, None);
-                for _ in 0..n {
-                    prev_bits = get_float(c, prev_bits, &mut memo)?;
-                    out.push(f64::from_bits(prev_bits));
-                }
-            } else {
-                let k = usize::from(mode & 0x0f);
-                if mode & 0xf0 != DECIMAL_HEADER || k >= POW10.len() {
-                    return Err(corrupt("bad float column mode"));
-                }
-                let mut s = 0i64;
-                for _ in 0..n {
-                    s = s.wrapping_add(unzigzag(c.varint()?));
-                    out.push(unscaled(s, k));
-                }
-            }
-        }
-        _ => {
-            let mut prev = 0u64;
-            for _ in 0..n {
-                prev = prev.wrapping_add(unzigzag(c.varint()?) as u64);
-                out.push(if t == T_INT { prev as i64 as f64 } else { prev as f64 });
-            }
-        }
+    if t == T_FLOAT {
+        get_floats(c, n, |v| out.push(v))
+    } else {
+        get_integers(c, n, |bits| {
+            out.push(if t == T_INT { bits as i64 as f64 } else { bits as f64 })
+        })
     }
-    Ok(())
 }
 
 /// Steps over a column of `n` values of type `t`.
@@ -192,24 +168,8 @@ fn skip_column(c: &mut Cursor<'_>, t: u8, n: usize) -> Result<(), EmbeddedError>
         return Ok(());
     }
     match t {
-        T_FLOAT => {
-            let mode = c.u8()?;
-            if mode == FLOATS_EACH {
-                let (mut prev_bits, mut memo) = (0u64, None);
-                for _ in 0..n {
-                    prev_bits = get_float(c, prev_bits, &mut memo)?;
-                }
-            } else {
-                for _ in 0..n {
-                    c.varint()?;
-                }
-            }
-        }
-        T_INT | T_UINT => {
-            for _ in 0..n {
-                c.varint()?;
-            }
-        }
+        T_FLOAT => get_floats(c, n, |_| {})?,
+        T_INT | T_UINT => get_integers(c, n, |_| {})?,
         T_BOOL => {
             c.bytes(n.div_ceil(8))?;
         }
