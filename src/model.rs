@@ -15,6 +15,7 @@ pub use rows::{Row, Rows};
 pub type TimestampMs = i64;
 
 pub const HOUR_MS: i64 = 3_600_000;
+pub const MINUTE_MS: i64 = 60_000;
 
 /// Start of the hour that `ts` falls in. Uses euclidean division so that pre-1970 readings land
 /// in the hour that contains them rather than the one after.

@@ -806,10 +806,11 @@ impl Buffers {
                         return ControlFlow::Break(());
                     }
                     let fields = hb.readings.fields();
-                    let per_reading =
-                        hb.readings.heap_bytes() / len + overhead.per_reading_of(fields);
-                    let room = (max_bytes - total_bytes).saturating_sub(overhead.of(0, fields));
-                    let fit = room / per_reading.max(1);
+                    let fit = overhead.fit(
+                        max_bytes - total_bytes,
+                        hb.readings.heap_bytes() / len,
+                        fields,
+                    );
                     if fit == 0 && total > 0 {
                         stopped = true;
                         return ControlFlow::Break(());

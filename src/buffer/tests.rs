@@ -507,8 +507,13 @@ fn take_counts_the_stores_overhead_towards_the_bytes() {
     let b = Buffers::new(config(1000, 1000));
     b.push((0..10).map(|i| item("a", i, i)).collect()).unwrap();
     b.push((0..3).map(|i| item("b", i, i)).collect()).unwrap();
-    let overhead =
-        WriteOverhead { per_batch: 10_000, per_batch_field: 0, per_reading: 0, per_value: 1_000 };
+    let overhead = WriteOverhead {
+        per_batch: 10_000,
+        per_batch_field: 0,
+        per_reading: 0,
+        per_value: 1_000,
+        per_field_minute: 0,
+    };
     // Room for one batch and four readings of one field (each 1,000 plus its rows' share).
     let max_bytes = 10_000 + 4_500;
     let mut taken_of: std::collections::BTreeMap<String, Vec<i64>> = Default::default();

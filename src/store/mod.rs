@@ -94,17 +94,42 @@ pub struct WriteOverhead {
     pub per_reading: usize,
     /// Per value (a reading's field): its name and value, in each copy the write makes.
     pub per_value: usize,
+    /// Per field and minute a batch's readings touch: statistics kept per minute. A batch
+    /// touches at most one minute per reading, and at most [`WriteOverhead::MINUTES`].
+    pub per_field_minute: usize,
 }
 
 impl WriteOverhead {
+    /// The minutes of a batch's hour.
+    pub const MINUTES: usize = 60;
+
     /// The overhead of one batch of `readings` readings of `fields` fields each.
     pub fn of(&self, readings: usize, fields: usize) -> usize {
-        self.per_batch + fields * self.per_batch_field + readings * self.per_reading_of(fields)
+        let minutes = readings.min(Self::MINUTES);
+        self.per_batch
+            + fields * (self.per_batch_field + minutes * self.per_field_minute)
+            + readings * self.per_reading_of(fields)
     }
 
-    /// The overhead of one more reading of `fields` fields.
+    /// The overhead of one more reading of `fields` fields, minutes aside.
     pub fn per_reading_of(&self, fields: usize) -> usize {
         self.per_reading + fields * self.per_value
+    }
+
+    /// How many readings of `fields` fields, each also holding `each` bytes of its own, fit
+    /// `room` bytes with the batch's overhead: the largest `k` with
+    /// `k * each + of(k, fields) <= room`.
+    pub fn fit(&self, room: usize, each: usize, fields: usize) -> usize {
+        let Some(room) = room.checked_sub(self.of(0, fields)) else { return 0 };
+        let per_reading = each + self.per_reading_of(fields);
+        let per_minute = fields * self.per_field_minute;
+        // Up to MINUTES readings, each may open a minute of its own; past them, none does.
+        let first = Self::MINUTES * (per_reading + per_minute);
+        if room < first {
+            room / (per_reading + per_minute).max(1)
+        } else {
+            Self::MINUTES + (room - first) / per_reading.max(1)
+        }
     }
 }
 
@@ -651,6 +676,32 @@ mod tests {
             proptest::prop_assert_eq!(at_once, one_by_one);
             let all: Vec<_> = before.iter().chain(&run).copied().collect();
             proptest::prop_assert_eq!(one_by_one, of_all(&all));
+        }
+
+        /// `fit` is the most readings whose rows and overhead fit the room.
+        #[test]
+        fn fit_is_the_most_readings_that_fit(
+            costs in proptest::array::uniform5(0..2_000usize),
+            room in 0..400_000usize,
+            each in 0..500usize,
+            fields in 0..8usize,
+        ) {
+            let overhead = WriteOverhead {
+                per_batch: costs[0],
+                per_batch_field: costs[1],
+                per_reading: costs[2],
+                per_value: costs[3],
+                per_field_minute: costs[4],
+            };
+            let bytes = |k: usize| k * each + overhead.of(k, fields);
+            let k = overhead.fit(room, each, fields);
+            if k > 0 {
+                proptest::prop_assert!(bytes(k) <= room, "{k} readings: {} > {room}", bytes(k));
+            }
+            // Bounded where the costs are zero: what matters is that one more does not fit.
+            if bytes(k + 1) > bytes(k) {
+                proptest::prop_assert!(bytes(k + 1) > room, "{} fit, {k} taken", k + 1);
+            }
         }
     }
 

@@ -4,7 +4,7 @@
 //! One document per sensor per hour (more when a bucket spills):
 //!
 //! ```text
-//! { _id: ObjectId, s: <sensor key>, v: <SCHEMA_VERSION, int32>, start: Date, end: Date,
+//! { _id: ObjectId, s: <sensor key>, v: <bucket version, int32>, start: Date, end: Date,
 //!   m: <measurement>, tags: [{k, v}, ...],
 //!   n: <readings, int>, bytes: <approximate BSON bytes of r, int>,
 //!   first: Date, last: Date,
@@ -12,12 +12,18 @@
 //!                      first: {t: Date, v: double}, last: {t: Date, v: double}} },
 //!                      (first/last: schema 3 on; `$min`/`$max` of `{t, v}` documents order
 //!                      them by time, then value)
+//!   ms: { <field>: { <minute of the hour, "00".."59">: {min, max, sum, n, first, last} } },
+//!                      (`v` 5 and 6 on: the statistics of each minute, as `stats` has them)
 //!   w: { <writer id, 16 hex digits>: <highest write sequence number of its readings that
 //!        this writer wrote, int64>, ... },        (schema 1: one int64 for every writer)
 //!   r: [ {t: Date, f: { <field>: value }}, ... ] }
 //! ```
 //!
-//! Field names come from users and appear as keys under `stats` and `r.f`, so they go through
+//! `v` names what a bucket holds: 1 to 3 are the schemas of `store::SCHEMA_VERSION`; 4 is
+//! schema 3 with its statistics also in the hour statistics collection; 5 adds `ms`; 6 is both
+//! (see the `*_BUCKET_VERSION` constants of the store).
+//!
+//! Field names come from users and appear as keys under `stats`, `ms` and `r.f`, so they go through
 //! [`encode_name`]. Tag keys and values, the sensor key and the measurement are stored as
 //! values and need no mapping.
 
@@ -42,6 +48,8 @@ pub const BYTES: &str = "bytes";
 pub const FIRST: &str = "first";
 pub const LAST: &str = "last";
 pub const STATS: &str = "stats";
+/// Per field, per minute of the hour, the statistics of that minute's readings (`v` 5 on).
+pub const MINUTE_STATS: &str = "ms";
 pub const READINGS: &str = "r";
 /// Per writer, the highest write sequence number among the bucket's readings
 /// (`Store::high_water`). Schema 1 kept one number here for every writer.
@@ -73,6 +81,12 @@ pub fn point((ts, v): (TimestampMs, f64)) -> RawDocumentBuf {
     doc.append(POINT_TIME, date(ts));
     doc.append(POINT_VALUE, v);
     doc
+}
+
+/// The key of a minute of the hour under `ms.<field>`: two digits, so that a path never reads
+/// as an array index and the keys sort in time order.
+pub fn minute_key(minute: i64) -> String {
+    format!("{minute:02}")
 }
 
 /// What one element of the `r` array adds to a bucket besides the reading document itself:

@@ -122,16 +122,38 @@ struct Inner {
 }
 
 /// `v` of buckets whose readings' statistics are also in the hour statistics collection
-/// (written while `--retention` is set): a whole-hour rollup takes those hours from the
-/// collection and only older buckets' statistics from the buckets.
+/// (written while `--retention` is set), without minute statistics: a whole-hour rollup
+/// takes those hours from the collection and only other buckets' statistics from the
+/// buckets.
 pub const HOUR_STATS_BUCKET_VERSION: i32 = 4;
 
+/// `v` of buckets that keep minute statistics (`ms`, [`document`]) beside the hour's, written
+/// without the hour statistics collection. Rollups of whole minutes read them instead of the
+/// readings; buckets of earlier versions are answered from their readings.
+pub const MINUTE_STATS_BUCKET_VERSION: i32 = 5;
+
+/// `v` of buckets with minute statistics whose statistics are also in the hour statistics
+/// collection: both of the above.
+pub const MINUTE_AND_HOUR_STATS_BUCKET_VERSION: i32 = 6;
+
+/// The versions of buckets with minute statistics.
+const WITH_MINUTE_STATS: [i32; 2] =
+    [MINUTE_STATS_BUCKET_VERSION, MINUTE_AND_HOUR_STATS_BUCKET_VERSION];
+
+/// The versions of buckets whose statistics the hour statistics collection also holds.
+const IN_HOUR_STATS: [i32; 2] = [HOUR_STATS_BUCKET_VERSION, MINUTE_AND_HOUR_STATS_BUCKET_VERSION];
+
 impl Inner {
-    /// `v` of the buckets this store writes: [`SCHEMA_VERSION`](crate::store::SCHEMA_VERSION),
-    /// or [`HOUR_STATS_BUCKET_VERSION`] when it also writes the hour statistics. The write
-    /// filter names it, so readings never join a bucket of the other kind.
+    /// `v` of the buckets this store writes: [`MINUTE_AND_HOUR_STATS_BUCKET_VERSION`] when it
+    /// also writes the hour statistics, else [`MINUTE_STATS_BUCKET_VERSION`]. The write filter
+    /// names it, so readings never join a bucket of another kind, whose statistics would then
+    /// describe only part of it.
     fn bucket_version(&self) -> i32 {
-        if self.hour_stats { HOUR_STATS_BUCKET_VERSION } else { crate::store::SCHEMA_VERSION }
+        if self.hour_stats {
+            MINUTE_AND_HOUR_STATS_BUCKET_VERSION
+        } else {
+            MINUTE_STATS_BUCKET_VERSION
+        }
     }
 }
 

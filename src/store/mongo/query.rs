@@ -12,7 +12,7 @@ use mongodb::Cursor;
 use super::document::{self as d};
 use super::{Inner, error_from_driver, hours, timed};
 use crate::model::{
-    HOUR_MS, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, Seq, TimestampMs, hour_start,
+    HOUR_MS, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, MINUTE_MS, Reading, Seq, TimestampMs, hour_start,
 };
 use crate::store::{
     FieldStats, Marks, Order, RangeQuery, Retention, RollupQuery, RollupRow, SensorInfo,
@@ -190,20 +190,83 @@ pub(super) async fn rollups(
     if from >= to {
         return Ok(Vec::new());
     }
-    let whole_hours = query.step_ms % HOUR_MS == 0 && from % HOUR_MS == 0 && to % HOUR_MS == 0;
-    let rows = if whole_hours && inner.hour_stats {
-        with_kept_hours(inner, &query, from, to).await?
-    } else if whole_hours {
-        from_bucket_stats(inner, &query, from, to, None).await?
-    } else {
-        check_live(inner, &query.sensor, from, to).await?;
-        from_readings(inner, &query, from, to).await?
+    let parts = Parts::of(from, to, query.step_ms);
+    // Minute statistics and readings are in the buckets, which the retention deletes.
+    if let Some((lo, hi)) = parts.in_buckets() {
+        check_live(inner, &query.sensor, lo, hi).await?;
+    }
+    let mut steps = match parts.hours {
+        Some((a, b)) if inner.hour_stats => with_kept_hours(inner, &query, a, b).await?,
+        Some((a, b)) => from_bucket_stats(inner, &query, a, b, None).await?,
+        None => Steps::new(),
     };
-    Ok(rows
+    if !parts.minutes.is_empty() {
+        for (start, fields) in from_minute_stats(inner, &query, &parts.minutes).await? {
+            for (name, stats) in fields {
+                add(&mut steps, start, name, stats);
+            }
+        }
+    }
+    // The readings of the edges, and of the minutes in buckets without minute statistics.
+    let older = doc! {d::VERSION: {"$nin": super::WITH_MINUTE_STATS.to_vec()}};
+    let selections: Vec<(i64, i64, Option<&Document>)> = (parts.readings.iter())
+        .map(|&(a, b)| (a, b, None))
+        .chain(parts.minutes.iter().map(|&(a, b)| (a, b, Some(&older))))
+        .collect();
+    if !selections.is_empty() {
+        for (start, fields) in from_readings(inner, &query, &selections).await? {
+            for (name, stats) in fields {
+                add(&mut steps, start, name, stats);
+            }
+        }
+    }
+    Ok(steps
         .into_iter()
         .filter(|(_, fields)| !fields.is_empty())
         .map(|(start, fields)| RollupRow { start, fields })
         .collect())
+}
+
+/// Where each part of a rollup's range is answered from: whole hours from hour statistics
+/// when the step is whole hours, whole minutes from the buckets' minute statistics when the
+/// step is whole minutes, and the rest (a range's edges, or every reading when the step is
+/// finer than a minute) from the readings. Every part lies within one step of the epoch's grid,
+/// or covers whole steps, since its bounds are multiples of a unit the step is a multiple of.
+#[derive(Debug, PartialEq)]
+struct Parts {
+    hours: Option<(i64, i64)>,
+    minutes: Vec<(i64, i64)>,
+    readings: Vec<(i64, i64)>,
+}
+
+impl Parts {
+    fn of(from: i64, to: i64, step: i64) -> Parts {
+        let ceil = |t: i64, unit: i64| {
+            t.div_euclid(unit) * unit + unit * i64::from(t.rem_euclid(unit) != 0)
+        };
+        let floor = |t: i64, unit: i64| t.div_euclid(unit) * unit;
+        let nonempty = |ranges: [(i64, i64); 2]| -> Vec<(i64, i64)> {
+            ranges.into_iter().filter(|(a, b)| a < b).collect()
+        };
+        let (a, b) = (ceil(from, MINUTE_MS), floor(to, MINUTE_MS));
+        if step % MINUTE_MS != 0 || a >= b {
+            return Parts { hours: None, minutes: Vec::new(), readings: vec![(from, to)] };
+        }
+        let readings = nonempty([(from, a), (b, to)]);
+        let (ha, hb) = (ceil(a, HOUR_MS), floor(b, HOUR_MS));
+        if step % HOUR_MS != 0 || ha >= hb {
+            return Parts { hours: None, minutes: vec![(a, b)], readings };
+        }
+        Parts { hours: Some((ha, hb)), minutes: nonempty([(a, ha), (hb, b)]), readings }
+    }
+
+    /// The span of the parts read from the buckets, if any.
+    fn in_buckets(&self) -> Option<(i64, i64)> {
+        let ranges = self.minutes.iter().chain(&self.readings);
+        let lo = ranges.clone().map(|r| r.0).min()?;
+        let hi = ranges.map(|r| r.1).max()?;
+        Some((lo, hi))
+    }
 }
 
 type Steps = BTreeMap<i64, BTreeMap<String, FieldStats>>;
@@ -236,7 +299,7 @@ async fn check_live(inner: &Inner, sensor: &str, from: i64, to: i64) -> Result<(
 
 /// Whole-hour steps with the hour statistics collection: the kept statistics (of every
 /// reading written since the collection is, deleted buckets included) merged with those of
-/// buckets written before it (their `v` is older).
+/// buckets whose statistics it does not hold (their `v` is not in `IN_HOUR_STATS`).
 async fn with_kept_hours(
     inner: &Inner,
     query: &RollupQuery,
@@ -245,7 +308,7 @@ async fn with_kept_hours(
 ) -> Result<Steps, StoreError> {
     // Buckets of older kinds (written without this collection); the others' statistics are
     // all in the collection.
-    let older = doc! {"$lt": super::HOUR_STATS_BUCKET_VERSION};
+    let older = doc! {"$nin": super::IN_HOUR_STATS.to_vec()};
     let mut steps = from_bucket_stats(inner, query, from, to, Some(older)).await?;
     for (hour, (_, fields)) in hours::read(inner, &query.sensor, from, to).await? {
         for (name, stats) in fields {
@@ -310,21 +373,98 @@ async fn from_bucket_stats(
     Ok(steps)
 }
 
-/// Steps finer than an hour, or a range that cuts hours: group the numeric values of the
-/// readings in range in the database.
+/// The start of the step of `ms` (an expression of milliseconds since the epoch), also for
+/// dates before 1970 (`$mod` keeps the sign).
+fn step_start(ms: Bson, step: i64) -> Document {
+    doc! {"$subtract": [&ms, {"$mod": [{"$add": [{"$mod": [&ms, step]}, step]}, step]}]}
+}
+
+/// `{$or: [...]}` of `each` range, or the one range alone.
+fn any_of(ranges: impl Iterator<Item = Document>) -> Document {
+    let mut all: Vec<Document> = ranges.collect();
+    if all.len() == 1 {
+        all.remove(0)
+    } else {
+        doc! {"$or": all}
+    }
+}
+
+/// The minutes `[from, to)` of each range (whole minutes) from the minute statistics of the
+/// buckets that keep them, grouped into steps in the database: what comes back is a document
+/// per step and field, however many readings the minutes hold.
+async fn from_minute_stats(
+    inner: &Inner,
+    query: &RollupQuery,
+    ranges: &[(i64, i64)],
+) -> Result<Steps, StoreError> {
+    let buckets = any_of(ranges.iter().map(|&(a, b)| {
+        doc! {d::START: {"$gte": d::date(hour_start(a)), "$lt": d::date(b)}}
+    }));
+    let mut filter =
+        doc! {d::SENSOR: &query.sensor, d::VERSION: {"$in": super::WITH_MINUTE_STATS.to_vec()}};
+    filter.extend(buckets);
+    let mut projection = doc! {d::ID: 0, d::START: 1};
+    match &query.fields {
+        None => {
+            projection.insert(d::MINUTE_STATS, 1);
+        }
+        Some(fields) => {
+            for f in fields {
+                projection.insert(format!("{}.{}", d::MINUTE_STATS, d::encode_name(f)), 1);
+            }
+        }
+    }
+    let ms = doc! {"$add": [
+        {"$subtract": [format!("${}", d::START), d::date(0)]},
+        {"$multiply": [{"$toLong": "$m.k"}, MINUTE_MS]},
+    ]};
+    let minutes = any_of(ranges.iter().map(|&(a, b)| doc! {"ms": {"$gte": a, "$lt": b}}));
+    let stat = |name: &str| format!("$s.{name}");
+    let pipeline = vec![
+        doc! {"$match": filter},
+        doc! {"$project": projection},
+        doc! {"$project": {d::START: 1, "f": {"$objectToArray": format!("${}", d::MINUTE_STATS)}}},
+        doc! {"$unwind": "$f"},
+        doc! {"$project": {d::START: 1, "k": "$f.k", "m": {"$objectToArray": "$f.v"}}},
+        doc! {"$unwind": "$m"},
+        doc! {"$project": {"k": 1, "ms": ms, "s": "$m.v"}},
+        doc! {"$match": minutes},
+        doc! {"$group": {
+            d::ID: {"st": step_start(Bson::from("$ms"), query.step_ms), "k": "$k"},
+            d::STAT_MIN: {"$min": stat(d::STAT_MIN)},
+            d::STAT_MAX: {"$max": stat(d::STAT_MAX)},
+            d::STAT_SUM: {"$sum": stat(d::STAT_SUM)},
+            d::STAT_COUNT: {"$sum": stat(d::STAT_COUNT)},
+            d::STAT_FIRST: {"$min": stat(d::STAT_FIRST)},
+            d::STAT_LAST: {"$max": stat(d::STAT_LAST)},
+        }},
+    ];
+    grouped(inner, pipeline).await
+}
+
+/// Groups the numeric values of the readings of each selection (a range, and optionally a
+/// condition on the buckets that hold it) into steps in the database.
 async fn from_readings(
     inner: &Inner,
     query: &RollupQuery,
-    from: i64,
-    to: i64,
+    selections: &[(i64, i64, Option<&Document>)],
 ) -> Result<Steps, StoreError> {
     let step = query.step_ms;
     let time = format!("${}.{}", d::READINGS, d::TIME);
+    let in_range = |a: i64, b: i64, bucket: Option<&Document>| {
+        let mut range = doc! {&time[1..]: {"$gte": d::date(a), "$lt": d::date(b)}};
+        range.extend(bucket.cloned().unwrap_or_default());
+        range
+    };
+    let mut buckets = doc! {d::SENSOR: &query.sensor};
+    buckets.extend(any_of(selections.iter().map(|&(a, b, bucket)| {
+        let mut hours = doc! {d::START: {"$gte": d::date(hour_start(a)), "$lt": d::date(b)}};
+        hours.extend(bucket.cloned().unwrap_or_default());
+        hours
+    })));
+    let readings = any_of(selections.iter().map(|&(a, b, bucket)| in_range(a, b, bucket)));
     // Milliseconds since the epoch: a date minus the epoch date (no $toLong on dates needed).
     let ms = doc! {"$subtract": [&time, d::date(0)]};
-    // Floor to a multiple of the step, also for dates before 1970 ($mod keeps the sign).
-    let step_start =
-        doc! {"$subtract": ["$ms", {"$mod": [{"$add": [{"$mod": ["$ms", step]}, step]}, step]}]};
     let mut numeric = doc! {"kv.v": {"$type": "number"}};
     if let Some(fields) = &query.fields {
         let keys: Vec<Bson> =
@@ -332,10 +472,10 @@ async fn from_readings(
         numeric.insert("kv.k", doc! {"$in": keys});
     }
     let pipeline = vec![
-        doc! {"$match": buckets_overlapping(&query.sensor, from, to)},
-        doc! {"$project": {d::ID: 0, d::READINGS: 1}},
+        doc! {"$match": buckets},
+        doc! {"$project": {d::ID: 0, d::VERSION: 1, d::READINGS: 1}},
         doc! {"$unwind": format!("${}", d::READINGS)},
-        doc! {"$match": {&time[1..]: {"$gte": d::date(from), "$lt": d::date(to)}}},
+        doc! {"$match": readings},
         doc! {"$project": {
             "ms": ms,
             d::POINT_TIME: &time,
@@ -344,7 +484,7 @@ async fn from_readings(
         doc! {"$unwind": "$kv"},
         doc! {"$match": numeric},
         doc! {"$group": {
-            d::ID: {"st": step_start, "k": "$kv.k"},
+            d::ID: {"st": step_start(Bson::from("$ms"), step), "k": "$kv.k"},
             d::STAT_MIN: {"$min": "$kv.v"},
             d::STAT_MAX: {"$max": "$kv.v"},
             d::STAT_SUM: {"$sum": "$kv.v"},
@@ -354,6 +494,12 @@ async fn from_readings(
             d::STAT_LAST: {"$max": {d::POINT_TIME: format!("${}", d::POINT_TIME), d::POINT_VALUE: "$kv.v"}},
         }},
     ];
+    grouped(inner, pipeline).await
+}
+
+/// Runs a pipeline that ends in a `$group` by `{st: <step start>, k: <field key>}` of
+/// statistics, and collects its groups as steps.
+async fn grouped(inner: &Inner, pipeline: Vec<Document>) -> Result<Steps, StoreError> {
     let action = inner.buckets.aggregate(pipeline).batch_size(CURSOR_BATCH).allow_disk_use(true);
     let cursor = open(inner.op_timeout, "aggregate", action).await?;
     let mut docs = std::pin::pin!(documents(cursor, inner.op_timeout));
@@ -436,4 +582,54 @@ fn sensor_info(doc: &Document) -> Result<SensorInfo, StoreError> {
         first: doc.get_datetime(d::FIRST).map_err(|e| corrupt("first", e))?.timestamp_millis(),
         last: doc.get_datetime(d::LAST).map_err(|e| corrupt("last", e))?.timestamp_millis(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: i64 = 1_704_067_200_000; // an hour boundary
+    const M: i64 = MINUTE_MS;
+
+    #[test]
+    fn a_range_splits_into_hours_minutes_and_edges() {
+        let parts = |from, to, step| Parts::of(T0 + from, T0 + to, step);
+        let at = |ranges: &[(i64, i64)]| -> Vec<(i64, i64)> {
+            ranges.iter().map(|&(a, b)| (T0 + a, T0 + b)).collect()
+        };
+        // Grafana's range: a "now" off the minute, whole-minute windows.
+        let p = parts(-3 * HOUR_MS + 1_234, 5 * M + 500, 5 * M);
+        assert_eq!(p.hours, None);
+        assert_eq!(p.minutes, at(&[(-3 * HOUR_MS + M, 5 * M)]));
+        assert_eq!(
+            p.readings,
+            at(&[(-3 * HOUR_MS + 1_234, -3 * HOUR_MS + M), (5 * M, 5 * M + 500)])
+        );
+        // Whole-hour windows: the whole hours from hour statistics, minutes either side.
+        let p = parts(-3 * HOUR_MS + 1_234, 5 * M + 500, HOUR_MS);
+        assert_eq!(p.hours, Some((T0 - 2 * HOUR_MS, T0)));
+        assert_eq!(p.minutes, at(&[(-3 * HOUR_MS + M, -2 * HOUR_MS), (0, 5 * M)]));
+        assert_eq!(p.readings.len(), 2);
+        // Aligned: no edges.
+        let p = parts(0, 2 * HOUR_MS, 2 * HOUR_MS);
+        assert_eq!(
+            (p.hours, p.minutes.len(), p.readings.len()),
+            (Some((T0, T0 + 2 * HOUR_MS)), 0, 0)
+        );
+        let p = parts(0, 30 * M, 10 * M);
+        assert_eq!((p.minutes, p.readings.len()), (at(&[(0, 30 * M)]), 0));
+        // Finer than a minute, or no whole minute inside: every reading.
+        for (from, to, step) in
+            [(0, HOUR_MS, 30_000), (1, 90_000, M), (1, 59_999, M), (100, 59_000, HOUR_MS)]
+        {
+            let p = parts(from, to, step);
+            assert_eq!((p.hours, p.minutes.len()), (None, 0), "{from} {to} {step}");
+            assert_eq!(p.readings, at(&[(from, to)]));
+        }
+        // Before 1970 too.
+        let p = Parts::of(-HOUR_MS - 1, 1, M);
+        assert_eq!(p.minutes, vec![(-HOUR_MS, 0)]);
+        assert_eq!(p.readings, vec![(-HOUR_MS - 1, -HOUR_MS), (0, 1)]);
+        assert_eq!(p.in_buckets(), Some((-HOUR_MS - 1, 1)));
+    }
 }

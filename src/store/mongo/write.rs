@@ -21,7 +21,8 @@
 //! ([`crate::store::Store::high_water`]). A flush whose batches each fit one bucket, the common
 //! case, is still a single round.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 
@@ -30,8 +31,8 @@ use bson::{Bson, Document, RawArrayBuf, RawDocumentBuf};
 
 use super::document::{self as d, EncodedReading};
 use super::{Inner, error_from_code, error_from_driver, hours, is_too_large};
-use crate::model::{Batch, HOUR_MS, Reading, WriterId};
-use crate::store::{BucketLimits, SCHEMA_VERSION, StoreError, WriteReport};
+use crate::model::{Batch, HOUR_MS, MINUTE_MS, Reading, WriterId};
+use crate::store::{BucketLimits, FieldStats, StoreError, WriteReport};
 
 /// Bytes of the `update` command around its statements: the command name and collection,
 /// `ordered`, and the array header, rounded up generously.
@@ -62,13 +63,15 @@ struct Work {
 /// What [`write`] holds beside its batches' rows: every reading made into a `Reading` and a
 /// BSON document up front, then statements that copy the documents, then commands that copy
 /// the statements, and the driver's message: about four copies of each value with its field
-/// name, and for a batch its filter, tags and statistics paths per field. An estimate on the
+/// name, and for a batch its filter, tags and statistics paths per field and per field and
+/// minute. An estimate on the
 /// high side; `the_write_overhead_covers_what_a_write_makes` checks it.
 pub(super) const WRITE_OVERHEAD: crate::store::WriteOverhead = crate::store::WriteOverhead {
     per_batch: 2048,
     per_batch_field: 512,
     per_reading: 192,
     per_value: 96,
+    per_field_minute: 640,
 };
 
 struct BatchState<'a> {
@@ -229,29 +232,35 @@ pub fn encode_batch(
         .into_iter()
         .map(|readings| {
             let work = Work { batch: 0, readings, target: Target::Open, stats_done: false };
-            statement(&state, &work, limits, SCHEMA_VERSION)
+            statement(&state, &work, limits, super::MINUTE_STATS_BUCKET_VERSION)
         })
         .collect()
 }
 
 /// Cuts a batch into runs of readings that each fit an empty bucket: at most `max_readings`
 /// readings and `max_bytes` of encoded readings, and a statement (readings plus one set of
-/// statistics paths per distinct numeric field) well under the command budget. A reading
-/// larger than the size cap forms a run of its own.
+/// statistics paths per distinct numeric field, and one per field and minute) well under the
+/// command budget. A reading larger than the size cap forms a run of its own.
 fn chunks(state: &BatchState, limits: BucketLimits, statement_budget: u64) -> Vec<Range<usize>> {
     let mut out = Vec::new();
     let mut start = 0;
     let mut bytes = 0u64;
     let mut statement = 0u64;
-    let mut fields: HashSet<&str> = HashSet::new();
+    // The numeric fields of the current run, and the minutes each has statistics for.
+    let mut fields: HashSet<(&str, Option<i64>)> = HashSet::new();
+    let hour = state.batch.hour;
     for (i, (encoded, reading)) in state.readings.iter().zip(&state.plain).enumerate() {
-        let mut stats_cost = 0u64;
-        for (name, value) in &reading.fields {
-            if value.as_f64().is_some() && !fields.contains(name.as_str()) {
-                stats_cost += stats_paths_cost(name);
-            }
-        }
         let count = (i - start) as u64;
+        let minute = Some((reading.ts - hour).div_euclid(MINUTE_MS));
+        let numeric = || reading.fields.iter().filter(|(_, v)| v.as_f64().is_some());
+        let cost = |fields: &HashSet<(&str, Option<i64>)>| -> u64 {
+            numeric()
+                .flat_map(|(name, _)| [(name.as_str(), None), (name.as_str(), minute)])
+                .filter(|key| !fields.contains(key))
+                .map(|(name, _)| stats_paths_cost(name))
+                .sum()
+        };
+        let mut stats_cost = cost(&fields);
         let full = count >= u64::from(limits.max_readings.max(1))
             || bytes + encoded.size > u64::from(limits.max_bytes)
             || statement + encoded.size + stats_cost > statement_budget;
@@ -261,17 +270,11 @@ fn chunks(state: &BatchState, limits: BucketLimits, statement_budget: u64) -> Ve
             bytes = 0;
             statement = 0;
             fields.clear();
-            stats_cost = reading
-                .fields
-                .iter()
-                .filter(|(_, v)| v.as_f64().is_some())
-                .map(|(n, _)| stats_paths_cost(n))
-                .sum();
+            stats_cost = cost(&fields);
         }
-        for (name, value) in &reading.fields {
-            if value.as_f64().is_some() {
-                fields.insert(name.as_str());
-            }
+        for (name, _) in numeric() {
+            fields.insert((name.as_str(), None));
+            fields.insert((name.as_str(), minute));
         }
         bytes += encoded.size;
         statement += encoded.size + stats_cost;
@@ -282,10 +285,12 @@ fn chunks(state: &BatchState, limits: BucketLimits, statement_budget: u64) -> Ve
     out
 }
 
-/// Upper bound of what one numeric field adds to a statement: four `stats.<f>.<stat>` paths
-/// with their values and element headers.
+/// Upper bound of what one set of a numeric field's statistics adds to a statement, the hour's
+/// (`stats.<f>.<stat>`) or a minute's (`ms.<f>.<mm>.<stat>`): six paths of at most 12 bytes
+/// beside the name, each with an element header and a value of at most 27 bytes (a `{t, v}`
+/// point).
 fn stats_paths_cost(name: &str) -> u64 {
-    4 * (d::encode_name(name).len() as u64 * 3 + 32)
+    6 * (d::encode_name(name).len() as u64 + 12 + 2 + 27)
 }
 
 /// Builds the statement for `work`, halving it until it fits a command on its own; the second
@@ -350,19 +355,25 @@ fn statement(
     let first = readings.iter().map(|r| r.ts).min().unwrap_or(batch.hour);
     let last = readings.iter().map(|r| r.ts).max().unwrap_or(batch.hour);
 
-    // Statistics of this run, in the order fields first appear.
+    // Statistics of this run, per field in the order fields first appear, and per minute.
     let mut order: Vec<&str> = Vec::new();
-    let mut stats: HashMap<&str, crate::store::FieldStats> = HashMap::new();
+    let mut stats: HashMap<&str, (FieldStats, BTreeMap<i64, FieldStats>)> = HashMap::new();
     for reading in readings {
+        let minute = (reading.ts - batch.hour).div_euclid(MINUTE_MS);
         for (name, value) in &reading.fields {
             if let Some(v) = value.as_f64() {
-                stats
-                    .entry(name.as_str())
-                    .and_modify(|s| s.merge(&crate::store::FieldStats::of(reading.ts, v)))
-                    .or_insert_with(|| {
+                let point = FieldStats::of(reading.ts, v);
+                match stats.entry(name.as_str()) {
+                    Entry::Occupied(e) => {
+                        let (hour, minutes) = e.into_mut();
+                        hour.merge(&point);
+                        minutes.entry(minute).and_modify(|s| s.merge(&point)).or_insert(point);
+                    }
+                    Entry::Vacant(e) => {
                         order.push(name.as_str());
-                        crate::store::FieldStats::of(reading.ts, v)
-                    });
+                        e.insert((point, BTreeMap::from([(minute, point)])));
+                    }
+                }
             }
         }
     }
@@ -420,17 +431,23 @@ fn statement(
         // counting) stay below i64::MAX until the year 2262.
         max.append(d::writer_mark(state.writer), i64::try_from(seq).unwrap_or(i64::MAX));
     }
-    for name in order {
-        let s = &stats[name];
-        let key = d::encode_name(name);
-        inc.append(format!("{}.{key}.{}", d::STATS, d::STAT_SUM), s.sum);
-        inc.append(format!("{}.{key}.{}", d::STATS, d::STAT_COUNT), s.count as i64);
-        min.append(format!("{}.{key}.{}", d::STATS, d::STAT_MIN), s.min);
-        max.append(format!("{}.{key}.{}", d::STATS, d::STAT_MAX), s.max);
+    let mut add_stats = |prefix: &str, s: &FieldStats| {
+        inc.append(format!("{prefix}.{}", d::STAT_SUM), s.sum);
+        inc.append(format!("{prefix}.{}", d::STAT_COUNT), s.count as i64);
+        min.append(format!("{prefix}.{}", d::STAT_MIN), s.min);
+        max.append(format!("{prefix}.{}", d::STAT_MAX), s.max);
         // Always `Some` for statistics of readings; `{t, v}` documents order by time first.
         if let (Some(first), Some(last)) = (s.first, s.last) {
-            min.append(format!("{}.{key}.{}", d::STATS, d::STAT_FIRST), d::point(first));
-            max.append(format!("{}.{key}.{}", d::STATS, d::STAT_LAST), d::point(last));
+            min.append(format!("{prefix}.{}", d::STAT_FIRST), d::point(first));
+            max.append(format!("{prefix}.{}", d::STAT_LAST), d::point(last));
+        }
+    };
+    for name in order {
+        let (hour, minutes) = &stats[name];
+        let key = d::encode_name(name);
+        add_stats(&format!("{}.{key}", d::STATS), hour);
+        for (&minute, s) in minutes {
+            add_stats(&format!("{}.{key}.{}", d::MINUTE_STATS, d::minute_key(minute)), s);
         }
     }
 
@@ -618,13 +635,16 @@ mod tests {
 
     /// The overhead the flusher counts for a write covers what `write` makes of a batch: a
     /// `Reading` and an encoding per reading, and the statements with two more copies of them
-    /// (the command and the driver's message), for narrow and wide readings alike.
+    /// (the command and the driver's message), for narrow and wide readings alike, within one
+    /// minute or each in a minute of its own.
     #[test]
     fn the_write_overhead_covers_what_a_write_makes() {
-        for (n, fields) in [(1, 1), (1, 2), (10, 2), (60, 2), (100, 256)] {
+        let cases = [(1, 1, 1), (1, 2, 1), (10, 2, 1), (60, 2, 1), (100, 256, 1)];
+        let spread = [(10, 2, MINUTE_MS), (60, 3, MINUTE_MS), (100, 2, 30_000), (30, 256, 90_000)];
+        for (n, fields, apart) in cases.into_iter().chain(spread) {
             let readings: Vec<Reading> = (0..n)
                 .map(|i| Reading {
-                    ts: i as i64,
+                    ts: (i as i64 * apart) % HOUR_MS,
                     fields: (0..fields)
                         .map(|f| (format!("f{f}").into(), FieldValue::Float(f as f64 + 0.5)))
                         .collect(),
@@ -650,7 +670,10 @@ mod tests {
                 .sum();
             let held = objects + encodings + 3 * statements;
             let counted = WRITE_OVERHEAD.of(n, fields);
-            assert!(counted >= held, "{n} readings of {fields} fields: {counted} < {held}");
+            assert!(
+                counted >= held,
+                "{n} readings of {fields} fields {apart} ms apart: {counted} < {held}"
+            );
         }
     }
 

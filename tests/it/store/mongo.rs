@@ -11,8 +11,10 @@ use std::time::Duration;
 
 use bson::{Bson, doc, oid::ObjectId};
 use bucketd::model::{Batch, FieldValue, HOUR_MS, Reading};
-use bucketd::store::mongo::{COLLECTION, MongoConfig, MongoStore, document as d, hours};
-use bucketd::store::{BucketLimits, SCHEMA_VERSION, Store, StoreError};
+use bucketd::store::mongo::{
+    COLLECTION, MINUTE_STATS_BUCKET_VERSION, MongoConfig, MongoStore, document as d, hours,
+};
+use bucketd::store::{BucketLimits, Store, StoreError};
 use futures::TryStreamExt;
 
 use super::suite::{
@@ -103,14 +105,14 @@ async fn bucket_document_has_the_documented_shape() {
     assert_eq!(
         keys,
         vec![
-            "_id", "bytes", "end", "first", "last", "m", "n", "r", "s", "start", "stats", "tags",
-            "v"
+            "_id", "bytes", "end", "first", "last", "m", "ms", "n", "r", "s", "start", "stats",
+            "tags", "v"
         ]
     );
     assert!(matches!(b.get(d::ID), Some(Bson::ObjectId(_))));
     assert_eq!(b.get_str(d::SENSOR).unwrap(), "shape");
     assert_eq!(b.get_str(d::MEASUREMENT).unwrap(), "air");
-    assert_eq!(b.get(d::VERSION).and_then(d::number), Some(f64::from(SCHEMA_VERSION)));
+    assert_eq!(b.get(d::VERSION).and_then(d::number), Some(f64::from(MINUTE_STATS_BUCKET_VERSION)));
     assert_eq!(b.get_datetime(d::START).unwrap().timestamp_millis(), T0);
     assert_eq!(b.get_datetime(d::END).unwrap().timestamp_millis(), T0 + HOUR_MS);
     assert_eq!(b.get_datetime(d::FIRST).unwrap().timestamp_millis(), T0 + 5);
@@ -142,6 +144,19 @@ async fn bucket_document_has_the_documented_shape() {
     }
     let n = d::decode_stats(stats.get_document("%24n").unwrap()).unwrap();
     assert_eq!((n.first, n.last), (Some((T0 + 10, 4.0)), Some((T0 + 10, 4.0))));
+    // Both readings are in the hour's first minute: its statistics are the hour's.
+    let minutes = b.get_document(d::MINUTE_STATS).unwrap();
+    let mut minute_keys: Vec<&str> = minutes.keys().map(String::as_str).collect();
+    minute_keys.sort();
+    assert_eq!(minute_keys, stat_keys);
+    for key in stat_keys {
+        let minute = minutes.get_document(key).unwrap();
+        assert_eq!(minute.keys().collect::<Vec<_>>(), vec!["00"]);
+        assert_eq!(
+            d::decode_stats(minute.get_document("00").unwrap()).unwrap(),
+            d::decode_stats(stats.get_document(key).unwrap()).unwrap()
+        );
+    }
     let u = stats.get_document("u").unwrap();
     assert_eq!(u.get(d::STAT_MAX).and_then(d::number), Some(u64::MAX as f64));
     let r = b.get_array(d::READINGS).unwrap();
@@ -199,7 +214,7 @@ async fn a_bucket_mongodb_refuses_to_grow_spills_into_a_new_one() {
     let padded = ObjectId::new();
     buckets
         .insert_one(doc! {
-            d::ID: padded, d::SENSOR: "padded", d::START: d::date(T0), d::VERSION: SCHEMA_VERSION,
+            d::ID: padded, d::SENSOR: "padded", d::START: d::date(T0), d::VERSION: MINUTE_STATS_BUCKET_VERSION,
             d::COUNT: 0_i64, d::BYTES: 0_i64, d::READINGS: [],
             "pad": "p".repeat(16 * 1024 * 1024 - 40 * 1024),
         })
@@ -413,7 +428,7 @@ async fn schema1_buckets_are_read_and_their_mark_kept_apart() {
             .collect()
     };
     assert_eq!(count_of(1.0), vec![Some(2.0)], "the schema-1 bucket is left as it was");
-    assert_eq!(count_of(f64::from(SCHEMA_VERSION)), vec![Some(3.0)], "a new bucket");
+    assert_eq!(count_of(f64::from(MINUTE_STATS_BUCKET_VERSION)), vec![Some(3.0)], "a new bucket");
 
     let mut expected = old.to_vec();
     expected.extend(new);
