@@ -2,14 +2,15 @@
 
 mockupdb speaks MongoDB's wire protocol; mongomock implements MongoDB's query, update and
 aggregation semantics. This bridge answers the commands the Rust driver sends by running them
-on one in-process mongomock client, and adds what mongomock lacks and the store relies on:
+on one in-process mongomock client, and adds what mongomock lacks or gets wrong and the store relies on:
 
 - the 16 MiB document limit: a statement whose result would be larger than
   maxBsonObjectSize is not applied and answers MongoDB's error code 17419 (update) or
   17420 (upsert that would insert a too-large document), without touching other statements;
 - the command size limit: a command document larger than maxBsonObjectSize + 16 KiB is
   refused with code 10334, as mongod refuses it;
-- cursors with batching (firstBatch / getMore / killCursors) so long results stream.
+- cursors with batching (firstBatch / getMore / killCursors) so long results stream;
+- `$min`/`$max` in BSON's comparison order, and `$not` of the documented one-element array.
 
 It is slow (every statement scans the collection): use it for correctness, never speed.
 
@@ -23,7 +24,9 @@ Test hooks: --max-bson N reports and enforces a smaller maxBsonObjectSize (docum
 plus 16 KiB, commands), --max-write-batch N a smaller maxWriteBatchSize, --update-delay-ms N
 makes every update command wait N ms before it runs (a store that is up but slow); the `bridgeStats`
 command reports how many commands were refused as too large, the commands received by name,
-and the `maxTimeMS` of the update commands received (by value; "None" when absent).
+the `maxTimeMS` of the update commands received (by value; "None" when absent), the documents
+returned by cursors (`cursorDocuments`), and the documents each `$unwind` path produced
+(`unwound`).
 
 Usage: python bridge.py [--faults] [--max-bson N] [--max-write-batch N] [--update-delay-ms N]
 Prints "PORT <n>" on stdout once listening on 127.0.0.1; exits when stdin closes, so a test
@@ -163,6 +166,37 @@ mongomock_aggregate._GROUPING_OPERATOR_MAP["$max"] = lambda values: mongomock_ag
 )
 
 
+# mongomock negates `$not`'s argument as it is given, so the documented form
+# `{$not: [<expression>]}` (a one-element array, always truthy) is always false; mongod negates
+# the array's one expression.
+_boolean_operator = mongomock_aggregate._Parser._handle_boolean_operator
+
+
+def _handle_boolean_operator(self, operator, values):
+    if operator == "$not" and isinstance(values, list) and len(values) == 1:
+        values = values[0]
+    return _boolean_operator(self, operator, values)
+
+
+mongomock_aggregate._Parser._handle_boolean_operator = _handle_boolean_operator
+
+
+# Documents each `$unwind` stage produced, by the path it unwound: the tests count how many
+# readings (`$r`) a query made the server unwind.
+_UNWOUND = collections.Counter()
+_unwind = mongomock_aggregate._PIPELINE_HANDLERS["$unwind"]
+
+
+def _counted_unwind(in_collection, database, options):
+    out = _unwind(in_collection, database, options)
+    path = options.get("path") if isinstance(options, dict) else options
+    _UNWOUND[str(path)] += len(out)
+    return out
+
+
+mongomock_aggregate._PIPELINE_HANDLERS["$unwind"] = _counted_unwind
+
+
 def _index_document(coll, doc_id):
     doc = coll._store._documents.get(doc_id)
     if doc is not None and isinstance(doc.get("s"), str):
@@ -187,6 +221,8 @@ class Bridge:
         self.command_counts = collections.Counter()
         # The maxTimeMS of each update command received ("None" when absent), by value.
         self.update_max_time_ms = collections.Counter()
+        # Documents returned by find and aggregate cursors: what the client read.
+        self.cursor_documents = 0
         self.cursors = {}
         self.cursor_ids = itertools.count(1)
         self.connection_ids = itertools.count(1)
@@ -220,7 +256,9 @@ class Bridge:
         if key == "bridgestats":
             return {"ok": 1, "refusedCommands": self.refused_commands,
                     "commands": dict(self.command_counts),
-                    "updateMaxTimeMS": dict(self.update_max_time_ms)}
+                    "updateMaxTimeMS": dict(self.update_max_time_ms),
+                    "cursorDocuments": self.cursor_documents,
+                    "unwound": dict(_UNWOUND)}
         if key == "buildinfo":
             return {"ok": 1, "version": "7.0.0", "versionArray": [7, 0, 0, 0]}
         db = request.namespace.split(".")[0] if request.namespace else doc.get("$db", "test")
@@ -382,6 +420,7 @@ class Bridge:
     def open_cursor(self, db, coll_name, it, batch_size):
         ns = "%s.%s" % (db.name, coll_name)
         batch, exhausted = self.take(it, batch_size or 101)
+        self.cursor_documents += len(batch)
         cursor_id = Int64(0)  # the driver insists on int64 cursor ids
         if not exhausted:
             cursor_id = Int64(next(self.cursor_ids))
@@ -396,6 +435,7 @@ class Bridge:
             return {"ok": 0, "code": 43, "codeName": "CursorNotFound",
                     "errmsg": "cursor id %d not found" % cursor_id}
         batch, exhausted = self.take(it, doc.get("batchSize") or 1_000_000)
+        self.cursor_documents += len(batch)
         if exhausted:
             del self.cursors[cursor_id]
             cursor_id = Int64(0)

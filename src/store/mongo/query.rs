@@ -208,10 +208,9 @@ pub(super) async fn rollups(
         }
     }
     // The readings of the edges, and of the minutes in buckets without minute statistics.
-    let older = doc! {d::VERSION: {"$nin": super::WITH_MINUTE_STATS.to_vec()}};
-    let selections: Vec<(i64, i64, Option<&Document>)> = (parts.readings.iter())
-        .map(|&(a, b)| (a, b, None))
-        .chain(parts.minutes.iter().map(|&(a, b)| (a, b, Some(&older))))
+    let selections: Vec<Selection> = (parts.readings.iter())
+        .map(|&(from, to)| Selection { from, to, older_only: false })
+        .chain(parts.minutes.iter().map(|&(from, to)| Selection { from, to, older_only: true }))
         .collect();
     if !selections.is_empty() {
         for (start, fields) in from_readings(inner, &query, &selections).await? {
@@ -442,29 +441,47 @@ async fn from_minute_stats(
     grouped(inner, pipeline).await
 }
 
-/// Groups the numeric values of the readings of each selection (a range, and optionally a
-/// condition on the buckets that hold it) into steps in the database.
+/// Readings `[from, to)` of a rollup, of every bucket or only of those without minute
+/// statistics.
+struct Selection {
+    from: i64,
+    to: i64,
+    older_only: bool,
+}
+
+/// Groups the numeric values of the readings of the selections into steps in the database.
+/// Each bucket's readings are filtered before they are unwound, so the server makes a document
+/// of only the readings selected.
 async fn from_readings(
     inner: &Inner,
     query: &RollupQuery,
-    selections: &[(i64, i64, Option<&Document>)],
+    selections: &[Selection],
 ) -> Result<Steps, StoreError> {
-    let step = query.step_ms;
-    let time = format!("${}.{}", d::READINGS, d::TIME);
-    let in_range = |a: i64, b: i64, bucket: Option<&Document>| {
-        let mut range = doc! {&time[1..]: {"$gte": d::date(a), "$lt": d::date(b)}};
-        range.extend(bucket.cloned().unwrap_or_default());
-        range
-    };
+    let with_minutes = || Bson::from(super::WITH_MINUTE_STATS.to_vec());
     let mut buckets = doc! {d::SENSOR: &query.sensor};
-    buckets.extend(any_of(selections.iter().map(|&(a, b, bucket)| {
-        let mut hours = doc! {d::START: {"$gte": d::date(hour_start(a)), "$lt": d::date(b)}};
-        hours.extend(bucket.cloned().unwrap_or_default());
+    buckets.extend(any_of(selections.iter().map(|s| {
+        let mut hours =
+            doc! {d::START: {"$gte": d::date(hour_start(s.from)), "$lt": d::date(s.to)}};
+        if s.older_only {
+            hours.insert(d::VERSION, doc! {"$nin": with_minutes()});
+        }
         hours
     })));
-    let readings = any_of(selections.iter().map(|&(a, b, bucket)| in_range(a, b, bucket)));
+    let time = format!("$$x.{}", d::TIME);
+    let selected: Vec<Document> = selections
+        .iter()
+        .map(|s| {
+            let mut all =
+                vec![doc! {"$gte": [&time, d::date(s.from)]}, doc! {"$lt": [&time, d::date(s.to)]}];
+            if s.older_only {
+                all.push(doc! {"$not": [{"$in": [format!("${}", d::VERSION), with_minutes()]}]});
+            }
+            doc! {"$and": all}
+        })
+        .collect();
+    let reading = format!("${}", d::READINGS);
     // Milliseconds since the epoch: a date minus the epoch date (no $toLong on dates needed).
-    let ms = doc! {"$subtract": [&time, d::date(0)]};
+    let ms = doc! {"$subtract": [format!("{reading}.{}", d::TIME), d::date(0)]};
     let mut numeric = doc! {"kv.v": {"$type": "number"}};
     if let Some(fields) = &query.fields {
         let keys: Vec<Bson> =
@@ -473,18 +490,19 @@ async fn from_readings(
     }
     let pipeline = vec![
         doc! {"$match": buckets},
-        doc! {"$project": {d::ID: 0, d::VERSION: 1, d::READINGS: 1}},
-        doc! {"$unwind": format!("${}", d::READINGS)},
-        doc! {"$match": readings},
+        doc! {"$project": {d::ID: 0, d::READINGS: {
+            "$filter": {"input": &reading, "as": "x", "cond": {"$or": selected}},
+        }}},
+        doc! {"$unwind": &reading},
         doc! {"$project": {
             "ms": ms,
-            d::POINT_TIME: &time,
-            "kv": {"$objectToArray": format!("${}.{}", d::READINGS, d::FIELDS)},
+            d::POINT_TIME: format!("{reading}.{}", d::TIME),
+            "kv": {"$objectToArray": format!("{reading}.{}", d::FIELDS)},
         }},
         doc! {"$unwind": "$kv"},
         doc! {"$match": numeric},
         doc! {"$group": {
-            d::ID: {"st": step_start(Bson::from("$ms"), step), "k": "$kv.k"},
+            d::ID: {"st": step_start(Bson::from("$ms"), query.step_ms), "k": "$kv.k"},
             d::STAT_MIN: {"$min": "$kv.v"},
             d::STAT_MAX: {"$max": "$kv.v"},
             d::STAT_SUM: {"$sum": "$kv.v"},

@@ -3,5 +3,6 @@
 mod embedded;
 mod memory;
 mod mongo;
+mod mongo_minutes;
 mod retention;
 mod suite;
