@@ -85,8 +85,15 @@ pub fn point((ts, v): (TimestampMs, f64)) -> RawDocumentBuf {
 
 /// The key of a minute of the hour under `ms.<field>`: two digits, so that a path never reads
 /// as an array index and the keys sort in time order.
-pub fn minute_key(minute: i64) -> String {
-    format!("{minute:02}")
+pub fn minute_key(minute: i64) -> &'static str {
+    const KEYS: [&str; 60] = [
+        "00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13", "14",
+        "15", "16", "17", "18", "19", "20", "21", "22", "23", "24", "25", "26", "27", "28", "29",
+        "30", "31", "32", "33", "34", "35", "36", "37", "38", "39", "40", "41", "42", "43", "44",
+        "45", "46", "47", "48", "49", "50", "51", "52", "53", "54", "55", "56", "57", "58", "59",
+    ];
+    debug_assert!((0..60).contains(&minute), "minute {minute} of an hour");
+    KEYS[minute.clamp(0, 59) as usize]
 }
 
 /// What one element of the `r` array adds to a bucket besides the reading document itself:

@@ -21,13 +21,12 @@
 //! ([`crate::store::Store::high_water`]). A flush whose batches each fit one bucket, the common
 //! case, is still a single round.
 
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 
 use bson::oid::ObjectId;
-use bson::{Bson, Document, RawArrayBuf, RawDocumentBuf};
+use bson::{Bson, Document, RawArrayBuf, RawBson, RawDocumentBuf};
 
 use super::document::{self as d, EncodedReading};
 use super::{Inner, error_from_code, error_from_driver, hours, is_too_large};
@@ -237,6 +236,56 @@ pub fn encode_batch(
         .collect()
 }
 
+/// A field's statistics in one statement: the hour's and each minute's, minutes in the order
+/// they first appear.
+struct RunStats {
+    hour: FieldStats,
+    minutes: Vec<(i64, FieldStats)>,
+}
+
+impl RunStats {
+    fn add(&mut self, minute: i64, point: &FieldStats) {
+        self.hour.merge(point);
+        // Readings mostly come in time order: the latest minute first.
+        match self.minutes.iter_mut().rev().find(|(m, _)| *m == minute) {
+            Some((_, s)) => s.merge(point),
+            None => self.minutes.push((minute, *point)),
+        }
+    }
+}
+
+/// The update's `$inc`, `$min` and `$max` documents, to which a set of statistics adds its six
+/// paths.
+struct StatsDocs<'a> {
+    inc: &'a mut RawDocumentBuf,
+    min: &'a mut RawDocumentBuf,
+    max: &'a mut RawDocumentBuf,
+}
+
+impl StatsDocs<'_> {
+    /// Adds `s` under the path `prefix` holds (`stats.<f>` or `ms.<f>.<mm>`), which it leaves
+    /// as it found it.
+    fn add(&mut self, prefix: &mut String, s: &FieldStats) {
+        let len = prefix.len();
+        let mut at = |doc: &mut RawDocumentBuf, stat: &str, value: RawBson| {
+            prefix.truncate(len);
+            prefix.push('.');
+            prefix.push_str(stat);
+            doc.append(prefix.as_str(), value);
+        };
+        at(self.inc, d::STAT_SUM, RawBson::Double(s.sum));
+        at(self.inc, d::STAT_COUNT, RawBson::Int64(s.count as i64));
+        at(self.min, d::STAT_MIN, RawBson::Double(s.min));
+        at(self.max, d::STAT_MAX, RawBson::Double(s.max));
+        // Always `Some` for statistics of readings; `{t, v}` documents order by time first.
+        if let (Some(first), Some(last)) = (s.first, s.last) {
+            at(self.min, d::STAT_FIRST, RawBson::Document(d::point(first)));
+            at(self.max, d::STAT_LAST, RawBson::Document(d::point(last)));
+        }
+        prefix.truncate(len);
+    }
+}
+
 /// Cuts a batch into runs of readings that each fit an empty bucket: at most `max_readings`
 /// readings and `max_bytes` of encoded readings, and a statement (readings plus one set of
 /// statistics paths per distinct numeric field, and one per field and minute) well under the
@@ -246,18 +295,22 @@ fn chunks(state: &BatchState, limits: BucketLimits, statement_budget: u64) -> Ve
     let mut start = 0;
     let mut bytes = 0u64;
     let mut statement = 0u64;
-    // The numeric fields of the current run, and the minutes each has statistics for.
-    let mut fields: HashSet<(&str, Option<i64>)> = HashSet::new();
+    // The numeric fields of the current run, each with the minutes it has statistics for (a
+    // bit per minute of the hour).
+    let mut fields: Slots<'_, u64> = Slots::default();
     let hour = state.batch.hour;
     for (i, (encoded, reading)) in state.readings.iter().zip(&state.plain).enumerate() {
         let count = (i - start) as u64;
-        let minute = Some((reading.ts - hour).div_euclid(MINUTE_MS));
-        let numeric = || reading.fields.iter().filter(|(_, v)| v.as_f64().is_some());
-        let cost = |fields: &HashSet<(&str, Option<i64>)>| -> u64 {
+        let bit = 1u64 << (reading.ts - hour).div_euclid(MINUTE_MS).clamp(0, 63);
+        let numeric =
+            || reading.fields.iter().enumerate().filter(|(_, (_, v))| v.as_f64().is_some());
+        let cost = |fields: &Slots<'_, u64>| -> u64 {
             numeric()
-                .flat_map(|(name, _)| [(name.as_str(), None), (name.as_str(), minute)])
-                .filter(|key| !fields.contains(key))
-                .map(|(name, _)| stats_paths_cost(name))
+                .map(|(at, (name, _))| match fields.find(at, name) {
+                    None => 2 * stats_paths_cost(name),
+                    Some(minutes) if minutes & bit == 0 => stats_paths_cost(name),
+                    Some(_) => 0,
+                })
                 .sum()
         };
         let mut stats_cost = cost(&fields);
@@ -272,9 +325,8 @@ fn chunks(state: &BatchState, limits: BucketLimits, statement_budget: u64) -> Ve
             fields.clear();
             stats_cost = cost(&fields);
         }
-        for (name, _) in numeric() {
-            fields.insert((name.as_str(), None));
-            fields.insert((name.as_str(), minute));
+        for (at, (name, _)) in numeric() {
+            *fields.get_or_insert(at, name, || 0) |= bit;
         }
         bytes += encoded.size;
         statement += encoded.size + stats_cost;
@@ -283,6 +335,52 @@ fn chunks(state: &BatchState, limits: BucketLimits, statement_budget: u64) -> Ve
         out.push(start..state.readings.len());
     }
     out
+}
+
+/// A value per field name, in the order names first came. Readings of a batch mostly have the
+/// same fields in the same order, so a name is first looked for at its position in its
+/// reading, and hashed only when it is not there.
+struct Slots<'a, T> {
+    slots: Vec<(&'a str, T)>,
+    index: HashMap<&'a str, usize>,
+}
+
+impl<T> Default for Slots<'_, T> {
+    fn default() -> Self {
+        Slots { slots: Vec::new(), index: HashMap::new() }
+    }
+}
+
+impl<'a, T> Slots<'a, T> {
+    fn position(&self, at: usize, name: &str) -> Option<usize> {
+        match self.slots.get(at) {
+            Some((n, _)) if *n == name => Some(at),
+            _ => self.index.get(name).copied(),
+        }
+    }
+
+    fn find(&self, at: usize, name: &str) -> Option<&T> {
+        self.position(at, name).map(|i| &self.slots[i].1)
+    }
+
+    /// The value of `name` (the field at position `at` of its reading), made by `new` if the
+    /// name is new.
+    fn get_or_insert(&mut self, at: usize, name: &'a str, new: impl FnOnce() -> T) -> &mut T {
+        let i = match self.position(at, name) {
+            Some(i) => i,
+            None => {
+                self.index.insert(name, self.slots.len());
+                self.slots.push((name, new()));
+                self.slots.len() - 1
+            }
+        };
+        &mut self.slots[i].1
+    }
+
+    fn clear(&mut self) {
+        self.slots.clear();
+        self.index.clear();
+    }
 }
 
 /// Upper bound of what one set of a numeric field's statistics adds to a statement, the hour's
@@ -356,23 +454,16 @@ fn statement(
     let last = readings.iter().map(|r| r.ts).max().unwrap_or(batch.hour);
 
     // Statistics of this run, per field in the order fields first appear, and per minute.
-    let mut order: Vec<&str> = Vec::new();
-    let mut stats: HashMap<&str, (FieldStats, BTreeMap<i64, FieldStats>)> = HashMap::new();
+    let mut fields: Slots<'_, Option<RunStats>> = Slots::default();
     for reading in readings {
         let minute = (reading.ts - batch.hour).div_euclid(MINUTE_MS);
-        for (name, value) in &reading.fields {
+        for (at, (name, value)) in reading.fields.iter().enumerate() {
             if let Some(v) = value.as_f64() {
                 let point = FieldStats::of(reading.ts, v);
-                match stats.entry(name.as_str()) {
-                    Entry::Occupied(e) => {
-                        let (hour, minutes) = e.into_mut();
-                        hour.merge(&point);
-                        minutes.entry(minute).and_modify(|s| s.merge(&point)).or_insert(point);
-                    }
-                    Entry::Vacant(e) => {
-                        order.push(name.as_str());
-                        e.insert((point, BTreeMap::from([(minute, point)])));
-                    }
+                let stats = fields.get_or_insert(at, name, || None);
+                match stats {
+                    Some(stats) => stats.add(minute, &point),
+                    None => *stats = Some(RunStats { hour: point, minutes: vec![(minute, point)] }),
                 }
             }
         }
@@ -431,23 +522,25 @@ fn statement(
         // counting) stay below i64::MAX until the year 2262.
         max.append(d::writer_mark(state.writer), i64::try_from(seq).unwrap_or(i64::MAX));
     }
-    let mut add_stats = |prefix: &str, s: &FieldStats| {
-        inc.append(format!("{prefix}.{}", d::STAT_SUM), s.sum);
-        inc.append(format!("{prefix}.{}", d::STAT_COUNT), s.count as i64);
-        min.append(format!("{prefix}.{}", d::STAT_MIN), s.min);
-        max.append(format!("{prefix}.{}", d::STAT_MAX), s.max);
-        // Always `Some` for statistics of readings; `{t, v}` documents order by time first.
-        if let (Some(first), Some(last)) = (s.first, s.last) {
-            min.append(format!("{prefix}.{}", d::STAT_FIRST), d::point(first));
-            max.append(format!("{prefix}.{}", d::STAT_LAST), d::point(last));
-        }
-    };
-    for name in order {
-        let (hour, minutes) = &stats[name];
+    // One path buffer for every statistic: `<prefix>.<stat>`.
+    let mut path = String::new();
+    let mut docs = StatsDocs { inc: &mut inc, min: &mut min, max: &mut max };
+    for (name, field) in &fields.slots {
+        let Some(field) = field else { continue };
         let key = d::encode_name(name);
-        add_stats(&format!("{}.{key}", d::STATS), hour);
-        for (&minute, s) in minutes {
-            add_stats(&format!("{}.{key}.{}", d::MINUTE_STATS, d::minute_key(minute)), s);
+        path.clear();
+        path.push_str(d::STATS);
+        path.push('.');
+        path.push_str(&key);
+        docs.add(&mut path, &field.hour);
+        for (minute, s) in &field.minutes {
+            path.clear();
+            path.push_str(d::MINUTE_STATS);
+            path.push('.');
+            path.push_str(&key);
+            path.push('.');
+            path.push_str(d::minute_key(*minute));
+            docs.add(&mut path, s);
         }
     }
 
