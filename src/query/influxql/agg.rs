@@ -239,16 +239,8 @@ impl Acc {
                 return better;
             }
             Acc::Edge { best, last } => {
-                let better = match best {
-                    None => true,
-                    Some((_, bt)) => {
-                        if *last {
-                            ts > *bt
-                        } else {
-                            ts < *bt
-                        }
-                    }
-                };
+                let better =
+                    best.as_ref().is_none_or(|(b, bt)| edge_better(*last, (b, *bt), (v, ts)));
                 if better {
                     *best = Some((v.clone(), ts));
                 }
@@ -331,7 +323,7 @@ impl Acc {
                     Num::Float(f) => FieldValue::Float(f),
                 };
                 let better =
-                    best.as_ref().is_none_or(|(_, bt)| if *last { t > *bt } else { t < *bt });
+                    best.as_ref().is_none_or(|(b, bt)| edge_better(*last, (b, *bt), (&v, t)));
                 if better {
                     *best = Some((v, t));
                 }
@@ -416,6 +408,22 @@ fn mode(vs: &mut [(FieldValue, TimestampMs)]) -> Option<FieldValue> {
         (most, most_freq, most_time) = (v, freq, *t);
     }
     Some(most.clone())
+}
+
+/// Whether `new` replaces `held` as the first (or `last`) value: it is earlier (later), or at
+/// the same time larger, as InfluxDB picks among series that wrote at the same time.
+fn edge_better(
+    last: bool,
+    (held, held_ts): (&FieldValue, TimestampMs),
+    (new, ts): (&FieldValue, TimestampMs),
+) -> bool {
+    if ts != held_ts {
+        return (ts > held_ts) == last;
+    }
+    match (held, new) {
+        (FieldValue::Str(a), FieldValue::Str(b)) => b > a,
+        _ => order(held, new) == Some(std::cmp::Ordering::Less),
+    }
 }
 
 /// Numbers by value, booleans `false` < `true`; anything else does not compare.
@@ -519,5 +527,24 @@ mod tests {
         acc.push(20, &FieldValue::Bool(true));
         acc.push(10, &FieldValue::Bool(false));
         assert_eq!(acc.finish(Func::First), Some((Value::Bool(false), Some(10))));
+    }
+
+    /// Values at the same time (series that wrote together): InfluxDB's first and last both
+    /// take the largest, whatever the order they come in.
+    #[test]
+    fn first_and_last_take_the_largest_of_equal_times() {
+        for func in [Func::First, Func::Last] {
+            for values in [[1.5, 4.0, -2.0], [4.0, -2.0, 1.5]] {
+                let mut acc = Acc::new(func);
+                for v in values {
+                    acc.push(10, &FieldValue::Float(v));
+                }
+                assert_eq!(acc.finish(func), Some((Value::from(4.0), Some(10))), "{func:?}");
+            }
+            let mut acc = Acc::new(func);
+            acc.push(10, &FieldValue::Str("b".into()));
+            acc.push(10, &FieldValue::Str("a".into()));
+            assert_eq!(acc.finish(func), Some((Value::from("b"), Some(10))));
+        }
     }
 }

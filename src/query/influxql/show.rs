@@ -211,7 +211,8 @@ pub fn series_key(s: &SensorInfo) -> String {
 }
 
 /// Field names and types seen in the first and last [`FIELD_PROBE`] readings of a series.
-async fn probe_fields(
+/// The fields (with their types) of the first and last readings of a series.
+pub(super) async fn probe_fields(
     ctx: &Ctx<'_>,
     s: &SensorInfo,
 ) -> Result<HashMap<String, FieldKind>, ExecError> {

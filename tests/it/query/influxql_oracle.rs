@@ -34,7 +34,7 @@ use crate::support::server::{TestServer, wait_until};
 const DATA: &str = include_str!("influxql/data.lp");
 const QUERIES: &str = include_str!("influxql/queries.txt");
 /// The database both servers are written to and queried in.
-const DB: &str = "oracle";
+pub(super) const DB: &str = "oracle";
 /// Set to `influxd` to compare InfluxDB with itself (see the module documentation).
 const SUBJECT_ENV: &str = "BUCKETD_INFLUXQL_ORACLE_SUBJECT";
 /// Set to a line number or a piece of query text to send only the matching queries.
@@ -52,9 +52,9 @@ async fn influxql_oracle_matches_influxdb() {
     let reference = Influxd::start().await;
     reference.admin(None, &format!("CREATE DATABASE {DB}")).await;
     reference.write(DB, "ms", DATA).await;
-    wait_for_all_points(&reference).await;
+    wait_for_all_points(&reference, DATA).await;
 
-    let subject = Subject::start().await;
+    let subject = Subject::start(DATA).await;
     let mut queries = parse_queries(QUERIES);
     assert!(queries.len() > 100, "queries.txt parsed to only {} queries", queries.len());
     if let Ok(filter) = std::env::var(FILTER_ENV) {
@@ -114,16 +114,8 @@ async fn influxql_oracle_matches_influxdb() {
 /// InfluxDB's shape, though not its content.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn influxql_oracle_show_databases_and_rps() {
-    let subject = Subject::start().await;
-    let query = |q: &str| Query {
-        line: 0,
-        text: q.to_owned(),
-        epoch: Some("ms".into()),
-        sorted: false,
-        post: false,
-        rp: None,
-        expect: Expect::Same,
-    };
+    let subject = Subject::start(DATA).await;
+    let query = Query::new;
     let databases = send(&subject.client, &subject.url, &query("SHOW DATABASES")).await;
     let series = only_series(&databases, "SHOW DATABASES");
     assert_eq!(series["name"], "databases", "{}", databases.body);
@@ -164,23 +156,25 @@ async fn influxql_oracle_show_databases_and_rps() {
 
 /// The server the reference is compared with: bucketd (on the embedded store) unless
 /// [`SUBJECT_ENV`] asks for a second influxd.
-struct Subject {
-    name: &'static str,
-    url: String,
-    client: reqwest::Client,
+pub(super) struct Subject {
+    pub(super) name: &'static str,
+    pub(super) url: String,
+    pub(super) client: reqwest::Client,
     /// The database its SHOW DATABASES lists.
     database: &'static str,
     _keep: Box<dyn Any + Send>,
 }
 
 impl Subject {
-    async fn start() -> Subject {
+    /// Starts the subject and writes `data` (millisecond line protocol) to it, in [`DB`] for a
+    /// second influxd; returns once all of it is stored.
+    pub(super) async fn start(data: &str) -> Subject {
         match std::env::var(SUBJECT_ENV).as_deref() {
             Ok("influxd") => {
                 let influxd = Influxd::start().await;
                 influxd.admin(None, &format!("CREATE DATABASE {DB}")).await;
-                influxd.write(DB, "ms", DATA).await;
-                wait_for_all_points(&influxd).await;
+                influxd.write(DB, "ms", data.to_owned()).await;
+                wait_for_all_points(&influxd, data).await;
                 Subject {
                     name: "the second influxd",
                     url: influxd.url.clone(),
@@ -200,13 +194,14 @@ impl Subject {
                 .expect("open task")
                 .expect("embedded store opens");
                 let server = TestServer::start(Arc::new(store), &[]).await;
-                let response =
-                    server.post(&format!("/write?db={DB}&precision=ms"), "text/plain", DATA).await;
+                let response = server
+                    .post(&format!("/write?db={DB}&precision=ms"), "text/plain", data.to_owned())
+                    .await;
                 let status = response.status();
                 assert_eq!(
                     status,
                     reqwest::StatusCode::NO_CONTENT,
-                    "bucketd refused data.lp: {}",
+                    "bucketd refused the data: {}",
                     response.text().await.unwrap()
                 );
                 // Writes are visible as soon as they are acknowledged, but while a flush is
@@ -230,22 +225,14 @@ impl Subject {
     }
 }
 
-/// Waits until influxd counts every field value of `data.lp` (the state, not a delay).
-async fn wait_for_all_points(influxd: &Influxd) {
-    let expected: u64 = DATA
+/// Waits until influxd counts every field value of `data` (the state, not a delay).
+pub(super) async fn wait_for_all_points(influxd: &Influxd, data: &str) {
+    let expected: u64 = data
         .lines()
         .filter(|l| !l.is_empty())
         .map(|l| l.split(' ').nth(1).expect("a field set").split(',').count() as u64)
         .sum();
-    let query = Query {
-        line: 0,
-        text: "SELECT count(*) FROM /.*/".into(),
-        epoch: Some("ms".into()),
-        sorted: false,
-        post: false,
-        rp: None,
-        expect: Expect::Same,
-    };
+    let query = Query::new("SELECT count(*) FROM /.*/");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let answer = send(&influxd.client, &influxd.url, &query).await;
@@ -271,10 +258,10 @@ async fn wait_for_all_points(influxd: &Influxd) {
 
 /// One query of `queries.txt` and how to send it.
 #[derive(Debug, Clone)]
-struct Query {
+pub(super) struct Query {
     /// 1-based line in queries.txt.
     line: usize,
-    text: String,
+    pub(super) text: String,
     /// The `epoch` parameter; `None`: absent (times as RFC3339 strings).
     epoch: Option<String>,
     /// Compare series and rows regardless of their order.
@@ -284,6 +271,21 @@ struct Query {
     /// The `rp` parameter (Grafana sends it when a policy other than the default is picked).
     rp: Option<String>,
     expect: Expect,
+}
+
+impl Query {
+    /// `text` as a GET with `epoch=ms`, its answer to be InfluxDB's.
+    pub(super) fn new(text: &str) -> Query {
+        Query {
+            line: 0,
+            text: text.to_owned(),
+            epoch: Some("ms".into()),
+            sorted: false,
+            post: false,
+            rp: None,
+            expect: Expect::Same,
+        }
+    }
 }
 
 /// What bucketd's answer is held to.
@@ -367,13 +369,13 @@ fn refused(answer: &Answer) -> bool {
     }
 }
 
-struct Answer {
-    status: u16,
+pub(super) struct Answer {
+    pub(super) status: u16,
     /// The JSON body; a body that is not JSON as a string.
-    body: Value,
+    pub(super) body: Value,
 }
 
-async fn send(client: &reqwest::Client, base: &str, query: &Query) -> Answer {
+pub(super) async fn send(client: &reqwest::Client, base: &str, query: &Query) -> Answer {
     let mut params = vec![("db", DB)];
     if let Some(epoch) = &query.epoch {
         params.push(("epoch", epoch));
@@ -416,7 +418,7 @@ fn only_series<'a>(answer: &'a Answer, q: &str) -> &'a Value {
 /// Compares InfluxDB's answer (`expected`) with the subject's (`got`), adding each difference
 /// to `diffs`: both refused the query (error messages may differ), or statement ids, errors
 /// and series (name, tags, columns, rows) agree, an absent `series` being an empty one.
-fn compare_bodies(expected: &Value, got: &Value, sorted: bool, diffs: &mut Vec<String>) {
+pub(super) fn compare_bodies(expected: &Value, got: &Value, sorted: bool, diffs: &mut Vec<String>) {
     let (Some(e), Some(g)) = (expected.as_object(), got.as_object()) else {
         if expected != got {
             diffs.push("body: not both JSON objects".into());

@@ -2,5 +2,6 @@
 
 mod api;
 mod influxql;
+mod influxql_differential;
 mod influxql_oracle;
 mod readings;

@@ -192,7 +192,7 @@ pub(super) async fn run(
                     if cells.contains_key(&(i, field.clone())) {
                         continue;
                     }
-                    let mut column: Vec<Cell> = starts
+                    let column: Vec<Cell> = starts
                         .iter()
                         .map(|s| {
                             g.accs[i]
@@ -201,15 +201,18 @@ pub(super) async fn run(
                                 .and_then(|a| a.finish(call.func))
                         })
                         .collect();
-                    if st.window.is_some() {
-                        fill(
-                            &mut column,
-                            &starts,
-                            st.fill,
-                            matches!(call.func, Func::Count | Func::CountDistinct),
-                        );
-                    }
                     cells.insert((i, field), column);
+                }
+            }
+            // A series none of whose windows has a value (a percentile of too few values in
+            // each) is not answered, not even filled, as in InfluxDB.
+            if cells.values().all(|c| c.iter().all(Option::is_none)) {
+                continue;
+            }
+            if st.window.is_some() {
+                for ((i, _), column) in cells.iter_mut() {
+                    let count = matches!(plan.calls[*i].func, Func::Count | Func::CountDistinct);
+                    fill(column, &starts, st.fill, count, st.descending);
                 }
             }
             let mut values = Vec::new();
@@ -399,8 +402,9 @@ fn distinct_rows(
 }
 
 /// `fill(…)` over one function's windows. `count` answers 0 for an empty window under
-/// `fill(null)`, as InfluxDB does.
-fn fill(col: &mut [Cell], starts: &[TimestampMs], fill: Fill, is_count: bool) {
+/// `fill(null)`, and `fill(previous)` follows the order rows are answered in (`descending`:
+/// from the latest window back), as InfluxDB does.
+fn fill(col: &mut [Cell], starts: &[TimestampMs], fill: Fill, is_count: bool, descending: bool) {
     match fill {
         Fill::None => {}
         Fill::Null => {
@@ -419,7 +423,9 @@ fn fill(col: &mut [Cell], starts: &[TimestampMs], fill: Fill, is_count: bool) {
         }
         Fill::Previous => {
             let mut prev: Option<Value> = None;
-            for v in col.iter_mut() {
+            let cells: Box<dyn Iterator<Item = &mut Cell>> =
+                if descending { Box::new(col.iter_mut().rev()) } else { Box::new(col.iter_mut()) };
+            for v in cells {
                 match v {
                     Some((value, _)) => prev = Some(value.clone()),
                     None => *v = prev.clone().map(|p| (p, None)),

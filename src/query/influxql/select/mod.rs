@@ -88,6 +88,8 @@ struct Statement<'a> {
     range: TimeRange,
     window: Option<Window>,
     fill: Fill,
+    /// `ORDER BY time DESC`.
+    descending: bool,
 }
 
 /// One measurement's series, grouped by the `GROUP BY` tags.
@@ -96,6 +98,9 @@ struct Measurement {
     tag_keys: BTreeSet<String>,
     group_keys: Vec<String>,
     groups: Vec<(Vec<String>, Vec<Arc<SensorInfo>>)>,
+    /// For `SELECT *`: the fields of the measurement's series that are not read (their tags
+    /// or SLIMIT leave them out), which InfluxDB lists too.
+    other_fields: BTreeSet<String>,
 }
 
 impl Measurement {
@@ -222,15 +227,38 @@ pub async fn select(ctx: &Ctx<'_>, s: &Select) -> Result<Vec<Series>, ExecError>
     if range.is_empty() {
         return Ok(Vec::new());
     }
+    // A transformation of windows that compares a window with those before it starts one
+    // window early (late, in descending order), as InfluxDB's does, so that the first window of
+    // the range has a row; only the rows of the range asked are answered.
+    let asked = range;
+    if let (Some(t), Some(w)) = (plan.transform, window)
+        && t.reaches_back()
+    {
+        if s.descending {
+            range.to = range.to.saturating_add(w.interval);
+        } else {
+            range.from = range.from.saturating_sub(w.interval);
+        }
+    }
+    let transform = plan.transform.map(|t| match (t, window) {
+        // Per window, unless a unit is named.
+        (Transform::Derivative { unit_ms: None, non_negative }, Some(w)) => {
+            Transform::Derivative { unit_ms: Some(w.interval), non_negative }
+        }
+        _ => t,
+    });
 
     let mut measurements = Vec::new();
+    let mut left_outs = Vec::new();
     for (name, all) in ctx.series_of(&s.from).await? {
         let tag_keys: BTreeSet<String> =
             all.iter().flat_map(|s| s.tags.iter().map(|(k, _)| k.clone())).collect();
         let group_keys = group_keys(&s.group_by.tags, &tag_keys)?;
         let mut groups: BTreeMap<Vec<String>, Vec<Arc<SensorInfo>>> = BTreeMap::new();
+        let mut left_out = Vec::new();
         for info in all {
             if condition.as_ref().is_some_and(|c| !c.series_may_match(&info.tags, &tag_keys)) {
+                left_out.push(info);
                 continue;
             }
             let key = group_keys.iter().map(|k| tag_value(&info, k).to_owned()).collect();
@@ -241,18 +269,60 @@ pub async fn select(ctx: &Ctx<'_>, s: &Select) -> Result<Vec<Series>, ExecError>
             tag_keys,
             group_keys,
             groups: groups.into_iter().collect(),
+            other_fields: BTreeSet::new(),
+        });
+        left_outs.push(left_out);
+    }
+    // LIMIT 0 and SLIMIT 0 mean no limit, as in InfluxDB.
+    let limit = |l: Option<u64>| l.filter(|l| *l > 0).map_or(usize::MAX, |l| l as usize);
+    // SLIMIT and SOFFSET pick series in ascending order, whatever the order of the answer,
+    // and count series without data in range, as InfluxDB's do.
+    let first = s.soffset.unwrap_or(0) as usize;
+    let series = first..first.saturating_add(limit(s.slimit));
+    let mut at = 0;
+    for (m, left_out) in measurements.iter_mut().zip(&mut left_outs) {
+        m.groups.retain(|(_, members)| {
+            at += 1;
+            let keep = series.contains(&(at - 1));
+            if !keep {
+                left_out.extend(members.iter().map(|s| (**s).clone()));
+            }
+            keep
         });
     }
-    let statement =
-        Statement { plan: &plan, condition: condition.as_ref(), range, window, fill: s.fill };
+    if plan.kind == Kind::Raw && plan.columns.iter().any(|c| c.wildcard) {
+        for (m, left_out) in measurements.iter_mut().zip(&left_outs) {
+            for info in left_out {
+                m.other_fields.extend(super::show::probe_fields(ctx, info).await?.into_keys());
+            }
+        }
+    }
+    let statement = Statement {
+        plan: &plan,
+        condition: condition.as_ref(),
+        range,
+        window,
+        fill: s.fill,
+        descending: s.descending,
+    };
     let found = match plan.kind {
         Kind::Raw => raw::run(ctx, &statement, &measurements).await?,
         Kind::Aggregate | Kind::Distinct => aggregate::run(ctx, &statement, &measurements).await?,
     };
 
+    let first_window = window.map(|w| w.start(asked.from));
     let found = found.into_iter().filter_map(|mut series| {
-        if let Some(t) = plan.transform {
+        // Transformations run in the order rows are answered, as InfluxDB runs them.
+        if s.descending {
+            series.values.reverse();
+        }
+        if let Some(t) = transform {
             series.values = transform::apply(t, std::mem::take(&mut series.values));
+            if let Some(first) = first_window {
+                series.values.retain(|row| {
+                    row.first().and_then(Value::as_i64).is_some_and(|t| t >= first && t < asked.to)
+                });
+            }
         }
         // Times are kept in milliseconds until here, where `epoch` decides how they are written.
         for row in &mut series.values {
@@ -263,14 +333,9 @@ pub async fn select(ctx: &Ctx<'_>, s: &Select) -> Result<Vec<Series>, ExecError>
         (!series.values.is_empty()).then_some(series)
     });
 
-    // LIMIT 0 and SLIMIT 0 mean no limit, as in InfluxDB.
-    let limit = |l: Option<u64>| l.filter(|l| *l > 0).map_or(usize::MAX, |l| l as usize);
     let mut out = Vec::new();
     let mut rows = 0usize;
     for mut series in found {
-        if s.descending {
-            series.values.reverse();
-        }
         let skip = s.offset.unwrap_or(0) as usize;
         let take = limit(s.limit);
         if skip > 0 || take < series.values.len() {
@@ -287,7 +352,7 @@ pub async fn select(ctx: &Ctx<'_>, s: &Select) -> Result<Vec<Series>, ExecError>
     if s.descending {
         out.reverse();
     }
-    Ok(out.into_iter().skip(s.soffset.unwrap_or(0) as usize).take(limit(s.slimit)).collect())
+    Ok(out)
 }
 
 fn too_many_rows() -> ExecError {
@@ -373,10 +438,10 @@ fn transform_of(fields: &[Field]) -> Result<Option<(Transform, Field, String)>, 
     if fields.len() > 1 {
         return Err(ExecError::new(format!("{name}() must be the only field of its statement")));
     }
-    let unit = |a: Option<&Expr>| -> Result<i64, ExecError> {
+    let unit = |a: Option<&Expr>| -> Result<Option<i64>, ExecError> {
         match a {
-            None => Ok(1_000),
-            Some(Expr::Duration(ns)) if *ns >= NS_PER_MS => Ok(ns / NS_PER_MS),
+            None => Ok(None),
+            Some(Expr::Duration(ns)) if *ns >= NS_PER_MS => Ok(Some(ns / NS_PER_MS)),
             Some(_) => {
                 Err(ExecError::new(format!("{name}() takes a duration of 1ms or more as its unit")))
             }

@@ -25,12 +25,14 @@ pub(super) async fn run(
 ) -> Result<Vec<Series>, ExecError> {
     let mut points = 0usize;
     let mut fields_seen: BTreeSet<String> = BTreeSet::new();
-    let mut scanned: Vec<Vec<Rows>> = Vec::new();
+    // Per measurement, per group, per series (in key order): its readings.
+    let mut scanned: Vec<Vec<Vec<Rows>>> = Vec::new();
     for m in measurements {
         let mut groups = Vec::new();
         for (_, members) in &m.groups {
-            let mut rows = Vec::new();
+            let mut series = Vec::new();
             for info in members {
+                let mut rows = Vec::new();
                 readings_of(ctx, st, m, info, |r| {
                     points += 1;
                     if points > super::MAX_POINTS {
@@ -45,22 +47,26 @@ pub(super) async fn run(
                     Ok(())
                 })
                 .await?;
+                series.push(rows);
             }
-            // Series in key order, then a stable sort: ties keep the series order.
-            rows.sort_by_key(|(r, _)| r.ts);
-            groups.push(rows);
+            groups.push(series);
         }
         scanned.push(groups);
     }
 
-    // `*` is every field seen and every tag not grouped by, in every measurement, sorted
-    // together.
+    // `*` is every field seen (or that series left out have) and every tag not grouped by, in
+    // every measurement, sorted together.
+    for m in measurements {
+        fields_seen.extend(m.other_fields.iter().cloned());
+    }
     let tags: BTreeSet<&String> = measurements
         .iter()
         .flat_map(|m| m.tag_keys.iter().filter(|k| !m.group_keys.contains(k)))
         .collect();
     let mut columns: Vec<(String, ColExpr)> = Vec::new();
+    let mut from_wildcard = Vec::new();
     for c in &st.plan.columns {
+        from_wildcard.resize(columns.len(), false);
         if c.wildcard {
             let mut names: Vec<(String, RefKind)> =
                 fields_seen.iter().map(|f| (f.clone(), RefKind::Field)).collect();
@@ -69,10 +75,12 @@ pub(super) async fn run(
             for (n, kind) in names {
                 columns.push((n.clone(), ColExpr::Ref { name: n, kind: Some(kind) }));
             }
+            from_wildcard.resize(columns.len(), true);
         } else {
             columns.push((c.name.clone(), c.expr.clone()));
         }
     }
+    from_wildcard.resize(columns.len(), false);
     let mut names: Vec<String> = columns.iter().map(|(n, _)| n.clone()).collect();
     dedupe(&mut names);
     let header: Vec<String> = std::iter::once("time".to_owned()).chain(names).collect();
@@ -80,21 +88,36 @@ pub(super) async fn run(
     let mut out = Vec::new();
     for (m, groups) in measurements.iter().zip(scanned) {
         let is_field: Vec<bool> = columns.iter().map(|(_, e)| refs_field(e, &m.tag_keys)).collect();
-        for ((group, _), rows) in m.groups.iter().zip(groups) {
-            let mut values = Vec::new();
-            for (r, info) in rows {
-                let mut row = vec![Value::from(r.ts)];
-                let mut any_field = false;
-                for ((_, e), field) in columns.iter().zip(&is_field) {
-                    let v = value(e, &r, &info, &m.tag_keys);
-                    any_field |= *field && !v.is_null();
-                    row.push(v);
-                }
-                // A reading without any selected field is not a row, as in InfluxDB.
-                if any_field {
-                    values.push(row);
-                }
-            }
+        // Tags named among the columns (not through `*`), by their place in a row.
+        let named_tags: Vec<usize> = columns
+            .iter()
+            .zip(&is_field)
+            .enumerate()
+            .filter(|(i, ((_, e), field))| {
+                !**field && !from_wildcard[*i] && matches!(e, ColExpr::Ref { .. })
+            })
+            .map(|(i, _)| i + 1)
+            .collect();
+        for ((group, _), series) in m.groups.iter().zip(groups) {
+            // A reading without any selected field is not a row, as in InfluxDB.
+            let rows: Vec<Vec<Vec<Value>>> = series
+                .into_iter()
+                .map(|rows| {
+                    rows.into_iter()
+                        .filter_map(|(r, info)| {
+                            let mut row = vec![Value::from(r.ts)];
+                            let mut any_field = false;
+                            for ((_, e), field) in columns.iter().zip(&is_field) {
+                                let v = value(e, &r, &info, &m.tag_keys);
+                                any_field |= *field && !v.is_null();
+                                row.push(v);
+                            }
+                            any_field.then_some(row)
+                        })
+                        .collect()
+                })
+                .collect();
+            let values = influx_merge(rows, st.descending, &named_tags);
             if !values.is_empty() {
                 out.push(m.series(group, header.clone(), values));
             }
@@ -132,4 +155,95 @@ pub(super) fn value(
         }
         ColExpr::Call(_) => Value::Null,
     }
+}
+
+/// Merges the rows of several series (each ascending, `[time, …]`, the series in key order)
+/// into one ascending list, rows of equal times in the order InfluxDB's sorted merge gives
+/// them: a binary heap (Go's `container/heap`) of the series ordered by time, then by the tags
+/// named among the columns (at `named_tags` in a row), taken from in key order; or for `ORDER
+/// BY time DESC` (`descending`) ordered by both descending, taken from the last series, and
+/// returned reversed.
+fn influx_merge(
+    mut series: Vec<Vec<Vec<Value>>>,
+    descending: bool,
+    named_tags: &[usize],
+) -> Vec<Vec<Value>> {
+    let time = |row: &Vec<Value>| row.first().and_then(Value::as_i64).unwrap_or(0);
+    let key = |row: &Vec<Value>| -> (i64, Vec<String>) {
+        let tag = |i: usize| row.get(i).and_then(Value::as_str).unwrap_or("").to_owned();
+        (time(row), named_tags.iter().map(|&i| tag(i)).collect())
+    };
+    if descending {
+        series.reverse();
+    }
+    struct Item {
+        head: Vec<Value>,
+        rest: std::vec::IntoIter<Vec<Value>>,
+    }
+    let mut heap: Vec<Item> = series
+        .into_iter()
+        .filter_map(|mut rows| {
+            if descending {
+                rows.reverse();
+            }
+            let mut rest = rows.into_iter();
+            Some(Item { head: rest.next()?, rest })
+        })
+        .collect();
+    let less = |h: &[Item], i: usize, j: usize| {
+        let (a, b) = (key(&h[i].head), key(&h[j].head));
+        if descending { a > b } else { a < b }
+    };
+    let down = |h: &mut Vec<Item>, i0: usize, n: usize| {
+        let mut i = i0;
+        loop {
+            let j1 = 2 * i + 1;
+            if j1 >= n {
+                break;
+            }
+            let mut j = j1;
+            if j1 + 1 < n && less(h, j1 + 1, j1) {
+                j = j1 + 1;
+            }
+            if !less(h, j, i) {
+                break;
+            }
+            h.swap(i, j);
+            i = j;
+        }
+    };
+    let up = |h: &mut Vec<Item>, mut j: usize| {
+        while j > 0 {
+            let i = (j - 1) / 2;
+            if !less(h, j, i) {
+                break;
+            }
+            h.swap(i, j);
+            j = i;
+        }
+    };
+    let n = heap.len();
+    for i in (0..n / 2).rev() {
+        down(&mut heap, i, n);
+    }
+    let mut out = Vec::new();
+    while !heap.is_empty() {
+        let last = heap.len() - 1;
+        heap.swap(0, last);
+        down(&mut heap, 0, last);
+        let Some(mut item) = heap.pop() else { break };
+        match item.rest.next() {
+            Some(next) => {
+                out.push(std::mem::replace(&mut item.head, next));
+                heap.push(item);
+                let at = heap.len() - 1;
+                up(&mut heap, at);
+            }
+            None => out.push(item.head),
+        }
+    }
+    if descending {
+        out.reverse();
+    }
+    out
 }

@@ -9,9 +9,10 @@ use crate::query::influxql::agg::float;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum Transform {
-    /// Change per `unit_ms` between consecutive values.
+    /// Change per `unit_ms` between consecutive values: by default a second, and over
+    /// `GROUP BY time` windows a window.
     Derivative {
-        unit_ms: i64,
+        unit_ms: Option<i64>,
         non_negative: bool,
     },
     Difference {
@@ -41,7 +42,22 @@ impl Transform {
     }
 }
 
-/// Rows are `[time_ms, value]`; a row without a value (without a numeric one, except for
+impl Transform {
+    /// Whether InfluxDB starts it one window early over `GROUP BY time` windows, so that the
+    /// range's first window has a row.
+    pub(super) fn reaches_back(&self) -> bool {
+        matches!(
+            self,
+            Transform::Derivative { .. }
+                | Transform::Difference { .. }
+                | Transform::MovingAverage(_)
+        )
+    }
+}
+
+/// Rows are `[time_ms, value]`, in the order they are answered (descending times for `ORDER BY
+/// time DESC`, where a derivative still divides by the time between the values); a row without
+/// a value (without a numeric one, except for
 /// `elapsed`, which looks at times only) is skipped.
 pub(super) fn apply(t: Transform, rows: Vec<Vec<Value>>) -> Vec<Vec<Value>> {
     let wanted = |v: &&Value| match t {
@@ -61,7 +77,8 @@ pub(super) fn apply(t: Transform, rows: Vec<Vec<Value>>) -> Vec<Vec<Value>> {
                 if ct == pt {
                     continue;
                 }
-                let d = (f(cv) - f(pv)) / ((ct - pt) as f64 / unit_ms as f64);
+                let unit_ms = unit_ms.unwrap_or(1_000);
+                let d = (f(cv) - f(pv)) / ((ct - pt).abs() as f64 / unit_ms as f64);
                 if non_negative && d < 0.0 {
                     continue;
                 }
@@ -133,12 +150,12 @@ mod tests {
     fn derivative_skips_nulls_and_scales_by_the_unit() {
         let r =
             rows(&[(0, json!(1.0)), (1000, Value::Null), (2000, json!(5.0)), (3000, json!(4.0))]);
-        let d = Transform::Derivative { unit_ms: 1000, non_negative: false };
+        let d = Transform::Derivative { unit_ms: None, non_negative: false };
         assert_eq!(
             apply(d, r.clone()),
             vec![vec![json!(2000), json!(2.0)], vec![json!(3000), json!(-1.0)]]
         );
-        let nn = Transform::Derivative { unit_ms: 60_000, non_negative: true };
+        let nn = Transform::Derivative { unit_ms: Some(60_000), non_negative: true };
         assert_eq!(apply(nn, r), vec![vec![json!(2000), json!(120.0)]]);
     }
 
