@@ -92,6 +92,9 @@ struct Statement<'a> {
     descending: bool,
 }
 
+/// How many series a `SELECT *` reads the fields of beside those it selects.
+const WILDCARD_PROBED_SERIES: usize = 64;
+
 /// One measurement's series, grouped by the `GROUP BY` tags.
 struct Measurement {
     name: String,
@@ -99,7 +102,8 @@ struct Measurement {
     group_keys: Vec<String>,
     groups: Vec<(Vec<String>, Vec<Arc<SensorInfo>>)>,
     /// For `SELECT *`: the fields of the measurement's series that are not read (their tags
-    /// or SLIMIT leave them out), which InfluxDB lists too.
+    /// or SLIMIT leave them out), which InfluxDB lists too; of at most
+    /// [`WILDCARD_PROBED_SERIES`] of them.
     other_fields: BTreeSet<String>,
 }
 
@@ -292,7 +296,8 @@ pub async fn select(ctx: &Ctx<'_>, s: &Select) -> Result<Vec<Series>, ExecError>
     }
     if plan.kind == Kind::Raw && plan.columns.iter().any(|c| c.wildcard) {
         for (m, left_out) in measurements.iter_mut().zip(&left_outs) {
-            for info in left_out {
+            // bucketd keeps no field schema: each series is probed, so only a few are.
+            for info in left_out.iter().take(WILDCARD_PROBED_SERIES) {
                 m.other_fields.extend(super::show::probe_fields(ctx, info).await?.into_keys());
             }
         }
