@@ -321,7 +321,7 @@ pub(super) async fn read(
 }
 
 /// The end of the latest hour in `[from, to)` (cut at `cutoff`) that has lost readings:
-/// its kept count is above what its buckets of this kind (`version`) still hold, because
+/// its kept count is above what its buckets counted here (`v` 4 and 6) still hold, because
 /// the retention deleted them. `None` when every such hour is whole.
 pub(super) async fn expired_in(
     inner: &Inner,
@@ -342,7 +342,8 @@ pub(super) async fn expired_in(
     let filter = doc! {
         d::SENSOR: sensor,
         d::START: {"$in": hours},
-        d::VERSION: inner.bucket_version(),
+        // Buckets whose readings this collection counts, from before minute statistics too.
+        d::VERSION: {"$in": super::IN_HOUR_STATS.to_vec()},
     };
     let action = inner.buckets.find(filter).projection(doc! {d::START: 1, d::COUNT: 1});
     let mut cursor =
