@@ -169,9 +169,13 @@ fn influx_merge(
     named_tags: &[usize],
 ) -> Vec<Vec<Value>> {
     let time = |row: &Vec<Value>| row.first().and_then(Value::as_i64).unwrap_or(0);
-    let key = |row: &Vec<Value>| -> (i64, Vec<String>) {
-        let tag = |i: usize| row.get(i).and_then(Value::as_str).unwrap_or("").to_owned();
-        (time(row), named_tags.iter().map(|&i| tag(i)).collect())
+    fn tag(row: &[Value], i: usize) -> &str {
+        row.get(i).and_then(Value::as_str).unwrap_or("")
+    }
+    let order = |a: &Vec<Value>, b: &Vec<Value>| {
+        named_tags
+            .iter()
+            .fold(time(a).cmp(&time(b)), |o, &i| o.then_with(|| tag(a, i).cmp(tag(b, i))))
     };
     if descending {
         series.reverse();
@@ -191,8 +195,8 @@ fn influx_merge(
         })
         .collect();
     let less = |h: &[Item], i: usize, j: usize| {
-        let (a, b) = (key(&h[i].head), key(&h[j].head));
-        if descending { a > b } else { a < b }
+        let o = order(&h[i].head, &h[j].head);
+        if descending { o.is_gt() } else { o.is_lt() }
     };
     let down = |h: &mut Vec<Item>, i0: usize, n: usize| {
         let mut i = i0;
