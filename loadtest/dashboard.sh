@@ -37,24 +37,14 @@ PANELS=${PANELS:-.}
 cd "$(dirname "$0")/.."
 # shellcheck source=loadtest/lib.sh
 . loadtest/lib.sh
-WORK=$(mktemp -d -t bucketd-dashboard.XXXXXX)
-PIDS=()
-cleanup() {
-  stop_pids
-  rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
+start_work dashboard
 
 require_tools victoria-metrics influxd curl jq taskset
 build_release
 
 # The data ends at the last whole day before today; "now" is 7 minutes before that, so no
 # range starts or ends on a whole hour.
-NOW_MS=$(($(date +%s) * 1000))
-END_MS=$(( (NOW_MS / 86400000 - 1) * 86400000 ))
-START_MS=$(( END_MS - DAYS * 86400000 ))
-PER_SENSOR=$(( DAYS * 86400000 / STEP_MS ))
-COUNT=$(( SENSORS * PER_SENSOR ))
+past_days
 TO_MS=$(( END_MS - 7 * 60000 ))
 LAST=$(( SENSORS - 1 ))
 ONE=$(printf "s%0${#LAST}d" 7)
@@ -101,14 +91,6 @@ for shape in "${SHAPES[@]}"; do
 done
 [ "${#ORDER[@]}" -gt 0 ] || { echo "dashboard.sh: no panel matches PANELS=$PANELS" >&2; exit 1; }
 
-load() { # base_url path
-  echo "loading $COUNT readings ($SENSORS sensors x $PER_SENSOR) into $1..." >&2
-  taskset -c "$LOAD_CPU" "$LOADTEST" --url "$1" --path "$2" --protocol lp-http \
-    --sensors "$SENSORS" --count "$COUNT" --step-ms "$STEP_MS" --start-ms "$START_MS" \
-    --measurement m --batch 5000 --connections 2 --duration 60m >"$WORK/load.log" 2>&1 ||
-    { cat "$WORK/load.log" >&2; echo "dashboard.sh: loading $1 failed" >&2; return 1; }
-  tail -n 1 "$WORK/load.log" >&2
-}
 
 declare -A TIME ROWS ERROR
 median_of() { sort -n | awk '{a[NR]=$1} END {printf "%.1f", a[int((NR+1)/2)] * 1000}'; }
@@ -147,7 +129,7 @@ if [[ $SERVERS == *bucketd* ]]; then
     >"$WORK/bucketd.log" 2>&1 &
   pid=$!; PIDS+=("$pid")
   wait_http http://127.0.0.1:18080/health 30
-  load http://127.0.0.1:18080 /write
+  load_days http://127.0.0.1:18080 /write
   # Time the store, not the buffers: everything flushed and the log settled.
   for ((i = 0; i < 6000; i++)); do
     m=$(curl -s http://127.0.0.1:18080/metrics)
@@ -165,7 +147,7 @@ if [[ $SERVERS == *victoria* ]]; then
     >"$WORK/vm.log" 2>&1 &
   pid=$!; PIDS+=("$pid")
   wait_http http://127.0.0.1:18428/health 30
-  load http://127.0.0.1:18428 /write
+  load_days http://127.0.0.1:18428 /write
   curl -sf http://127.0.0.1:18428/internal/force_flush >/dev/null
   # Background merges after the load would be timed with the first panels.
   for ((i = 0; i < 600; i++)); do
@@ -182,7 +164,7 @@ if [[ $SERVERS == *influx* ]]; then
   # A 4 GiB cache: the default 1 GiB refuses writes at this load rate before compaction catches up.
   INFLUXD_DATA_EXTRA='cache-max-memory-size = "4g"' start_influxd "$WORK/influx" "$SERVER_CPU" bench
   pid=$INFLUXD_PID; PIDS+=("$pid")
-  load http://127.0.0.1:18086 '/write?db=bench'
+  load_days http://127.0.0.1:18086 '/write?db=bench'
   time_panels influxdb "$INFLUX_RUNS" influx_url
   kill "$pid"; wait "$pid" 2>/dev/null || true
 fi

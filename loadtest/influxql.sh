@@ -26,13 +26,7 @@ MONGODB_URI=${MONGODB_URI:-}
 cd "$(dirname "$0")/.."
 # shellcheck source=loadtest/lib.sh
 . loadtest/lib.sh
-WORK=$(mktemp -d -t bucketd-influxql.XXXXXX)
-PIDS=()
-cleanup() {
-  stop_pids
-  rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
+start_work influxql
 
 require_tools influxd curl jq taskset
 if [ "$STORE" = mongodb ] && [ -z "$MONGODB_URI" ]; then
@@ -42,11 +36,7 @@ fi
 build_release
 
 # The data ends at the last whole day before today, so the whole range is in the past.
-NOW_MS=$(($(date +%s) * 1000))
-END_MS=$(( (NOW_MS / 86400000 - 1) * 86400000 ))
-START_MS=$(( END_MS - DAYS * 86400000 ))
-PER_SENSOR=$(( DAYS * 86400000 / STEP_MS ))
-COUNT=$(( SENSORS * PER_SENSOR ))
+past_days
 WHERE="time >= ${START_MS}ms AND time < ${END_MS}ms"
 declare -A QUERIES=(
   [hour]="SELECT mean(\"temperature\") FROM \"m\" WHERE $WHERE GROUP BY time(1h)"
@@ -54,15 +44,6 @@ declare -A QUERIES=(
   [ten_minutes_max]="SELECT max(\"temperature\") FROM \"m\" WHERE $WHERE GROUP BY time(10m)"
 )
 ORDER=(hour hour_by_sensor ten_minutes_max)
-
-load() { # base_url path
-  echo "loading $COUNT readings ($SENSORS sensors x $PER_SENSOR) into $1..." >&2
-  taskset -c "$LOAD_CPU" "$LOADTEST" --url "$1" --path "$2" --protocol lp-http \
-    --sensors "$SENSORS" --count "$COUNT" --step-ms "$STEP_MS" --start-ms "$START_MS" \
-    --measurement m --batch 5000 --connections 2 --duration 30m >"$WORK/load.log" 2>&1 ||
-    { cat "$WORK/load.log" >&2; echo "influxql.sh: loading $1 failed" >&2; return 1; }
-  tail -n 3 "$WORK/load.log" >&2
-}
 
 declare -A TIME ROWS
 time_queries() { # name base_url db
@@ -87,7 +68,7 @@ taskset -c "$SERVER_CPU" "$BUCKETD" --http-addr 127.0.0.1:18080 "${store_args[@]
   >"$WORK/bucketd.log" 2>&1 &
 pid=$!; PIDS+=("$pid")
 wait_http http://127.0.0.1:18080/health 30
-load http://127.0.0.1:18080 /write
+load_days http://127.0.0.1:18080 /write
 # Time the store, not the buffers: wait until everything is flushed and the log settled.
 for ((i = 0; i < 6000; i++)); do
   m=$(curl -s http://127.0.0.1:18080/metrics)
@@ -102,7 +83,7 @@ echo "== influxdb" >&2
 # A 4 GiB cache: the default 1 GiB refuses writes at this load rate before compaction catches up.
 INFLUXD_DATA_EXTRA='cache-max-memory-size = "4g"' start_influxd "$WORK/influx" "$SERVER_CPU" bench
 pid=$INFLUXD_PID; PIDS+=("$pid")
-load http://127.0.0.1:18086 '/write?db=bench'
+load_days http://127.0.0.1:18086 '/write?db=bench'
 time_queries influxdb http://127.0.0.1:18086 bench
 kill "$pid"; wait "$pid" 2>/dev/null || true
 

@@ -37,6 +37,36 @@ stop_pids() {
   for pid in "${PIDS[@]:-}"; do [ -n "$pid" ] && wait "$pid" 2>/dev/null || true; done
 }
 
+# start_work NAME: makes the temporary directory WORK and an empty PIDS; on exit, the processes
+# in PIDS are stopped and WORK is removed.
+start_work() {
+  WORK=$(mktemp -d -t "bucketd-$1.XXXXXX")
+  PIDS=()
+  trap 'stop_pids; rm -rf "$WORK"' EXIT INT TERM
+}
+
+# past_days: the data of DAYS days at one reading per STEP_MS for each of SENSORS sensors,
+# ending at the last whole UTC day before today, so that all of it is in the past. Sets
+# START_MS, END_MS, PER_SENSOR (readings a sensor) and COUNT (readings in all).
+past_days() {
+  local now_ms=$(($(date +%s) * 1000))
+  END_MS=$(( (now_ms / 86400000 - 1) * 86400000 ))
+  START_MS=$(( END_MS - DAYS * 86400000 ))
+  PER_SENSOR=$(( DAYS * 86400000 / STEP_MS ))
+  COUNT=$(( SENSORS * PER_SENSOR ))
+}
+
+# load_days BASE_URL WRITE_PATH: writes past_days' readings as line protocol (measurement
+# `m`, tag `sensor`) with the load generator on LOAD_CPU, within an hour; prints its summary.
+load_days() {
+  echo "loading $COUNT readings ($SENSORS sensors x $PER_SENSOR) into $1..." >&2
+  taskset -c "$LOAD_CPU" "$LOADTEST" --url "$1" --path "$2" --protocol lp-http \
+    --sensors "$SENSORS" --count "$COUNT" --step-ms "$STEP_MS" --start-ms "$START_MS" \
+    --measurement m --batch 5000 --connections 2 --duration 60m >"$WORK/load.log" 2>&1 ||
+    { cat "$WORK/load.log" >&2; echo "$(basename "$0"): loading $1 failed" >&2; return 1; }
+  tail -n 1 "$WORK/load.log" >&2
+}
+
 # peak_rss_kib PID: the process's peak resident memory (VmHWM), KiB.
 peak_rss_kib() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
 

@@ -35,13 +35,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 # shellcheck source=loadtest/lib.sh
 . loadtest/lib.sh
-WORK=$(mktemp -d -t bucketd-memory.XXXXXX)
-PIDS=()
-cleanup() {
-  stop_pids
-  rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
+start_work memory
 
 require_tools python3 curl jq taskset
 
