@@ -211,7 +211,10 @@ pub(super) async fn run(
             }
             if st.window.is_some() {
                 for ((i, _), column) in cells.iter_mut() {
-                    let count = matches!(plan.calls[*i].func, Func::Count | Func::CountDistinct);
+                    // A count of a field the group has no value of stays null, as InfluxDB
+                    // answers for a field its series do not have.
+                    let count = matches!(plan.calls[*i].func, Func::Count | Func::CountDistinct)
+                        && column.iter().any(Option::is_some);
                     fill(column, &starts, st.fill, count, st.descending);
                 }
             }
