@@ -335,17 +335,7 @@ async fn from_bucket_stats(
     if let Some(version) = version {
         filter.insert(d::VERSION, version);
     }
-    let mut projection = doc! {d::ID: 0, d::START: 1};
-    match &query.fields {
-        None => {
-            projection.insert(d::STATS, 1);
-        }
-        Some(fields) => {
-            for f in fields {
-                projection.insert(format!("{}.{}", d::STATS, d::encode_name(f)), 1);
-            }
-        }
-    }
+    let projection = stats_projection(d::STATS, query.fields.as_deref());
     let action = inner.buckets.find(filter).projection(projection).batch_size(CURSOR_BATCH);
     let cursor = open(inner.op_timeout, "find", action).await?;
     let mut docs = std::pin::pin!(documents(cursor, inner.op_timeout));
@@ -370,6 +360,23 @@ async fn from_bucket_stats(
         }
     }
     Ok(steps)
+}
+
+/// A bucket's `start` and its statistics under `key` (`stats` or `ms`): of every field, or of
+/// the `fields` named.
+fn stats_projection(key: &str, fields: Option<&[String]>) -> Document {
+    let mut projection = doc! {d::ID: 0, d::START: 1};
+    match fields {
+        None => {
+            projection.insert(key, 1);
+        }
+        Some(fields) => {
+            for f in fields {
+                projection.insert(format!("{key}.{}", d::encode_name(f)), 1);
+            }
+        }
+    }
+    projection
 }
 
 /// The start of the step of `ms` (an expression of milliseconds since the epoch), also for
@@ -402,17 +409,7 @@ async fn from_minute_stats(
     let mut filter =
         doc! {d::SENSOR: &query.sensor, d::VERSION: {"$in": super::WITH_MINUTE_STATS.to_vec()}};
     filter.extend(buckets);
-    let mut projection = doc! {d::ID: 0, d::START: 1};
-    match &query.fields {
-        None => {
-            projection.insert(d::MINUTE_STATS, 1);
-        }
-        Some(fields) => {
-            for f in fields {
-                projection.insert(format!("{}.{}", d::MINUTE_STATS, d::encode_name(f)), 1);
-            }
-        }
-    }
+    let projection = stats_projection(d::MINUTE_STATS, query.fields.as_deref());
     let ms = doc! {"$add": [
         {"$subtract": [format!("${}", d::START), d::date(0)]},
         {"$multiply": [{"$toLong": "$m.k"}, MINUTE_MS]},

@@ -28,14 +28,14 @@ const CAPS: Capabilities = Capabilities {
     rollup_retention_by_day: true,
 };
 
-async fn connect(backend: &MongoBackend, limits: BucketLimits) -> MongoStore {
+pub(super) async fn connect(backend: &MongoBackend, limits: BucketLimits) -> MongoStore {
     MongoStore::connect(&backend.uri, &backend.database, limits, None)
         .await
         .unwrap_or_else(|e| panic!("connect to {}: {e}", backend.uri))
 }
 
 /// Readings as an old bucketd stored them in `r`, with their byte estimate.
-fn encoded(readings: &[Reading]) -> (Vec<Bson>, u64) {
+pub(super) fn encoded(readings: &[Reading]) -> (Vec<Bson>, u64) {
     let encoded: Vec<_> = readings.iter().map(d::encode_reading).collect();
     let bytes = encoded.iter().map(|e| e.size).sum();
     let docs = encoded

@@ -8,24 +8,19 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use bson::{Bson, Document, doc};
+use bson::{Document, doc};
 use bucketd::model::{FieldValue, HOUR_MS, Reading};
 use bucketd::store::memory::MemoryStore;
-use bucketd::store::mongo::{COLLECTION, MINUTE_STATS_BUCKET_VERSION, MongoStore, document as d};
+use bucketd::store::mongo::{COLLECTION, MINUTE_STATS_BUCKET_VERSION, document as d};
 use bucketd::store::{BucketLimits, FieldStats, Store};
 use futures::TryStreamExt;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
+use super::mongo::{connect, encoded};
 use super::suite::{MINUTE, T0, batches, expected_rollups, reading, rollups, series, write_ok};
 use crate::support::mongo_standin::{MongoBackend, StandInOptions};
 use crate::support::query::{FakeUnflushed, app_with, get_json};
-
-async fn connect(backend: &MongoBackend, limits: BucketLimits) -> MongoStore {
-    MongoStore::connect(&backend.uri, &backend.database, limits, None)
-        .await
-        .unwrap_or_else(|e| panic!("connect to {}: {e}", backend.uri))
-}
 
 /// What the stand-in has returned through cursors, and how many readings it has unwound.
 async fn counted(backend: &MongoBackend) -> (u64, u64) {
@@ -111,7 +106,7 @@ async fn buckets_without_minute_statistics_answer_from_their_readings() {
     let s = series("old,sensor=a", "old", &[("sensor", "a")]);
     let value = |i: i64| FieldValue::Float(i as f64 * 0.5);
     let old: Vec<Reading> = (0..40).map(|i| reading(T0 + i * 45_000, &[("v", value(i))])).collect();
-    let encoded: Vec<_> = old.iter().map(d::encode_reading).collect();
+    let (r, bytes) = encoded(&old);
     let mut stats = FieldStats::of(old[0].ts, 0.0);
     for r in &old[1..] {
         stats.push(r.ts, r.fields[0].1.as_f64().unwrap());
@@ -120,16 +115,13 @@ async fn buckets_without_minute_statistics_answer_from_their_readings() {
     let v3 = doc! {
         d::SENSOR: s.key(), d::VERSION: 3, d::START: d::date(T0), d::END: d::date(T0 + HOUR_MS),
         d::MEASUREMENT: "old", d::TAGS: [{"k": "sensor", "v": "a"}],
-        d::COUNT: old.len() as i64, d::BYTES: encoded.iter().map(|e| e.size as i64).sum::<i64>(),
+        d::COUNT: old.len() as i64, d::BYTES: bytes as i64,
         d::FIRST: d::date(old[0].ts), d::LAST: d::date(old[old.len() - 1].ts),
         d::STATS: {"v": {
             "min": stats.min, "max": stats.max, "sum": stats.sum, "n": stats.count as i64,
             "first": point(stats.first.unwrap()), "last": point(stats.last.unwrap()),
         }},
-        d::READINGS: encoded
-            .iter()
-            .map(|e| Bson::Document(bson::from_slice(e.doc.as_bytes()).unwrap()))
-            .collect::<Vec<_>>(),
+        d::READINGS: r,
     };
     let buckets = store.database().collection::<Document>(COLLECTION);
     buckets.insert_one(v3).await.unwrap();
