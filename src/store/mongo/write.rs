@@ -326,7 +326,7 @@ fn chunks(state: &BatchState, limits: BucketLimits, statement_budget: u64) -> Ve
             stats_cost = cost(&fields);
         }
         for (at, (name, _)) in numeric() {
-            *fields.get_or_insert(at, name, || 0) |= bit;
+            *fields.get_or_insert(at, name, || 0).0 |= bit;
         }
         bytes += encoded.size;
         statement += encoded.size + stats_cost;
@@ -364,17 +364,22 @@ impl<'a, T> Slots<'a, T> {
     }
 
     /// The value of `name` (the field at position `at` of its reading), made by `new` if the
-    /// name is new.
-    fn get_or_insert(&mut self, at: usize, name: &'a str, new: impl FnOnce() -> T) -> &mut T {
-        let i = match self.position(at, name) {
-            Some(i) => i,
+    /// name is new; `true` with it when it was.
+    fn get_or_insert(
+        &mut self,
+        at: usize,
+        name: &'a str,
+        new: impl FnOnce() -> T,
+    ) -> (&mut T, bool) {
+        let (i, made) = match self.position(at, name) {
+            Some(i) => (i, false),
             None => {
                 self.index.insert(name, self.slots.len());
                 self.slots.push((name, new()));
-                self.slots.len() - 1
+                (self.slots.len() - 1, true)
             }
         };
-        &mut self.slots[i].1
+        (&mut self.slots[i].1, made)
     }
 
     fn clear(&mut self) {
@@ -454,16 +459,15 @@ fn statement(
     let last = readings.iter().map(|r| r.ts).max().unwrap_or(batch.hour);
 
     // Statistics of this run, per field in the order fields first appear, and per minute.
-    let mut fields: Slots<'_, Option<RunStats>> = Slots::default();
+    let mut fields: Slots<'_, RunStats> = Slots::default();
     for reading in readings {
         let minute = (reading.ts - batch.hour).div_euclid(MINUTE_MS);
         for (at, (name, value)) in reading.fields.iter().enumerate() {
             if let Some(v) = value.as_f64() {
                 let point = FieldStats::of(reading.ts, v);
-                let stats = fields.get_or_insert(at, name, || None);
-                match stats {
-                    Some(stats) => stats.add(minute, &point),
-                    None => *stats = Some(RunStats { hour: point, minutes: vec![(minute, point)] }),
+                let new = || RunStats { hour: point, minutes: vec![(minute, point)] };
+                if let (stats, false) = fields.get_or_insert(at, name, new) {
+                    stats.add(minute, &point);
                 }
             }
         }
@@ -526,7 +530,6 @@ fn statement(
     let mut path = String::new();
     let mut docs = StatsDocs { inc: &mut inc, min: &mut min, max: &mut max };
     for (name, field) in &fields.slots {
-        let Some(field) = field else { continue };
         let key = d::encode_name(name);
         path.clear();
         path.push_str(d::STATS);

@@ -252,6 +252,14 @@ pub async fn select(ctx: &Ctx<'_>, s: &Select) -> Result<Vec<Series>, ExecError>
         _ => t,
     });
 
+    // `SELECT *` lists the fields of series it leaves out too. bucketd keeps no field schema:
+    // each is probed, so only the first few are kept for it.
+    let probe_left_out = plan.kind == Kind::Raw && plan.columns.iter().any(|c| c.wildcard);
+    let keep_left_out = |left_out: &mut Vec<Arc<SensorInfo>>, info: &Arc<SensorInfo>| {
+        if probe_left_out && left_out.len() < WILDCARD_PROBED_SERIES {
+            left_out.push(info.clone());
+        }
+    };
     let mut measurements = Vec::new();
     let mut left_outs = Vec::new();
     for (name, all) in ctx.series_of(&s.from).await? {
@@ -261,12 +269,13 @@ pub async fn select(ctx: &Ctx<'_>, s: &Select) -> Result<Vec<Series>, ExecError>
         let mut groups: BTreeMap<Vec<String>, Vec<Arc<SensorInfo>>> = BTreeMap::new();
         let mut left_out = Vec::new();
         for info in all {
+            let info = Arc::new(info);
             if condition.as_ref().is_some_and(|c| !c.series_may_match(&info.tags, &tag_keys)) {
-                left_out.push(info);
+                keep_left_out(&mut left_out, &info);
                 continue;
             }
             let key = group_keys.iter().map(|k| tag_value(&info, k).to_owned()).collect();
-            groups.entry(key).or_default().push(Arc::new(info));
+            groups.entry(key).or_default().push(info);
         }
         measurements.push(Measurement {
             name,
@@ -289,17 +298,16 @@ pub async fn select(ctx: &Ctx<'_>, s: &Select) -> Result<Vec<Series>, ExecError>
             at += 1;
             let keep = series.contains(&(at - 1));
             if !keep {
-                left_out.extend(members.iter().map(|s| (**s).clone()));
+                for info in members {
+                    keep_left_out(left_out, info);
+                }
             }
             keep
         });
     }
-    if plan.kind == Kind::Raw && plan.columns.iter().any(|c| c.wildcard) {
-        for (m, left_out) in measurements.iter_mut().zip(&left_outs) {
-            // bucketd keeps no field schema: each series is probed, so only a few are.
-            for info in left_out.iter().take(WILDCARD_PROBED_SERIES) {
-                m.other_fields.extend(super::show::probe_fields(ctx, info).await?.into_keys());
-            }
+    for (m, left_out) in measurements.iter_mut().zip(&left_outs) {
+        for info in left_out {
+            m.other_fields.extend(super::show::probe_fields(ctx, info).await?.into_keys());
         }
     }
     let statement = Statement {
