@@ -4,8 +4,11 @@
 //! `last` and `percentile` keep an integer field's integers; `mean`, `median` and `stddev` are
 //! floats. Non-numeric values count in `count`, `first`, `last` and `distinct` only.
 
+use std::collections::BTreeMap;
+
 use serde_json::Value;
 
+use super::go_order::{self, GoHeap};
 use crate::model::{FieldValue, TimestampMs};
 use crate::store::FieldStats;
 
@@ -189,8 +192,8 @@ pub enum Acc {
     Values(Vec<(Num, TimestampMs)>),
     /// Each value with the time it first appeared: InfluxDB lists them in that order.
     Distinct(Vec<(FieldValue, TimestampMs)>),
-    /// Every value with its time; counted when the window is finished.
-    Mode(Vec<(FieldValue, TimestampMs)>),
+    /// Every value with its time and series; counted when the window is finished.
+    Mode(Vec<ModePoint>),
 }
 
 impl Acc {
@@ -210,6 +213,12 @@ impl Acc {
     /// Adds one value (the caller checked [`Func::accepts`]). Returns whether a selector now
     /// holds this value, so the caller can keep the reading it came from.
     pub fn push(&mut self, ts: TimestampMs, v: &FieldValue) -> bool {
+        self.push_from(0, ts, v)
+    }
+
+    /// [`Acc::push`] of a value from the `series`-th series of its group (in key order), which
+    /// `mode()` needs to meet the values in InfluxDB's order ([`arrange_modes`]).
+    pub fn push_from(&mut self, series: u32, ts: TimestampMs, v: &FieldValue) -> bool {
         let num = Num::of(v);
         match self {
             Acc::Count(n) => *n += 1,
@@ -261,7 +270,7 @@ impl Acc {
                     vs.push((num, ts));
                 }
             }
-            Acc::Mode(vs) => vs.push((v.clone(), ts)),
+            Acc::Mode(vs) => vs.push(ModePoint { value: v.clone(), ts, series }),
             Acc::Distinct(vs) => match vs.iter_mut().find(|(x, _)| x == v) {
                 Some((_, first)) => *first = (*first).min(ts),
                 None => vs.push((v.clone(), ts)),
@@ -378,10 +387,73 @@ impl Acc {
     }
 }
 
-/// The most frequent value, as InfluxDB picks it: values sorted (then by time), runs counted,
+/// One value `mode()` counts, with the series it came from.
+#[derive(Clone, Debug)]
+pub struct ModePoint {
+    value: FieldValue,
+    ts: TimestampMs,
+    series: u32,
+}
+
+/// Puts each window's `mode()` values (`windows`: one group's, for one call and field) in the
+/// order InfluxDB 1.6's reducer meets them, since among equally frequent values its pick
+/// depends on that order. It reads them from a sorted merge of the group's series: a heap (Go's
+/// `container/heap`) of the series ordered by the time of their next value and nothing else,
+/// over the whole range, so values at one time come in an order the heap's history decides.
+/// With `ORDER BY time DESC` the series start from the last and times run backwards.
+pub fn arrange_modes(windows: &mut BTreeMap<TimestampMs, Acc>, descending: bool) {
+    // Per series, its values as (time, window, place in the window).
+    let mut by_series: BTreeMap<u32, Vec<(TimestampMs, TimestampMs, usize)>> = BTreeMap::new();
+    for (start, acc) in windows.iter() {
+        let Acc::Mode(points) = acc else { return };
+        for (k, p) in points.iter().enumerate() {
+            by_series.entry(p.series).or_default().push((p.ts, *start, k));
+        }
+    }
+    type Item =
+        (std::vec::IntoIter<(TimestampMs, TimestampMs, usize)>, (TimestampMs, TimestampMs, usize));
+    let mut items: Vec<Item> = by_series
+        .into_values()
+        .filter_map(|mut values| {
+            values.sort_by_key(|v| v.0);
+            if descending {
+                values.reverse();
+            }
+            let mut rest = values.into_iter();
+            rest.next().map(|head| (rest, head))
+        })
+        .collect();
+    if descending {
+        items.reverse();
+    }
+    let less = |x: &Item, y: &Item| if descending { x.1.0 > y.1.0 } else { x.1.0 < y.1.0 };
+    let mut place: BTreeMap<(TimestampMs, usize), usize> = BTreeMap::new();
+    let mut heap = GoHeap::init(items, &less);
+    while let Some((mut rest, (_, start, k))) = heap.pop(&less) {
+        let next = place.len();
+        place.insert((start, k), next);
+        if let Some(head) = rest.next() {
+            heap.push((rest, head), &less);
+        }
+    }
+    for (start, acc) in windows.iter_mut() {
+        if let Acc::Mode(points) = acc {
+            let mut placed: Vec<(usize, ModePoint)> = std::mem::take(points)
+                .into_iter()
+                .enumerate()
+                .map(|(k, p)| (place.get(&(*start, k)).copied().unwrap_or(usize::MAX), p))
+                .collect();
+            placed.sort_by_key(|(at, _)| *at);
+            *points = placed.into_iter().map(|(_, p)| p).collect();
+        }
+    }
+}
+
+/// The most frequent value, as InfluxDB 1.6 picks it from values in the order its reducer met
+/// them ([`arrange_modes`]): sorted by value with Go's `sort.Sort` (not stable), runs counted,
 /// and of two runs equally long the later one wins unless it starts after the time of the
 /// earlier one's last value.
-fn mode(vs: &mut [(FieldValue, TimestampMs)]) -> Option<FieldValue> {
+fn mode(points: &mut [ModePoint]) -> Option<FieldValue> {
     use std::cmp::Ordering;
     let rank = |v: &FieldValue| match v {
         FieldValue::Bool(_) => 0,
@@ -392,20 +464,27 @@ fn mode(vs: &mut [(FieldValue, TimestampMs)]) -> Option<FieldValue> {
         (FieldValue::Str(x), FieldValue::Str(y)) => x.cmp(y),
         _ => order(a, b).unwrap_or_else(|| rank(a).cmp(&rank(b))),
     };
-    vs.sort_by(|a, b| by_value(&a.0, &b.0).then(a.1.cmp(&b.1)));
-    let (first, rest) = vs.split_first()?;
-    let (mut most, mut most_freq, mut most_time) = (&first.0, 1usize, first.1);
-    let (mut current, mut freq, mut current_time) = (&first.0, 1usize, first.1);
-    for (v, t) in rest {
-        if by_value(v, current) != Ordering::Equal {
-            (current, freq, current_time) = (v, 1, *t);
+    // Go's `Less` for booleans is `!a`, true even between two `false`s.
+    let less = |a: &ModePoint, b: &ModePoint| match (&a.value, &b.value) {
+        (FieldValue::Bool(x), FieldValue::Bool(_)) => !x,
+        (x, y) => by_value(x, y) == Ordering::Less,
+    };
+    if points.len() > 1 {
+        go_order::sort(points, &less);
+    }
+    let (first, rest) = points.split_first()?;
+    let (mut most, mut most_freq, mut most_time) = (&first.value, 1usize, first.ts);
+    let (mut current, mut freq, mut current_time) = (&first.value, 1usize, first.ts);
+    for p in rest {
+        if by_value(&p.value, current) != Ordering::Equal {
+            (current, freq, current_time) = (&p.value, 1, p.ts);
             continue;
         }
         freq += 1;
         if most_freq > freq || (most_freq == freq && current_time > most_time) {
             continue;
         }
-        (most, most_freq, most_time) = (v, freq, *t);
+        (most, most_freq, most_time) = (&p.value, freq, p.ts);
     }
     Some(most.clone())
 }
@@ -511,14 +590,17 @@ mod tests {
     #[test]
     fn mode_breaks_ties_as_influxdb_does() {
         let i = FieldValue::Int;
+        let points = |vs: &[(i64, i64)]| -> Vec<ModePoint> {
+            vs.iter().map(|&(v, ts)| ModePoint { value: i(v), ts, series: 0 }).collect()
+        };
         // 0 and 1 twice each: 1 starts (t=2) before the last 0 (t=3), so 1 wins.
-        let mut vs = vec![(i(0), 1), (i(1), 2), (i(0), 3), (i(1), 4)];
-        assert_eq!(mode(&mut vs), Some(i(1)));
+        assert_eq!(mode(&mut points(&[(0, 1), (1, 2), (0, 3), (1, 4)])), Some(i(1)));
         // 1 starts after the last 0: 0 keeps it.
-        let mut vs = vec![(i(0), 1), (i(0), 2), (i(1), 3), (i(1), 4)];
-        assert_eq!(mode(&mut vs), Some(i(0)));
-        let mut vs = vec![(i(7), 1), (i(3), 2), (i(3), 3)];
-        assert_eq!(mode(&mut vs), Some(i(3)));
+        assert_eq!(mode(&mut points(&[(0, 1), (0, 2), (1, 3), (1, 4)])), Some(i(0)));
+        assert_eq!(mode(&mut points(&[(7, 1), (3, 2), (3, 3)])), Some(i(3)));
+        // The order the values come in decides between equal runs: the same values read in
+        // the other order.
+        assert_eq!(mode(&mut points(&[(1, 4), (0, 3), (1, 2), (0, 1)])), Some(i(0)));
     }
 
     #[test]

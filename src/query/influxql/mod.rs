@@ -17,6 +17,7 @@ pub mod agg;
 pub mod ast;
 pub mod cond;
 pub mod exec;
+mod go_order;
 mod lex;
 pub mod parse;
 pub mod select;

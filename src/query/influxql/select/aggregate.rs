@@ -13,7 +13,7 @@ use super::{
     too_many_points, too_many_rows,
 };
 use crate::model::{HOUR_MS, Reading, TimestampMs};
-use crate::query::influxql::agg::{Acc, Func, float};
+use crate::query::influxql::agg::{Acc, Func, arrange_modes, float};
 use crate::query::influxql::ast::Fill;
 use crate::query::influxql::exec::{Ctx, ExecError, FieldKind, Series};
 use crate::store::SensorInfo;
@@ -74,7 +74,7 @@ pub(super) async fn run(
         for (_, members) in &m.groups {
             let mut g =
                 Group { accs: vec![BTreeMap::new(); plan.calls.len()], aux: BTreeMap::new() };
-            for info in members {
+            for (series, info) in members.iter().enumerate() {
                 if by_rollups
                     && from_rollups(ctx, st, info, &mut g, &mut fields_seen, &mut cells).await?
                 {
@@ -114,7 +114,7 @@ pub(super) async fn run(
                                     return Err(too_many_points());
                                 }
                             }
-                            if acc.push(r.ts, v) && plan.aux {
+                            if acc.push_from(series as u32, r.ts, v) && plan.aux {
                                 g.aux.insert(w, (r.clone(), info.clone()));
                             }
                         }
@@ -191,6 +191,11 @@ pub(super) async fn run(
                     };
                     if cells.contains_key(&(i, field.clone())) {
                         continue;
+                    }
+                    if call.func == Func::Mode
+                        && let Some(windows) = g.accs[i].get_mut(&field)
+                    {
+                        arrange_modes(windows, st.descending);
                     }
                     let column: Vec<Cell> = starts
                         .iter()

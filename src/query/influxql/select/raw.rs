@@ -13,6 +13,7 @@ use crate::model::Reading;
 use crate::query::influxql::agg::field_json;
 use crate::query::influxql::ast::RefKind;
 use crate::query::influxql::exec::{Ctx, ExecError, Series};
+use crate::query::influxql::go_order::GoHeap;
 use crate::store::SensorInfo;
 
 /// A group's readings, each with its series.
@@ -64,9 +65,7 @@ pub(super) async fn run(
         .flat_map(|m| m.tag_keys.iter().filter(|k| !m.group_keys.contains(k)))
         .collect();
     let mut columns: Vec<(String, ColExpr)> = Vec::new();
-    let mut from_wildcard = Vec::new();
     for c in &st.plan.columns {
-        from_wildcard.resize(columns.len(), false);
         if c.wildcard {
             let mut names: Vec<(String, RefKind)> =
                 fields_seen.iter().map(|f| (f.clone(), RefKind::Field)).collect();
@@ -75,12 +74,10 @@ pub(super) async fn run(
             for (n, kind) in names {
                 columns.push((n.clone(), ColExpr::Ref { name: n, kind: Some(kind) }));
             }
-            from_wildcard.resize(columns.len(), true);
         } else {
             columns.push((c.name.clone(), c.expr.clone()));
         }
     }
-    from_wildcard.resize(columns.len(), false);
     let mut names: Vec<String> = columns.iter().map(|(n, _)| n.clone()).collect();
     dedupe(&mut names);
     let header: Vec<String> = std::iter::once("time".to_owned()).chain(names).collect();
@@ -88,18 +85,11 @@ pub(super) async fn run(
     let mut out = Vec::new();
     for (m, groups) in measurements.iter().zip(scanned) {
         let is_field: Vec<bool> = columns.iter().map(|(_, e)| refs_field(e, &m.tag_keys)).collect();
-        // Tags named among the columns (not through `*`), by their place in a row.
-        let named_tags: Vec<usize> = columns
-            .iter()
-            .zip(&is_field)
-            .enumerate()
-            .filter(|(i, ((_, e), field))| {
-                !**field && !from_wildcard[*i] && matches!(e, ColExpr::Ref { .. })
-            })
-            .map(|(i, _)| i + 1)
-            .collect();
+        let aux = aux_refs(&columns);
+        let width = columns.len() + 1;
         for ((group, _), series) in m.groups.iter().zip(groups) {
-            // A reading without any selected field is not a row, as in InfluxDB.
+            // A reading without any selected field is not a row, as in InfluxDB. Each row
+            // carries its merge key after its columns, cut off once the merge is done.
             let rows: Vec<Vec<Vec<Value>>> = series
                 .into_iter()
                 .map(|rows| {
@@ -112,12 +102,18 @@ pub(super) async fn run(
                                 any_field |= *field && !v.is_null();
                                 row.push(v);
                             }
+                            for e in &aux {
+                                match value(e, &r, &info, &m.tag_keys) {
+                                    s @ Value::String(_) => row.push(s),
+                                    _ => break,
+                                }
+                            }
                             any_field.then_some(row)
                         })
                         .collect()
                 })
                 .collect();
-            let values = influx_merge(rows, st.descending, &named_tags);
+            let values = influx_merge(rows, st.descending, width);
             if !values.is_empty() {
                 out.push(m.series(group, header.clone(), values));
             }
@@ -157,25 +153,47 @@ pub(super) fn value(
     }
 }
 
+/// The fields and tags a raw select reads, by name, once each: the order InfluxDB compares
+/// them in when rows share a time.
+fn aux_refs(columns: &[(String, ColExpr)]) -> Vec<ColExpr> {
+    fn walk<'a>(e: &'a ColExpr, out: &mut Vec<(&'a String, Option<RefKind>)>) {
+        match e {
+            ColExpr::Ref { name, kind } => out.push((name, *kind)),
+            ColExpr::Binary(_, l, r) => {
+                walk(l, out);
+                walk(r, out);
+            }
+            ColExpr::Call(_) | ColExpr::Lit(_) => {}
+        }
+    }
+    let mut out = Vec::new();
+    for (_, e) in columns {
+        walk(e, &mut out);
+    }
+    out.sort_by(|a, b| a.0.cmp(b.0));
+    out.dedup_by(|a, b| a.0 == b.0);
+    out.into_iter().map(|(name, kind)| ColExpr::Ref { name: name.clone(), kind }).collect()
+}
+
 /// Merges the rows of several series (each ascending, `[time, …]`, the series in key order)
 /// into one ascending list, rows of equal times in the order InfluxDB's sorted merge gives
-/// them: a binary heap (Go's `container/heap`) of the series ordered by time, then by the tags
-/// named among the columns (at `named_tags` in a row), taken from in key order; or for `ORDER
-/// BY time DESC` (`descending`) ordered by both descending, taken from the last series, and
-/// returned reversed.
+/// them. Each row is `width` columns followed by its merge key: the string values of the
+/// fields and tags it reads ([`aux_refs`]), up to the first that is not a string. The merge is
+/// a binary heap (Go's `container/heap`) of the series ordered by time, then by the keys
+/// compared as far as both go, taken from in key order; or for `ORDER BY time DESC`
+/// (`descending`) ordered by both descending, taken from the last series, and returned
+/// reversed. The keys are cut off.
 fn influx_merge(
     mut series: Vec<Vec<Vec<Value>>>,
     descending: bool,
-    named_tags: &[usize],
+    width: usize,
 ) -> Vec<Vec<Value>> {
     let time = |row: &Vec<Value>| row.first().and_then(Value::as_i64).unwrap_or(0);
-    fn tag(row: &[Value], i: usize) -> &str {
-        row.get(i).and_then(Value::as_str).unwrap_or("")
-    }
     let order = |a: &Vec<Value>, b: &Vec<Value>| {
-        named_tags
-            .iter()
-            .fold(time(a).cmp(&time(b)), |o, &i| o.then_with(|| tag(a, i).cmp(tag(b, i))))
+        let keys = a.iter().skip(width).zip(b.iter().skip(width));
+        keys.fold(time(a).cmp(&time(b)), |o, (x, y)| {
+            o.then_with(|| x.as_str().unwrap_or("").cmp(y.as_str().unwrap_or("")))
+        })
     };
     if descending {
         series.reverse();
@@ -184,7 +202,7 @@ fn influx_merge(
         head: Vec<Value>,
         rest: std::vec::IntoIter<Vec<Value>>,
     }
-    let mut heap: Vec<Item> = series
+    let items: Vec<Item> = series
         .into_iter()
         .filter_map(|mut rows| {
             if descending {
@@ -194,60 +212,26 @@ fn influx_merge(
             Some(Item { head: rest.next()?, rest })
         })
         .collect();
-    let less = |h: &[Item], i: usize, j: usize| {
-        let o = order(&h[i].head, &h[j].head);
+    let less = |x: &Item, y: &Item| {
+        let o = order(&x.head, &y.head);
         if descending { o.is_gt() } else { o.is_lt() }
     };
-    let down = |h: &mut Vec<Item>, i0: usize, n: usize| {
-        let mut i = i0;
-        loop {
-            let j1 = 2 * i + 1;
-            if j1 >= n {
-                break;
-            }
-            let mut j = j1;
-            if j1 + 1 < n && less(h, j1 + 1, j1) {
-                j = j1 + 1;
-            }
-            if !less(h, j, i) {
-                break;
-            }
-            h.swap(i, j);
-            i = j;
-        }
-    };
-    let up = |h: &mut Vec<Item>, mut j: usize| {
-        while j > 0 {
-            let i = (j - 1) / 2;
-            if !less(h, j, i) {
-                break;
-            }
-            h.swap(i, j);
-            j = i;
-        }
-    };
-    let n = heap.len();
-    for i in (0..n / 2).rev() {
-        down(&mut heap, i, n);
-    }
+    let mut heap = GoHeap::init(items, &less);
     let mut out = Vec::new();
-    while !heap.is_empty() {
-        let last = heap.len() - 1;
-        heap.swap(0, last);
-        down(&mut heap, 0, last);
-        let Some(mut item) = heap.pop() else { break };
+    while let Some(mut item) = heap.pop(&less) {
         match item.rest.next() {
             Some(next) => {
                 out.push(std::mem::replace(&mut item.head, next));
-                heap.push(item);
-                let at = heap.len() - 1;
-                up(&mut heap, at);
+                heap.push(item, &less);
             }
             None => out.push(item.head),
         }
     }
     if descending {
         out.reverse();
+    }
+    for row in &mut out {
+        row.truncate(width);
     }
     out
 }
