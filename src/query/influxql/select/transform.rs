@@ -127,10 +127,22 @@ pub(super) fn apply(t: Transform, rows: Vec<Vec<Value>>) -> Vec<Vec<Value>> {
             }
         }
         Transform::MovingAverage(n) => {
-            for end in n.saturating_sub(1)..points.len() {
-                let window = &points[end + 1 - n..=end];
-                let mean = window.iter().map(|(_, v)| f(v)).sum::<f64>() / n as f64;
-                out.push(vec![Value::from(points[end].0), float(mean)]);
+            // A running sum, as InfluxDB keeps it: each value added as it comes and taken off
+            // as it leaves, so a float's rounding carries over as InfluxDB's does. Integers sum
+            // exactly.
+            let ints = points.iter().all(|(_, v)| v.is_i64());
+            let (mut sum, mut int_sum) = (0.0f64, 0i64);
+            for (end, (t, v)) in points.iter().enumerate() {
+                if let Some((_, old)) = end.checked_sub(n).map(|k| &points[k]) {
+                    sum -= f(old);
+                    int_sum = int_sum.wrapping_sub(old.as_i64().unwrap_or(0));
+                }
+                sum += f(v);
+                int_sum = int_sum.wrapping_add(v.as_i64().unwrap_or(0));
+                if end + 1 >= n {
+                    let total = if ints { int_sum as f64 } else { sum };
+                    out.push(vec![Value::from(*t), float(total / n as f64)]);
+                }
             }
         }
     }
@@ -171,5 +183,14 @@ mod tests {
             apply(Transform::MovingAverage(2), r),
             vec![vec![json!(10), json!(2.0)], vec![json!(20), json!(4.0)]]
         );
+    }
+
+    /// InfluxDB keeps a running sum, so its float rounding differs from each window's own
+    /// mean: (0.2 + 0.7) / 2 is 0.44999999999999996, the running sum gives 0.45.
+    #[test]
+    fn moving_average_rounds_as_a_running_sum() {
+        let r = rows(&[(0, json!(0.1)), (10, json!(0.2)), (20, json!(0.7))]);
+        let out = apply(Transform::MovingAverage(2), r);
+        assert_eq!(out[1], vec![json!(20), json!(0.45)]);
     }
 }
