@@ -30,7 +30,6 @@ use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use serde_json::json;
 
 use self::exec::{Ctx, Epoch, Series};
 use super::QueryState;
@@ -49,6 +48,12 @@ struct StatementResult {
     /// InfluxDB's `[{"level", "text"}]`: here, that `--retention` cut the range.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     messages: Vec<Message>,
+}
+
+/// The body of an answer: `{"results": [...]}`.
+#[derive(Serialize)]
+struct Results<'a> {
+    results: &'a [StatementResult],
 }
 
 #[derive(Serialize)]
@@ -182,17 +187,20 @@ pub async fn query(
             ctx.kept.message().map(|text| Message { level: "warning", text }).into_iter().collect();
         results.push(StatementResult { statement_id, series, error, messages });
     }
+    // Written straight from the results: going through a `serde_json::Value` first copied
+    // every row once more.
     let body = if p.chunked {
         let mut out = Vec::new();
         for r in &results {
-            serde_json::to_writer(&mut out, &json!({ "results": [r] })).unwrap_or_default();
+            serde_json::to_writer(&mut out, &Results { results: std::slice::from_ref(r) })
+                .unwrap_or_default();
             out.push(b'\n');
         }
         out
     } else if p.pretty {
-        serde_json::to_vec_pretty(&json!({ "results": results })).unwrap_or_default()
+        serde_json::to_vec_pretty(&Results { results: &results }).unwrap_or_default()
     } else {
-        serde_json::to_vec(&json!({ "results": results })).unwrap_or_default()
+        serde_json::to_vec(&Results { results: &results }).unwrap_or_default()
     };
     ok_response(body)
 }

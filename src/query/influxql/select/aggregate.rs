@@ -297,10 +297,23 @@ async fn from_rollups(
                 kinds.as_ref().is_some_and(|k| k.get(name.as_str()) == Some(&FieldKind::Integer));
             fields_seen[i].insert(name.clone());
             let windows = g.accs[i].entry(name.clone()).or_default();
-            for (&start, fields) in &rows {
-                if let Some(stats) = fields.get(name) {
-                    cells.acc(windows, start, call.func)?.push_stats(stats, integer, start);
-                }
+            let stats = rows.iter().filter_map(|(&start, fields)| Some((start, fields.get(name)?)));
+            if windows.is_empty() {
+                // The group's first series (the only one under `GROUP BY` every tag): its
+                // windows come in order and are built at once, not inserted one by one.
+                let made: Vec<(TimestampMs, Acc)> = stats
+                    .map(|(start, stats)| {
+                        let mut acc = Acc::new(call.func);
+                        acc.push_stats(stats, integer, start);
+                        (start, acc)
+                    })
+                    .collect();
+                cells.count(made.len())?;
+                *windows = made.into_iter().collect();
+                continue;
+            }
+            for (start, stats) in stats {
+                cells.acc(windows, start, call.func)?.push_stats(stats, integer, start);
             }
         }
     }
@@ -331,18 +344,24 @@ impl Cells {
         match windows.entry(start) {
             Entry::Occupied(e) => Ok(e.into_mut()),
             Entry::Vacant(e) => {
-                self.made += 1;
-                if self.made > self.limit {
-                    return Err(ExecError::new(format!(
-                        "the statement would keep more than {} windows of its functions in \
-                         memory: narrow the time range, use a longer GROUP BY time interval, \
-                         or group fewer series",
-                        self.limit
-                    )));
-                }
+                self.count(1)?;
                 Ok(e.insert(Acc::new(func)))
             }
         }
+    }
+
+    /// Counts `n` cells about to be made, refusing past the limit.
+    fn count(&mut self, n: usize) -> Result<(), ExecError> {
+        self.made = self.made.saturating_add(n);
+        if self.made > self.limit {
+            return Err(ExecError::new(format!(
+                "the statement would keep more than {} windows of its functions in memory: \
+                 narrow the time range, use a longer GROUP BY time interval, or group fewer \
+                 series",
+                self.limit
+            )));
+        }
+        Ok(())
     }
 }
 
