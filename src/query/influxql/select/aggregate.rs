@@ -3,7 +3,7 @@
 //! per window.
 
 use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -21,6 +21,14 @@ use crate::store::SensorInfo;
 /// A function's value in one window, with the time of the reading a selector picked; `None`
 /// when the window had nothing it counts (so fill applies).
 type Cell = Option<(Value, Option<TimestampMs>)>;
+
+/// A group's cells per (call, field), over its windows. A statement has few of them, so they
+/// are found by a scan that makes nothing, once per row and column.
+type Columns = Vec<((usize, String), Vec<Cell>)>;
+
+fn column_of<'c>(cells: &'c Columns, call: usize, field: &str) -> Option<&'c Vec<Cell>> {
+    cells.iter().find(|((i, f), _)| *i == call && f == field).map(|(_, c)| c)
+}
 
 /// One group's state: per call, per field, per window start.
 struct Group {
@@ -182,36 +190,40 @@ pub(super) async fn run(
             }
             // Each function's values over the windows, filled before any arithmetic, as
             // InfluxDB fills (`mean(x) * 2 fill(0)` is 0 where nothing was).
-            let mut cells: HashMap<(usize, String), Vec<Cell>> = HashMap::new();
+            let mut cells: Columns = Vec::new();
             for c in &cols {
                 for i in calls_of(&c.expr) {
                     let call = &plan.calls[i];
                     let Some(field) = call.field.clone().or_else(|| c.field.clone()) else {
                         continue;
                     };
-                    if cells.contains_key(&(i, field.clone())) {
+                    if column_of(&cells, i, &field).is_some() {
                         continue;
                     }
-                    if call.func == Func::Mode
-                        && let Some(windows) = g.accs[i].get_mut(&field)
-                    {
-                        arrange_modes(windows, st.descending);
-                    }
-                    let column: Vec<Cell> = starts
-                        .iter()
-                        .map(|s| {
-                            g.accs[i]
-                                .get_mut(&field)
-                                .and_then(|w| w.get_mut(s))
-                                .and_then(|a| a.finish(call.func))
-                        })
-                        .collect();
-                    cells.insert((i, field), column);
+                    let column: Vec<Cell> = match g.accs[i].get_mut(&field) {
+                        None => vec![None; starts.len()],
+                        Some(windows) => {
+                            if call.func == Func::Mode {
+                                arrange_modes(windows, st.descending);
+                            }
+                            // Both ascending: walked together, not looked up per window.
+                            let mut made = windows.iter_mut().peekable();
+                            starts
+                                .iter()
+                                .map(|s| {
+                                    while made.next_if(|(w, _)| *w < s).is_some() {}
+                                    let (_, acc) = made.next_if(|(w, _)| *w == s)?;
+                                    acc.finish(call.func)
+                                })
+                                .collect()
+                        }
+                    };
+                    cells.push(((i, field), column));
                 }
             }
             // A series none of whose windows has a value (a percentile of too few values in
             // each) is not answered, not even filled, as in InfluxDB.
-            if cells.values().all(|c| c.iter().all(Option::is_none)) {
+            if cells.iter().all(|(_, c)| c.iter().all(Option::is_none)) {
                 continue;
             }
             if st.window.is_some() {
@@ -226,18 +238,18 @@ pub(super) async fn run(
             let mut values = Vec::new();
             for (k, start) in starts.iter().enumerate() {
                 if (st.window.is_none() || st.fill == Fill::None)
-                    && cells.values().all(|c| c[k].is_none())
+                    && cells.iter().all(|(_, c)| c[k].is_none())
                 {
                     continue;
                 }
                 let mut time = *start;
-                if lone_selector
-                    && let Some(Some((_, Some(t)))) = cells.values().next().map(|c| &c[k])
+                if lone_selector && let Some(Some((_, Some(t)))) = cells.first().map(|(_, c)| &c[k])
                 {
                     time = *t;
                 }
                 let aux = g.aux.get(start);
-                let mut row = vec![Value::from(time)];
+                let mut row = Vec::with_capacity(cols.len() + 1);
+                row.push(Value::from(time));
                 for c in &cols {
                     row.push(eval(&c.expr, c.field.as_deref(), plan, &cells, k, aux, &m.tag_keys));
                 }
@@ -381,7 +393,7 @@ fn eval(
     e: &ColExpr,
     field: Option<&str>,
     plan: &Plan,
-    cells: &HashMap<(usize, String), Vec<Cell>>,
+    cells: &Columns,
     k: usize,
     aux: Option<&(Reading, Arc<SensorInfo>)>,
     tag_keys: &BTreeSet<String>,
@@ -389,8 +401,7 @@ fn eval(
     match e {
         ColExpr::Call(i) => {
             let Some(name) = plan.calls[*i].field.as_deref().or(field) else { return Value::Null };
-            cells
-                .get(&(*i, name.to_owned()))
+            column_of(cells, *i, name)
                 .and_then(|c| c[k].as_ref())
                 .map_or(Value::Null, |(v, _)| v.clone())
         }
