@@ -137,7 +137,7 @@ if [[ $SERVERS == *bucketd* ]]; then
     sleep 0.1
   done
   time_panels bucketd "$QUERY_RUNS" bucketd_url
-  kill "$pid"; wait "$pid" 2>/dev/null || true
+  kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
 fi
 
 if [[ $SERVERS == *victoria* ]]; then
@@ -156,7 +156,7 @@ if [[ $SERVERS == *victoria* ]]; then
     sleep 0.5
   done
   time_panels victoria-metrics "$QUERY_RUNS" vm_url
-  kill "$pid"; wait "$pid" 2>/dev/null || true
+  kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
 fi
 
 if [[ $SERVERS == *influx* ]]; then
@@ -166,7 +166,7 @@ if [[ $SERVERS == *influx* ]]; then
   pid=$INFLUXD_PID; PIDS+=("$pid")
   load_days http://127.0.0.1:18086 '/write?db=bench'
   time_panels influxdb "$INFLUX_RUNS" influx_url
-  kill "$pid"; wait "$pid" 2>/dev/null || true
+  kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
 fi
 
 # Whether bucketd's answer is InfluxDB's: the same series, times and values (floats within
