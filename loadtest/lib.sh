@@ -97,5 +97,8 @@ CONF
   taskset -c "$cpu" influxd -config "$dir/influxdb.conf" >"$dir.log" 2>&1 &
   INFLUXD_PID=$!
   wait_http http://127.0.0.1:18086/ping 30
+  # Another InfluxDB on the port would answer the ping and take the load and the queries.
+  kill -0 "$INFLUXD_PID" 2>/dev/null ||
+    { echo "influxd exited (is 127.0.0.1:18086 taken?): $(tail -n 3 "$dir.log")" >&2; return 1; }
   curl -sf -XPOST http://127.0.0.1:18086/query --data-urlencode "q=CREATE DATABASE $db" >/dev/null
 }
