@@ -82,11 +82,11 @@ pub(super) async fn run(
     dedupe(&mut names);
     let header: Vec<String> = std::iter::once("time".to_owned()).chain(names).collect();
 
+    let aux = aux_refs(&columns);
+    let width = columns.len() + 1;
     let mut out = Vec::new();
     for (m, groups) in measurements.iter().zip(scanned) {
         let is_field: Vec<bool> = columns.iter().map(|(_, e)| refs_field(e, &m.tag_keys)).collect();
-        let aux = aux_refs(&columns);
-        let width = columns.len() + 1;
         for ((group, _), series) in m.groups.iter().zip(groups) {
             // A reading without any selected field is not a row, as in InfluxDB. Each row
             // carries its merge key after its columns, cut off once the merge is done.
