@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::go_order::{self, GoHeap};
+use super::go_order;
 use crate::model::{FieldValue, TimestampMs};
 use crate::store::FieldStats;
 
@@ -410,32 +410,16 @@ pub fn arrange_modes(windows: &mut BTreeMap<TimestampMs, Acc>, descending: bool)
             by_series.entry(p.series).or_default().push((p.ts, *start, k));
         }
     }
-    type Item =
-        (std::vec::IntoIter<(TimestampMs, TimestampMs, usize)>, (TimestampMs, TimestampMs, usize));
-    let mut items: Vec<Item> = by_series
+    let series: Vec<Vec<(TimestampMs, TimestampMs, usize)>> = by_series
         .into_values()
-        .filter_map(|mut values| {
+        .map(|mut values| {
             values.sort_by_key(|v| v.0);
-            if descending {
-                values.reverse();
-            }
-            let mut rest = values.into_iter();
-            rest.next().map(|head| (rest, head))
+            values
         })
         .collect();
-    if descending {
-        items.reverse();
-    }
-    let less = |x: &Item, y: &Item| if descending { x.1.0 > y.1.0 } else { x.1.0 < y.1.0 };
-    let mut place: BTreeMap<(TimestampMs, usize), usize> = BTreeMap::new();
-    let mut heap = GoHeap::init(items, &less);
-    while let Some((mut rest, (_, start, k))) = heap.pop(&less) {
-        let next = place.len();
-        place.insert((start, k), next);
-        if let Some(head) = rest.next() {
-            heap.push((rest, head), &less);
-        }
-    }
+    let merged = go_order::sorted_merge(series, descending, |a, b| a.0.cmp(&b.0));
+    let place: BTreeMap<(TimestampMs, usize), usize> =
+        merged.into_iter().enumerate().map(|(at, (_, start, k))| ((start, k), at)).collect();
     for (start, acc) in windows.iter_mut() {
         if let Acc::Mode(points) = acc {
             let mut placed: Vec<(usize, ModePoint)> = std::mem::take(points)
@@ -469,9 +453,7 @@ fn mode(points: &mut [ModePoint]) -> Option<FieldValue> {
         (FieldValue::Bool(x), FieldValue::Bool(_)) => !x,
         (x, y) => by_value(x, y) == Ordering::Less,
     };
-    if points.len() > 1 {
-        go_order::sort(points, &less);
-    }
+    go_order::sort(points, &less);
     let (first, rest) = points.split_first()?;
     let (mut most, mut most_freq, mut most_time) = (&first.value, 1usize, first.ts);
     let (mut current, mut freq, mut current_time) = (&first.value, 1usize, first.ts);

@@ -63,6 +63,44 @@ impl<T> GoHeap<T> {
     }
 }
 
+/// InfluxDB's sorted merge of a group's series (each in time order, the series in key order):
+/// a [`GoHeap`] of the series ordered by `order` on their next element, which hands out one
+/// element at a time. With `descending` the series are taken from the last, each from its end,
+/// and the heap puts the greatest first. The elements come out in the order the merge gives
+/// them, so equal ones stand where InfluxDB's stand.
+pub fn sorted_merge<T>(
+    mut series: Vec<Vec<T>>,
+    descending: bool,
+    order: impl Fn(&T, &T) -> std::cmp::Ordering,
+) -> Vec<T> {
+    if descending {
+        series.reverse();
+    }
+    let items: Vec<(T, std::vec::IntoIter<T>)> = series
+        .into_iter()
+        .filter_map(|mut elements| {
+            if descending {
+                elements.reverse();
+            }
+            let mut rest = elements.into_iter();
+            Some((rest.next()?, rest))
+        })
+        .collect();
+    let less = |x: &(T, std::vec::IntoIter<T>), y: &(T, std::vec::IntoIter<T>)| {
+        let o = order(&x.0, &y.0);
+        if descending { o.is_gt() } else { o.is_lt() }
+    };
+    let mut heap = GoHeap::init(items, &less);
+    let mut out = Vec::new();
+    while let Some((head, mut rest)) = heap.pop(&less) {
+        out.push(head);
+        if let Some(next) = rest.next() {
+            heap.push((next, rest), &less);
+        }
+    }
+    out
+}
+
 /// `sort.Sort` as Go 1.19 implements it (`pdqsort` in `zsortinterface.go`), with `less` as the
 /// `Less` method. Elements `less` calls equal end where Go leaves them.
 pub fn sort<T>(v: &mut [T], less: &impl Fn(&T, &T) -> bool) {

@@ -13,7 +13,7 @@ use crate::model::Reading;
 use crate::query::influxql::agg::field_json;
 use crate::query::influxql::ast::RefKind;
 use crate::query::influxql::exec::{Ctx, ExecError, Series};
-use crate::query::influxql::go_order::GoHeap;
+use crate::query::influxql::go_order::sorted_merge;
 use crate::store::SensorInfo;
 
 /// A group's readings, each with its series.
@@ -179,15 +179,9 @@ fn aux_refs(columns: &[(String, ColExpr)]) -> Vec<ColExpr> {
 /// into one ascending list, rows of equal times in the order InfluxDB's sorted merge gives
 /// them. Each row is `width` columns followed by its merge key: the string values of the
 /// fields and tags it reads ([`aux_refs`]), up to the first that is not a string. The merge is
-/// a binary heap (Go's `container/heap`) of the series ordered by time, then by the keys
-/// compared as far as both go, taken from in key order; or for `ORDER BY time DESC`
-/// (`descending`) ordered by both descending, taken from the last series, and returned
-/// reversed. The keys are cut off.
-fn influx_merge(
-    mut series: Vec<Vec<Vec<Value>>>,
-    descending: bool,
-    width: usize,
-) -> Vec<Vec<Value>> {
+/// [`sorted_merge`] by time, then by the keys compared as far as both go; for `ORDER BY time
+/// DESC` (`descending`) its output is reversed. The keys are cut off.
+fn influx_merge(series: Vec<Vec<Vec<Value>>>, descending: bool, width: usize) -> Vec<Vec<Value>> {
     let time = |row: &Vec<Value>| row.first().and_then(Value::as_i64).unwrap_or(0);
     let order = |a: &Vec<Value>, b: &Vec<Value>| {
         let keys = a.iter().skip(width).zip(b.iter().skip(width));
@@ -195,38 +189,7 @@ fn influx_merge(
             o.then_with(|| x.as_str().unwrap_or("").cmp(y.as_str().unwrap_or("")))
         })
     };
-    if descending {
-        series.reverse();
-    }
-    struct Item {
-        head: Vec<Value>,
-        rest: std::vec::IntoIter<Vec<Value>>,
-    }
-    let items: Vec<Item> = series
-        .into_iter()
-        .filter_map(|mut rows| {
-            if descending {
-                rows.reverse();
-            }
-            let mut rest = rows.into_iter();
-            Some(Item { head: rest.next()?, rest })
-        })
-        .collect();
-    let less = |x: &Item, y: &Item| {
-        let o = order(&x.head, &y.head);
-        if descending { o.is_gt() } else { o.is_lt() }
-    };
-    let mut heap = GoHeap::init(items, &less);
-    let mut out = Vec::new();
-    while let Some(mut item) = heap.pop(&less) {
-        match item.rest.next() {
-            Some(next) => {
-                out.push(std::mem::replace(&mut item.head, next));
-                heap.push(item, &less);
-            }
-            None => out.push(item.head),
-        }
-    }
+    let mut out = sorted_merge(series, descending, order);
     if descending {
         out.reverse();
     }
