@@ -87,8 +87,11 @@ pub struct QueryLimits {
     /// fails with its own error and the others of the request still run.
     pub statement_time: std::time::Duration,
     /// Most (function, field, window) accumulators one InfluxQL statement may hold: bounds
-    /// its memory the way `MAX_POINTS` bounds the readings it keeps.
+    /// its memory the way `max_held` bounds the readings it keeps.
     pub max_cells: usize,
+    /// Most readings one InfluxQL statement may keep at once: a raw select's rows, and the
+    /// values of `median`, `percentile`, `mode` and `distinct` not yet answered.
+    pub max_held: usize,
 }
 
 impl Default for QueryLimits {
@@ -102,6 +105,7 @@ impl Default for QueryLimits {
             default_range_ms: HOUR_MS,
             statement_time: std::time::Duration::from_secs(30),
             max_cells: 2_000_000,
+            max_held: 1_000_000,
         }
     }
 }

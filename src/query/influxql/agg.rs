@@ -194,6 +194,8 @@ pub enum Acc {
     Distinct(Vec<(FieldValue, TimestampMs)>),
     /// Every value with its time and series; counted when the window is finished.
     Mode(Vec<ModePoint>),
+    /// A window of kept values answered as soon as it was complete (see [`Acc::seal`]).
+    Answered(Option<(Value, Option<TimestampMs>)>),
 }
 
 impl Acc {
@@ -275,6 +277,8 @@ impl Acc {
                 Some((_, first)) => *first = (*first).min(ts),
                 None => vs.push((v.clone(), ts)),
             },
+            // Slices are whole windows: none is read again once it is answered.
+            Acc::Answered(_) => debug_assert!(false, "a value for a window already answered"),
         }
         false
     }
@@ -337,7 +341,7 @@ impl Acc {
                     *best = Some((v, t));
                 }
             }
-            Acc::Values(_) | Acc::Distinct(_) | Acc::Mode(_) => {}
+            Acc::Values(_) | Acc::Distinct(_) | Acc::Mode(_) | Acc::Answered(_) => {}
         }
     }
 
@@ -372,7 +376,18 @@ impl Acc {
             Acc::Distinct(vs) if vs.is_empty() => None,
             // Each distinct value becomes its own row; the caller asks `distinct_values`.
             Acc::Distinct(_) => Some((Value::Null, None)),
+            Acc::Answered(cell) => cell.clone(),
         }
+    }
+
+    /// Answers a window of kept values (`median`, `percentile`, `stddev`) whose values have
+    /// all been pushed, and lets the values go; the number let go.
+    pub fn seal(&mut self, func: Func) -> usize {
+        let Acc::Values(vs) = self else { return 0 };
+        let held = vs.len();
+        let cell = self.finish(func);
+        *self = Acc::Answered(cell);
+        held
     }
 
     pub fn distinct_values(&self) -> Vec<Value> {

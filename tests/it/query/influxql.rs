@@ -516,6 +516,64 @@ async fn a_statement_past_its_time_budget_fails_alone_and_the_next_one_runs() {
     assert_eq!(body["results"][1]["series"][0]["values"], json!([["temp"]]), "{body}");
 }
 
+/// A median, stddev or percentile holds its values until its window is answered: a group is
+/// read in slices of whole windows, so a statement whose values outnumber the limit answers
+/// as long as each window fits it, and equals the answer read in one pass. Site `d` writes
+/// every 5 s in the fifth hour, so a slice grown over the sparse hours has to be read again
+/// in fewer windows when it reaches the dense one.
+#[tokio::test]
+async fn kept_values_are_bounded_per_window_not_per_statement() {
+    let store = Arc::new(MemoryStore::new(BucketLimits::default()));
+    let unflushed = Arc::new(FakeUnflushed::default());
+    let with = |max_held| bucketd::query::QueryState {
+        store: store.clone(),
+        unflushed: unflushed.clone(),
+        limits: bucketd::query::QueryLimits { max_held, ..Default::default() },
+    };
+    let whole = App {
+        store: store.clone(),
+        unflushed: unflushed.clone(),
+        router: bucketd::query::router(with(1_000_000)),
+    };
+    let small = App {
+        store: store.clone(),
+        unflushed: unflushed.clone(),
+        router: bucketd::query::router(with(200)),
+    };
+    fixture(&whole).await;
+    let d = series("temp,site=d", "temp", &[("site", "d")]);
+    let dense: Vec<Reading> = (0..720)
+        .map(|i| {
+            reading(BASE + 4 * HOUR_MS + i * 5_000, vec![("v", FieldValue::Float((i % 9) as f64))])
+        })
+        .collect();
+    write(&store, &d, &dense).await;
+
+    for tail in [
+        "GROUP BY time(5m)",
+        "GROUP BY time(5m), site",
+        "GROUP BY time(5m, 2m) fill(linear)",
+        "GROUP BY time(5m) fill(previous) ORDER BY time DESC",
+    ] {
+        let statement =
+            format!("SELECT median(v), stddev(v) FROM temp WHERE {} {tail}", range(0, 6));
+        let (s1, a) = q(&whole, &statement).await;
+        let (s2, b) = q(&small, &statement).await;
+        assert_eq!((s1, s2), (StatusCode::OK, StatusCode::OK), "{tail}");
+        assert!(a["results"][0]["series"].as_array().is_some_and(|s| !s.is_empty()), "{a}");
+        assert_eq!(a, b, "{tail}");
+    }
+    let statement =
+        format!("SELECT percentile(v, 90) FROM temp WHERE {} GROUP BY time(5m)", range(0, 6));
+    assert_eq!(q(&whole, &statement).await, q(&small, &statement).await);
+    // A single window past the limit is refused, with the limit named.
+    let statement = format!("SELECT median(v) FROM temp WHERE {} GROUP BY time(1h)", range(0, 6));
+    let (status, body) = q(&small, &statement).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let error = body["results"][0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("more than 200 readings at once"), "{body}");
+}
+
 #[tokio::test]
 async fn a_statement_past_its_window_budget_fails_with_a_clear_error() {
     let store = Arc::new(MemoryStore::new(BucketLimits::default()));

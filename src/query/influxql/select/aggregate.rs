@@ -51,8 +51,6 @@ pub(super) async fn run(
     measurements: &[Measurement],
 ) -> Result<Vec<Series>, ExecError> {
     let plan = st.plan;
-    // Without GROUP BY time, one window at the lower bound as written (or the epoch).
-    let single = if st.range.has_lower { st.range.lower_ns.div_euclid(NS_PER_MS) } else { 0 };
     // The stores' rollups: whole hours from bucket statistics, finer steps computed by the store
     // from its readings (MongoDB: `$unwind` + `$group`), so no reading crosses the wire. Their
     // steps are multiples of the step since the epoch: a zone's windows match them only where
@@ -72,9 +70,12 @@ pub(super) async fn run(
         && !plan.aux
         && plan.calls.iter().all(|c| c.func.from_rollups());
 
-    let mut held = 0usize;
-    let mut cells = Cells { made: 0, limit: ctx.state.limits.max_cells };
-    let mut fields_seen: Vec<BTreeSet<String>> = vec![BTreeSet::new(); plan.calls.len()];
+    let mut scan = Scan {
+        held: 0,
+        cells: Cells { made: 0, limit: ctx.state.limits.max_cells },
+        fields_seen: vec![BTreeSet::new(); plan.calls.len()],
+    };
+    let slices = st.window.filter(|_| answered_by_slice(plan));
     let mut scanned: Vec<Vec<Group>> = Vec::new();
     for m in measurements {
         let by_rollups = rollups_ok && st.condition.is_none_or(|c| c.only_tags(&m.tag_keys));
@@ -82,59 +83,26 @@ pub(super) async fn run(
         for (_, members) in &m.groups {
             let mut g =
                 Group { accs: vec![BTreeMap::new(); plan.calls.len()], aux: BTreeMap::new() };
+            if let Some(w) = slices {
+                by_slices(ctx, st, m, members, w, &mut g, &mut scan).await?;
+                groups.push(g);
+                continue;
+            }
             for (series, info) in members.iter().enumerate() {
                 if by_rollups
-                    && from_rollups(ctx, st, info, &mut g, &mut fields_seen, &mut cells).await?
+                    && from_rollups(ctx, st, info, &mut g, &mut scan.fields_seen, &mut scan.cells)
+                        .await?
                 {
                     continue;
                 }
-                readings_of(ctx, st, m, info, |r| {
-                    let w = st.window.map_or(single, |w| w.start(r.ts));
-                    for (i, call) in plan.calls.iter().enumerate() {
-                        for (name, v) in &r.fields {
-                            if call.field.as_ref().is_some_and(|f| f.as_str() != name.as_str()) {
-                                continue;
-                            }
-                            if !call.func.accepts(v) {
-                                // `mean(*)` takes the fields it can; `mean(s)` of a string is an error.
-                                if call.field.is_none() {
-                                    continue;
-                                }
-                                return Err(ExecError::new(format!(
-                                    "unsupported {}() of the {} field {name:?}",
-                                    call.func.name(),
-                                    FieldKind::of(v).name()
-                                )));
-                            }
-                            if !fields_seen[i].contains(name.as_str()) {
-                                fields_seen[i].insert(name.to_string());
-                            }
-                            // Looked up before it is made: a name made per reading was a
-                            // third of a median's time.
-                            if !g.accs[i].contains_key(name.as_str()) {
-                                g.accs[i].insert(name.to_string(), BTreeMap::new());
-                            }
-                            let windows = g.accs[i].get_mut(name.as_str()).expect("just made");
-                            let acc = cells.acc(windows, w, call.func)?;
-                            if matches!(acc, Acc::Values(_) | Acc::Distinct(_) | Acc::Mode(_)) {
-                                held += 1;
-                                if held > super::MAX_POINTS {
-                                    return Err(too_many_points());
-                                }
-                            }
-                            if acc.push_from(series as u32, r.ts, v) && plan.aux {
-                                g.aux.insert(w, (r.clone(), info.clone()));
-                            }
-                        }
-                    }
-                    Ok(())
-                })
-                .await?;
+                let range = (st.range.from, st.range.to);
+                fold_readings(ctx, st, m, (series, info), range, &mut g, &mut scan).await?;
             }
             groups.push(g);
         }
         scanned.push(groups);
     }
+    let fields_seen = scan.fields_seen;
 
     let mut cols = Vec::new();
     for c in &plan.columns {
@@ -261,6 +229,144 @@ pub(super) async fn run(
         }
     }
     Ok(out)
+}
+
+/// What a statement's scan keeps across its groups and series.
+struct Scan {
+    /// Values kept for functions that need them all (`median`, `mode`, …), not yet answered.
+    held: usize,
+    cells: Cells,
+    /// Per call, the fields it took a value of: a wildcard call's columns.
+    fields_seen: Vec<BTreeSet<String>>,
+}
+
+/// Folds one series' readings in `from..to` into its group.
+async fn fold_readings(
+    ctx: &Ctx<'_>,
+    st: &Statement<'_>,
+    m: &Measurement,
+    (series, info): (usize, &Arc<SensorInfo>),
+    (from, to): (TimestampMs, TimestampMs),
+    g: &mut Group,
+    scan: &mut Scan,
+) -> Result<(), ExecError> {
+    let plan = st.plan;
+    // Without GROUP BY time, one window at the lower bound as written (or the epoch).
+    let single = if st.range.has_lower { st.range.lower_ns.div_euclid(NS_PER_MS) } else { 0 };
+    readings_of(ctx, st, m, info, from, to, |r| {
+        let w = st.window.map_or(single, |w| w.start(r.ts));
+        for (i, call) in plan.calls.iter().enumerate() {
+            for (name, v) in &r.fields {
+                if call.field.as_ref().is_some_and(|f| f.as_str() != name.as_str()) {
+                    continue;
+                }
+                if !call.func.accepts(v) {
+                    // `mean(*)` takes the fields it can; `mean(s)` of a string is an error.
+                    if call.field.is_none() {
+                        continue;
+                    }
+                    return Err(ExecError::new(format!(
+                        "unsupported {}() of the {} field {name:?}",
+                        call.func.name(),
+                        FieldKind::of(v).name()
+                    )));
+                }
+                if !scan.fields_seen[i].contains(name.as_str()) {
+                    scan.fields_seen[i].insert(name.to_string());
+                }
+                // Looked up before it is made: a name made per reading was a third of a
+                // median's time.
+                if !g.accs[i].contains_key(name.as_str()) {
+                    g.accs[i].insert(name.to_string(), BTreeMap::new());
+                }
+                let windows = g.accs[i].get_mut(name.as_str()).expect("just made");
+                let acc = scan.cells.acc(windows, w, call.func)?;
+                if matches!(acc, Acc::Values(_) | Acc::Distinct(_) | Acc::Mode(_)) {
+                    scan.held += 1;
+                    if scan.held > ctx.state.limits.max_held {
+                        return Err(too_many_points(ctx.state.limits.max_held));
+                    }
+                }
+                if acc.push_from(series as u32, r.ts, v) && plan.aux {
+                    g.aux.insert(w, (r.clone(), info.clone()));
+                }
+            }
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Whether a statement's windows are answered slice by slice ([`by_slices`]): it keeps values
+/// (`median`, `percentile`, `stddev`), and none of its functions needs the whole range at once
+/// (`mode` meets its values in an order the whole range decides, `distinct` lists them all).
+fn answered_by_slice(plan: &Plan) -> bool {
+    let keeps = |f: Func| matches!(f, Func::Median | Func::Stddev | Func::Percentile(_));
+    let whole = |f: Func| matches!(f, Func::Mode | Func::Distinct | Func::CountDistinct);
+    plan.calls.iter().any(|c| keeps(c.func)) && !plan.calls.iter().any(|c| whole(c.func))
+}
+
+/// Reads a group's range in slices of whole windows, every series of the group for one slice
+/// before the next, and answers each slice's windows before reading on. What the values held
+/// at once then grow with is one slice of the group, not the range: a median over 30 days of
+/// every sensor holds a few windows' values. A slice starts at one window and grows while it
+/// holds a small share of the limit ([`QueryLimits::max_held`]); one that holds too many is
+/// read again in fewer windows, and only a single window over the limit is refused.
+///
+/// [`QueryLimits::max_held`]: crate::query::QueryLimits::max_held
+async fn by_slices(
+    ctx: &Ctx<'_>,
+    st: &Statement<'_>,
+    m: &Measurement,
+    members: &[Arc<SensorInfo>],
+    w: super::Window,
+    g: &mut Group,
+    scan: &mut Scan,
+) -> Result<(), ExecError> {
+    let limit = ctx.state.limits.max_held;
+    let (mut from, mut span) = (st.range.from, 1usize);
+    while from < st.range.to {
+        let first = w.start(from);
+        let to = w.starts(from, st.range.to).nth(span).unwrap_or(st.range.to).min(st.range.to);
+        let (held, made) = (scan.held, scan.cells.made);
+        let mut read = Ok(());
+        for (series, info) in members.iter().enumerate() {
+            read = fold_readings(ctx, st, m, (series, info), (from, to), g, scan).await;
+            if read.is_err() {
+                break;
+            }
+        }
+        if let Err(e) = read {
+            if scan.held <= limit || span == 1 {
+                return Err(e);
+            }
+            // Too many values for this many windows: forget the slice and read it in fewer.
+            for windows in g.accs.iter_mut().flat_map(BTreeMap::values_mut) {
+                scan.cells.made -= windows.split_off(&first).len();
+            }
+            debug_assert_eq!(scan.cells.made, made);
+            g.aux.split_off(&first);
+            scan.held = held;
+            span = (span / 4).max(1);
+            continue;
+        }
+        let in_slice = scan.held - held;
+        for (call, fields) in st.plan.calls.iter().zip(g.accs.iter_mut()) {
+            for windows in fields.values_mut() {
+                for (_, acc) in windows.range_mut(first..) {
+                    scan.held -= acc.seal(call.func);
+                }
+            }
+        }
+        // Toward a quarter of the limit, growing at most fourfold per slice.
+        let grown = span.saturating_mul(4);
+        span = match in_slice {
+            0 => grown,
+            n => (span.saturating_mul(limit / 4) / n).clamp(1, grown),
+        };
+        from = to;
+    }
+    Ok(())
 }
 
 /// Folds one series' rollups from the store into the group, when they can answer: numeric

@@ -7,7 +7,7 @@
 //! `$group` in the database). Everything else streams the readings of each series once and
 //! folds them into accumulators, so memory grows with windows and groups, not readings (raw
 //! selects, `median`, `percentile`, `mode` and `distinct` keep their values, bounded by
-//! [`MAX_POINTS`]).
+//! [`QueryLimits::max_held`](crate::query::QueryLimits::max_held)).
 //!
 //! Every measurement is scanned before any is answered: a wildcard's columns are the union
 //! over all of them, as in InfluxDB.
@@ -31,8 +31,6 @@ use crate::model::{FieldValue, Reading, TimestampMs};
 use crate::store::{Order, SensorInfo};
 use chrono_tz::Tz;
 
-/// Readings a raw select (or a value-keeping aggregate) may hold at once.
-pub const MAX_POINTS: usize = 1_000_000;
 /// Rows (windows × groups) one statement may produce.
 pub const MAX_ROWS: usize = 1_000_000;
 
@@ -375,10 +373,10 @@ fn too_many_rows() -> ExecError {
     ))
 }
 
-fn too_many_points() -> ExecError {
+fn too_many_points(limit: usize) -> ExecError {
     ExecError::new(format!(
-        "the statement would hold more than {MAX_POINTS} readings at once: narrow the time \
-         range or aggregate with GROUP BY time"
+        "the statement would hold more than {limit} readings at once: narrow the time range, \
+         group fewer series, or aggregate with GROUP BY time"
     ))
 }
 
@@ -412,15 +410,18 @@ fn group_keys(dims: &[Dimension], tag_keys: &BTreeSet<String>) -> Result<Vec<Str
     Ok(keys.into_iter().collect())
 }
 
-/// Streams one series' readings in range that meet the condition.
+/// Streams one series' readings in `from..to` (within the statement's range) that meet the
+/// condition.
 async fn readings_of(
     ctx: &Ctx<'_>,
     st: &Statement<'_>,
     m: &Measurement,
     info: &SensorInfo,
+    from: TimestampMs,
+    to: TimestampMs,
     mut each: impl FnMut(&Reading) -> Result<(), ExecError>,
 ) -> Result<(), ExecError> {
-    let mut stream = ctx.readings(&info.key, st.range.from, st.range.to, Order::Asc);
+    let mut stream = ctx.readings(&info.key, from, to, Order::Asc);
     // A condition its tags already satisfy (`"sensor" = 's07'`) is not asked again per reading.
     let per_reading = st.condition.filter(|c| !c.series_matches(&info.tags, &m.tag_keys));
     let mut n = 0u32;

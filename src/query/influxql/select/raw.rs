@@ -34,10 +34,10 @@ pub(super) async fn run(
             let mut series = Vec::new();
             for info in members {
                 let mut rows = Vec::new();
-                readings_of(ctx, st, m, info, |r| {
+                readings_of(ctx, st, m, info, st.range.from, st.range.to, |r| {
                     points += 1;
-                    if points > super::MAX_POINTS {
-                        return Err(too_many_points());
+                    if points > ctx.state.limits.max_held {
+                        return Err(too_many_points(ctx.state.limits.max_held));
                     }
                     for (k, _) in &r.fields {
                         if !fields_seen.contains(k.as_str()) {
