@@ -522,12 +522,16 @@ fn float_mean(all_int: bool, int: i128, float_sum: f64, n: u64) -> Value {
 fn values(func: Func, vs: &mut [(Num, TimestampMs)]) -> Option<(Value, Option<TimestampMs>)> {
     match func {
         Func::Median => {
-            vs.sort_by(|a, b| a.0.f().total_cmp(&b.0.f()));
+            // The middle values the sorted values would have, selected rather than sorted:
+            // values equal in this order have the same bits, so either gives the same answer.
             let n = vs.len();
+            let (below, mid, _) =
+                vs.select_nth_unstable_by(n / 2, |a, b| a.0.f().total_cmp(&b.0.f()));
+            let b = mid.0.f();
             let v = if n % 2 == 1 {
-                vs[n / 2].0.f()
+                b
             } else {
-                let (a, b) = (vs[n / 2 - 1].0.f(), vs[n / 2].0.f());
+                let a = below.iter().map(|v| v.0.f()).max_by(f64::total_cmp).expect("n >= 2");
                 a + (b - a) / 2.0
             };
             Some((float(v), None))
@@ -582,6 +586,36 @@ mod tests {
         assert_eq!(run(Func::Percentile(50.0), &vs), Some(float(5.0)));
         assert_eq!(run(Func::Percentile(0.0), &vs), None);
         assert_eq!(run(Func::Median, &vs), Some(float(5.5)));
+    }
+
+    use proptest::strategy::Strategy;
+
+    proptest::proptest! {
+        /// The median is selected, not sorted: it must be the sorted values' middle, bit for
+        /// bit, with repeated values, negative zeros and integers among the floats.
+        #[test]
+        fn median_is_the_sorted_middle(
+            vs in proptest::collection::vec(
+                proptest::prop_oneof![
+                    (-4i64..4).prop_map(|v| FieldValue::Float(v as f64 * 0.5)),
+                    proptest::num::f64::NORMAL.prop_map(FieldValue::Float),
+                    proptest::strategy::Just(FieldValue::Float(-0.0)),
+                    (-3i64..3).prop_map(FieldValue::Int),
+                ],
+                1..60,
+            )
+        ) {
+            let mut sorted: Vec<f64> = vs.iter().filter_map(FieldValue::as_f64).collect();
+            sorted.sort_by(f64::total_cmp);
+            let n = sorted.len();
+            let want = if n % 2 == 1 {
+                sorted[n / 2]
+            } else {
+                let (a, b) = (sorted[n / 2 - 1], sorted[n / 2]);
+                a + (b - a) / 2.0
+            };
+            proptest::prop_assert_eq!(run(Func::Median, &vs), Some(float(want)));
+        }
     }
 
     #[test]

@@ -309,9 +309,10 @@ fn answered_by_slice(plan: &Plan) -> bool {
 /// Reads a group's range in slices of whole windows, every series of the group for one slice
 /// before the next, and answers each slice's windows before reading on. What the values held
 /// at once then grow with is one slice of the group, not the range: a median over 30 days of
-/// every sensor holds a few windows' values. A slice starts at one window and grows while it
-/// holds a small share of the limit ([`QueryLimits::max_held`]); one that holds too many is
-/// read again in fewer windows, and only a single window over the limit is refused.
+/// every sensor holds a few windows' values. The first slice is the whole range, so a group
+/// that fits is read once; one that holds too many values is forgotten and read again in
+/// slices of the length its series so far suggest, toward a quarter of the limit
+/// ([`QueryLimits::max_held`]), and only a single window over the limit is refused.
 ///
 /// [`QueryLimits::max_held`]: crate::query::QueryLimits::max_held
 async fn by_slices(
@@ -324,33 +325,49 @@ async fn by_slices(
     scan: &mut Scan,
 ) -> Result<(), ExecError> {
     let limit = ctx.state.limits.max_held;
-    let (mut from, mut span) = (st.range.from, 1usize);
+    let target = (limit / 4).max(1) as i128;
+    // Slices are reckoned in time and end on a window's start.
+    let (mut from, mut span) = (st.range.from, st.range.to.saturating_sub(st.range.from));
     while from < st.range.to {
-        let first = w.start(from);
-        let to = w.starts(from, st.range.to).nth(span).unwrap_or(st.range.to).min(st.range.to);
+        let (first, first_end) = w.bounds(from);
+        let to = match from.saturating_add(span.max(1)) {
+            t if t >= st.range.to => st.range.to,
+            t => match w.bounds(t) {
+                (start, _) if start > from => start,
+                _ => first_end.min(st.range.to),
+            },
+        };
         let (held, made) = (scan.held, scan.cells.made);
         let mut read = Ok(());
+        let mut done = 0usize;
         for (series, info) in members.iter().enumerate() {
             read = fold_readings(ctx, st, m, (series, info), (from, to), g, scan).await;
             if read.is_err() {
                 break;
             }
+            done += 1;
         }
         if let Err(e) = read {
-            if scan.held <= limit || span == 1 {
+            if scan.held <= limit || to <= first_end {
                 return Err(e);
             }
-            // Too many values for this many windows: forget the slice and read it in fewer.
+            // Too many values for this slice: forget it, and read it again in a slice as long
+            // as the series read so far say a quarter of the limit takes.
             for windows in g.accs.iter_mut().flat_map(BTreeMap::values_mut) {
                 scan.cells.made -= windows.split_off(&first).len();
             }
             debug_assert_eq!(scan.cells.made, made);
             g.aux.split_off(&first);
+            let seen = (scan.held - held) as i128;
             scan.held = held;
-            span = (span / 4).max(1);
+            let estimate = seen * members.len() as i128 / (done as i128 + 1);
+            let length = i128::from(to - from);
+            span = i64::try_from(length * target / estimate.max(1))
+                .unwrap_or(0)
+                .clamp(1, (to - from) / 2);
             continue;
         }
-        let in_slice = scan.held - held;
+        let in_slice = (scan.held - held) as i128;
         for (call, fields) in st.plan.calls.iter().zip(g.accs.iter_mut()) {
             for windows in fields.values_mut() {
                 for (_, acc) in windows.range_mut(first..) {
@@ -359,11 +376,10 @@ async fn by_slices(
             }
         }
         // Toward a quarter of the limit, growing at most fourfold per slice.
-        let grown = span.saturating_mul(4);
-        span = match in_slice {
-            0 => grown,
-            n => (span.saturating_mul(limit / 4) / n).clamp(1, grown),
-        };
+        let length = i128::from(to - from);
+        let grown = (length * 4).min(i128::from(i64::MAX));
+        span =
+            i64::try_from((length * target / in_slice.max(1)).clamp(1, grown)).unwrap_or(i64::MAX);
         from = to;
     }
     Ok(())
