@@ -172,6 +172,54 @@ impl Columns {
     }
 }
 
+impl Columns {
+    /// Column `c`'s values of the run's readings, each with its reading's time, ascending:
+    /// what a fold over one field reads, without a reading made of each row.
+    pub fn column(&self, c: usize) -> ColumnValues<'_> {
+        let first = if self.shape_of.is_empty() {
+            self.lo
+        } else {
+            self.shape_of[..self.lo].iter().filter(|&&s| self.shapes[s].contains(&c)).count()
+        };
+        let every = self.shape_of.is_empty() && self.shapes.first().is_some_and(|s| s.contains(&c));
+        ColumnValues {
+            cols: self,
+            c,
+            row: self.lo,
+            every,
+            values: self.values.get(c).map_or(&[][..], |v| &v[first.min(v.len())..]).iter(),
+        }
+    }
+}
+
+/// [`Columns::column`]'s rows.
+pub struct ColumnValues<'a> {
+    cols: &'a Columns,
+    c: usize,
+    row: usize,
+    /// One shape that holds the column: every row has a value.
+    every: bool,
+    values: std::slice::Iter<'a, FieldValue>,
+}
+
+impl<'a> Iterator for ColumnValues<'a> {
+    type Item = (TimestampMs, &'a FieldValue);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let cols = self.cols;
+        while self.row < cols.hi {
+            let row = self.row;
+            self.row += 1;
+            if self.every
+                || (!cols.shape_of.is_empty() && cols.shapes[cols.shape_of[row]].contains(&self.c))
+            {
+                return Some((cols.ts[row], self.values.next()?));
+            }
+        }
+        None
+    }
+}
+
 /// Row `row`'s shape, from a run's `shape_of`: none listed means every row has shape 0.
 fn shape_at(shape_of: &[usize], row: usize) -> usize {
     shape_of.get(row).copied().unwrap_or(0)
@@ -286,6 +334,38 @@ mod tests {
 
     fn reading(ts: TimestampMs, fields: &[(&str, FieldValue)]) -> Reading {
         Reading { ts, fields: fields.iter().map(|(n, v)| (name(n), v.clone())).collect() }
+    }
+
+    /// A column's rows are the readings' values of its field, for any kept part of the run,
+    /// with one shape or several.
+    #[test]
+    fn a_column_is_its_fields_values_in_the_kept_readings() {
+        let one_shape = Columns::new(
+            vec![1, 2, 2, 5],
+            vec![name("a"), name("b")],
+            vec![vec![1, 0]],
+            Vec::new(),
+            vec![(0..4).map(FieldValue::Int).collect(), (10..14).map(FieldValue::Int).collect()],
+        )
+        .unwrap();
+        for run in [sample(), one_shape] {
+            for (from, to) in [(0, 100), (20, 31), (11, 20), (20, 21), (30, 30), (2, 3)] {
+                let mut kept = run.clone();
+                kept.keep(from, to);
+                let readings: Vec<Reading> = kept.clone().into_readings().collect();
+                for (c, n) in kept.names().iter().enumerate() {
+                    let want: Vec<(TimestampMs, FieldValue)> = readings
+                        .iter()
+                        .filter_map(|r| {
+                            Some((r.ts, r.fields.iter().find(|(f, _)| f == n)?.1.clone()))
+                        })
+                        .collect();
+                    let got: Vec<(TimestampMs, FieldValue)> =
+                        kept.column(c).map(|(t, v)| (t, v.clone())).collect();
+                    assert_eq!(got, want, "column {n:?} of {from}..{to}");
+                }
+            }
+        }
     }
 
     fn all(cols: Columns, desc: bool) -> Vec<Reading> {

@@ -15,7 +15,7 @@ use crate::query::QueryState;
 use crate::query::kept::Kept;
 use crate::query::merge::merge;
 use crate::query::rollups::merged_rollups;
-use crate::store::{FieldStats, Order, RangeQuery, SensorInfo, SensorQuery, StoreError};
+use crate::store::{FieldStats, Order, RangeQuery, Run, SensorInfo, SensorQuery, StoreError};
 
 /// The one retention policy: `FROM "autogen"."m"` reads `m`, any other policy is not found.
 pub const RETENTION_POLICY: &str = "autogen";
@@ -306,6 +306,23 @@ impl Ctx<'_> {
         order: Order,
     ) -> BoxStream<'static, Result<Reading, StoreError>> {
         self.readings_noted(key, from, to, order, &self.kept)
+    }
+
+    /// The stored runs of one series in `[from, to)`, ascending, when none of its unflushed
+    /// readings falls there: a fold whose result does not depend on how readings interleave
+    /// across fields may then read their columns. `None` when some do (read
+    /// [`Ctx::readings`]).
+    pub fn stored_runs(
+        &self,
+        key: &str,
+        from: TimestampMs,
+        to: TimestampMs,
+    ) -> Option<BoxStream<'static, Result<Run, StoreError>>> {
+        if !self.state.unflushed.unflushed(key, from, to).is_empty() {
+            return None;
+        }
+        let query = RangeQuery { sensor: key.to_owned(), from, to, order: Order::Asc, limit: None };
+        Some(self.kept.runs(self.state.store.clone(), query))
     }
 
     /// The same for a probe that decides how to answer (field types), not what: a cut range

@@ -6,17 +6,18 @@ use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use futures::StreamExt;
 use serde_json::Value;
 
 use super::{
     ColExpr, Kind, Measurement, NS_PER_MS, Plan, Statement, arith, dedupe, readings_of,
     too_many_points, too_many_rows,
 };
-use crate::model::{HOUR_MS, Reading, TimestampMs};
+use crate::model::{FieldValue, HOUR_MS, Reading, TimestampMs};
 use crate::query::influxql::agg::{Acc, Func, arrange_modes, float};
 use crate::query::influxql::ast::Fill;
 use crate::query::influxql::exec::{Ctx, ExecError, FieldKind, Series};
-use crate::store::SensorInfo;
+use crate::store::{Run, SensorInfo};
 
 /// A function's value in one window, with the time of the reading a selector picked; `None`
 /// when the window had nothing it counts (so fill applies).
@@ -240,7 +241,10 @@ struct Scan {
     fields_seen: Vec<BTreeSet<String>>,
 }
 
-/// Folds one series' readings in `from..to` into its group.
+/// Folds one series' readings in `from..to` into its group: column by column from the store's
+/// runs when no reading needs to be seen whole (no field condition, no field or tag picked
+/// beside a selector, no unflushed reading in range), else reading by reading. Each
+/// accumulator holds one field's values of one window, which come in time order either way.
 async fn fold_readings(
     ctx: &Ctx<'_>,
     st: &Statement<'_>,
@@ -251,50 +255,157 @@ async fn fold_readings(
     scan: &mut Scan,
 ) -> Result<(), ExecError> {
     let plan = st.plan;
-    // Without GROUP BY time, one window at the lower bound as written (or the epoch).
-    let single = if st.range.has_lower { st.range.lower_ns.div_euclid(NS_PER_MS) } else { 0 };
-    readings_of(ctx, st, m, info, from, to, |r| {
-        let w = st.window.map_or(single, |w| w.start(r.ts));
-        for (i, call) in plan.calls.iter().enumerate() {
-            for (name, v) in &r.fields {
-                if call.field.as_ref().is_some_and(|f| f.as_str() != name.as_str()) {
-                    continue;
-                }
-                if !call.func.accepts(v) {
-                    // `mean(*)` takes the fields it can; `mean(s)` of a string is an error.
-                    if call.field.is_none() {
-                        continue;
-                    }
-                    return Err(ExecError::new(format!(
-                        "unsupported {}() of the {} field {name:?}",
-                        call.func.name(),
-                        FieldKind::of(v).name()
-                    )));
-                }
-                if !scan.fields_seen[i].contains(name.as_str()) {
-                    scan.fields_seen[i].insert(name.to_string());
-                }
-                // Looked up before it is made: a name made per reading was a third of a
-                // median's time.
-                if !g.accs[i].contains_key(name.as_str()) {
-                    g.accs[i].insert(name.to_string(), BTreeMap::new());
-                }
-                let windows = g.accs[i].get_mut(name.as_str()).expect("just made");
-                let acc = scan.cells.acc(windows, w, call.func)?;
-                if matches!(acc, Acc::Values(_) | Acc::Distinct(_) | Acc::Mode(_)) {
-                    scan.held += 1;
-                    if scan.held > ctx.state.limits.max_held {
-                        return Err(too_many_points(ctx.state.limits.max_held));
+    let limit = ctx.state.limits.max_held;
+    let series = series as u32;
+    let per_reading = st.condition.filter(|c| !c.series_matches(&info.tags, &m.tag_keys));
+    if per_reading.is_none()
+        && !plan.aux
+        && let Some(mut runs) = ctx.stored_runs(&info.key, from, to)
+    {
+        while let Some(run) = runs.next().await {
+            ctx.check_deadline()?;
+            match run? {
+                Run::Columns(c) => {
+                    for (col, name) in c.names().iter().enumerate() {
+                        for (i, call) in plan.calls.iter().enumerate() {
+                            if call.field.as_ref().is_none_or(|f| f.as_str() == name.as_str()) {
+                                fold_column(st, (i, name), c.column(col), series, g, scan, limit)?;
+                            }
+                        }
                     }
                 }
-                if acc.push_from(series as u32, r.ts, v) && plan.aux {
-                    g.aux.insert(w, (r.clone(), info.clone()));
+                Run::Readings(readings) => {
+                    for r in &readings {
+                        fold_reading(st, (series, info), r, g, scan, limit)?;
+                    }
                 }
             }
         }
-        Ok(())
-    })
-    .await
+        return Ok(());
+    }
+    readings_of(ctx, st, m, info, from, to, |r| fold_reading(st, (series, info), r, g, scan, limit))
+        .await
+}
+
+/// The window a statement folds `ts` into, with the end of that window: without GROUP BY
+/// time, one window at the lower bound as written (or the epoch).
+fn window_of(st: &Statement<'_>, ts: TimestampMs) -> (TimestampMs, TimestampMs) {
+    match st.window {
+        Some(w) => w.bounds(ts),
+        None => {
+            let single =
+                if st.range.has_lower { st.range.lower_ns.div_euclid(NS_PER_MS) } else { 0 };
+            (single, TimestampMs::MAX)
+        }
+    }
+}
+
+/// The accumulators of call `i` over field `name`, made when first asked.
+fn windows_of<'g>(
+    g: &'g mut Group,
+    scan: &mut Scan,
+    i: usize,
+    name: &str,
+) -> &'g mut BTreeMap<TimestampMs, Acc> {
+    if !scan.fields_seen[i].contains(name) {
+        scan.fields_seen[i].insert(name.to_owned());
+    }
+    // Looked up before it is made: a name made per reading was a third of a median's time.
+    if !g.accs[i].contains_key(name) {
+        g.accs[i].insert(name.to_owned(), BTreeMap::new());
+    }
+    g.accs[i].get_mut(name).expect("just made")
+}
+
+/// The call's error for a value it does not take, unless it takes every field (`mean(*)`
+/// passes strings by): `Ok(false)` then.
+fn refuse(call: &super::Call, name: &str, v: &FieldValue) -> Result<bool, ExecError> {
+    if call.field.is_none() {
+        return Ok(false);
+    }
+    Err(ExecError::new(format!(
+        "unsupported {}() of the {} field {name:?}",
+        call.func.name(),
+        FieldKind::of(v).name()
+    )))
+}
+
+/// Counts a value an accumulator keeps, refusing past the statement's limit.
+fn hold(acc: &Acc, scan: &mut Scan, limit: usize) -> Result<(), ExecError> {
+    if matches!(acc, Acc::Values(_) | Acc::Distinct(_) | Acc::Mode(_)) {
+        scan.held += 1;
+        if scan.held > limit {
+            return Err(too_many_points(limit));
+        }
+    }
+    Ok(())
+}
+
+/// Folds one column of a run into call `i`'s windows of the column's field (one the call
+/// takes), finding a window's accumulator once per window rather than once per value.
+fn fold_column<'v>(
+    st: &Statement<'_>,
+    (i, name): (usize, &str),
+    values: impl Iterator<Item = (TimestampMs, &'v FieldValue)>,
+    series: u32,
+    g: &mut Group,
+    scan: &mut Scan,
+    limit: usize,
+) -> Result<(), ExecError> {
+    let call = &st.plan.calls[i];
+    let mut values = values.peekable();
+    while let Some((ts, v)) = values.next() {
+        if !call.func.accepts(v) {
+            refuse(call, name, v)?;
+            continue;
+        }
+        let (start, end) = window_of(st, ts);
+        let windows = windows_of(g, scan, i, name);
+        let acc = scan.cells.acc(windows, start, call.func)?;
+        hold(acc, scan, limit)?;
+        acc.push_from(series, ts, v);
+        // The rest of the window's values, into the same accumulator.
+        while let Some((ts, v)) = values.next_if(|(t, _)| *t < end) {
+            if !call.func.accepts(v) {
+                refuse(call, name, v)?;
+                continue;
+            }
+            hold(acc, scan, limit)?;
+            acc.push_from(series, ts, v);
+        }
+    }
+    Ok(())
+}
+
+/// Folds one reading into every call that takes its fields.
+fn fold_reading(
+    st: &Statement<'_>,
+    (series, info): (u32, &Arc<SensorInfo>),
+    r: &Reading,
+    g: &mut Group,
+    scan: &mut Scan,
+    limit: usize,
+) -> Result<(), ExecError> {
+    let plan = st.plan;
+    let w = window_of(st, r.ts).0;
+    for (i, call) in plan.calls.iter().enumerate() {
+        for (name, v) in &r.fields {
+            if call.field.as_ref().is_some_and(|f| f.as_str() != name.as_str()) {
+                continue;
+            }
+            if !call.func.accepts(v) {
+                refuse(call, name, v)?;
+                continue;
+            }
+            let windows = windows_of(g, scan, i, name);
+            let acc = scan.cells.acc(windows, w, call.func)?;
+            hold(acc, scan, limit)?;
+            if acc.push_from(series, r.ts, v) && plan.aux {
+                g.aux.insert(w, (r.clone(), info.clone()));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether a statement's windows are answered slice by slice ([`by_slices`]): it keeps values
