@@ -188,8 +188,11 @@ pub enum Acc {
         max: Num,
         seen: bool,
     },
-    /// Median, percentile, stddev and distinct keep the values.
+    /// Percentile keeps the values, as numbers of their field's type, with their times.
     Values(Vec<(Num, TimestampMs)>),
+    /// Median and stddev keep the values as floats (what they compute with), a third of the
+    /// memory of [`Acc::Values`] to hold, grow and select from.
+    Floats(Vec<f64>),
     /// Each value with the time it first appeared: InfluxDB lists them in that order.
     Distinct(Vec<(FieldValue, TimestampMs)>),
     /// Every value with its time and series; counted when the window is finished.
@@ -206,7 +209,8 @@ impl Acc {
             Func::Min | Func::Max => Acc::Extreme { best: None, max: func == Func::Max },
             Func::First | Func::Last => Acc::Edge { best: None, last: func == Func::Last },
             Func::Spread => Acc::Spread { min: Num::Int(0), max: Num::Int(0), seen: false },
-            Func::Median | Func::Stddev | Func::Percentile(_) => Acc::Values(Vec::new()),
+            Func::Median | Func::Stddev => Acc::Floats(Vec::new()),
+            Func::Percentile(_) => Acc::Values(Vec::new()),
             Func::Distinct | Func::CountDistinct => Acc::Distinct(Vec::new()),
             Func::Mode => Acc::Mode(Vec::new()),
         }
@@ -266,6 +270,11 @@ impl Acc {
                     *max = num;
                 }
                 *seen = true;
+            }
+            Acc::Floats(vs) => {
+                if let Some(num) = num {
+                    vs.push(num.f());
+                }
             }
             Acc::Values(vs) => {
                 if let Some(num) = num {
@@ -341,7 +350,11 @@ impl Acc {
                     *best = Some((v, t));
                 }
             }
-            Acc::Values(_) | Acc::Distinct(_) | Acc::Mode(_) | Acc::Answered(_) => {}
+            Acc::Values(_)
+            | Acc::Floats(_)
+            | Acc::Distinct(_)
+            | Acc::Mode(_)
+            | Acc::Answered(_) => {}
         }
     }
 
@@ -371,6 +384,8 @@ impl Acc {
             )),
             Acc::Values(vs) if vs.is_empty() => None,
             Acc::Values(vs) => values(func, vs),
+            Acc::Floats(vs) if vs.is_empty() => None,
+            Acc::Floats(vs) => floats(func, vs),
             Acc::Mode(vs) => mode(vs).map(|v| (field_json(&v), None)),
             Acc::Distinct(vs) if func == Func::CountDistinct => Some((Value::from(vs.len()), None)),
             Acc::Distinct(vs) if vs.is_empty() => None,
@@ -383,8 +398,11 @@ impl Acc {
     /// Answers a window of kept values (`median`, `percentile`, `stddev`) whose values have
     /// all been pushed, and lets the values go; the number let go.
     pub fn seal(&mut self, func: Func) -> usize {
-        let Acc::Values(vs) = self else { return 0 };
-        let held = vs.len();
+        let held = match self {
+            Acc::Values(vs) => vs.len(),
+            Acc::Floats(vs) => vs.len(),
+            _ => return 0,
+        };
         let cell = self.finish(func);
         *self = Acc::Answered(cell);
         held
@@ -520,35 +538,37 @@ fn float_mean(all_int: bool, int: i128, float_sum: f64, n: u64) -> Value {
 }
 
 fn values(func: Func, vs: &mut [(Num, TimestampMs)]) -> Option<(Value, Option<TimestampMs>)> {
+    let Func::Percentile(p) = func else { return None };
+    vs.sort_by(|a, b| a.0.f().total_cmp(&b.0.f()).then(a.1.cmp(&b.1)));
+    let i = (vs.len() as f64 * p / 100.0 + 0.5).floor() as i64 - 1;
+    let (v, t) = *vs.get(usize::try_from(i).ok()?)?;
+    Some((v.json(), Some(t)))
+}
+
+/// Median and stddev of a window's values (at least one).
+fn floats(func: Func, vs: &mut [f64]) -> Option<(Value, Option<TimestampMs>)> {
     match func {
         Func::Median => {
             // The middle values the sorted values would have, selected rather than sorted:
             // values equal in this order have the same bits, so either gives the same answer.
             let n = vs.len();
-            let (below, mid, _) =
-                vs.select_nth_unstable_by(n / 2, |a, b| a.0.f().total_cmp(&b.0.f()));
-            let b = mid.0.f();
+            let (below, mid, _) = vs.select_nth_unstable_by(n / 2, f64::total_cmp);
+            let b = *mid;
             let v = if n % 2 == 1 {
                 b
             } else {
-                let a = below.iter().map(|v| v.0.f()).max_by(f64::total_cmp).expect("n >= 2");
+                let a = below.iter().copied().max_by(f64::total_cmp).expect("n >= 2");
                 a + (b - a) / 2.0
             };
             Some((float(v), None))
-        }
-        Func::Percentile(p) => {
-            vs.sort_by(|a, b| a.0.f().total_cmp(&b.0.f()).then(a.1.cmp(&b.1)));
-            let i = (vs.len() as f64 * p / 100.0 + 0.5).floor() as i64 - 1;
-            let (v, t) = *vs.get(usize::try_from(i).ok()?)?;
-            Some((v.json(), Some(t)))
         }
         Func::Stddev => {
             if vs.len() < 2 {
                 return Some((Value::Null, None));
             }
             let n = vs.len() as f64;
-            let mean = vs.iter().map(|v| v.0.f()).sum::<f64>() / n;
-            let var = vs.iter().map(|v| (v.0.f() - mean).powi(2)).sum::<f64>() / (n - 1.0);
+            let mean = vs.iter().sum::<f64>() / n;
+            let var = vs.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
             Some((float(var.sqrt()), None))
         }
         _ => None,

@@ -332,7 +332,7 @@ fn refuse(call: &super::Call, name: &str, v: &FieldValue) -> Result<bool, ExecEr
 
 /// Counts a value an accumulator keeps, refusing past the statement's limit.
 fn hold(acc: &Acc, scan: &mut Scan, limit: usize) -> Result<(), ExecError> {
-    if matches!(acc, Acc::Values(_) | Acc::Distinct(_) | Acc::Mode(_)) {
+    if matches!(acc, Acc::Values(_) | Acc::Floats(_) | Acc::Distinct(_) | Acc::Mode(_)) {
         scan.held += 1;
         if scan.held > limit {
             return Err(too_many_points(limit));
