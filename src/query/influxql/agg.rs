@@ -383,7 +383,7 @@ impl Acc {
                 None,
             )),
             Acc::Values(vs) if vs.is_empty() => None,
-            Acc::Values(vs) => values(func, vs),
+            Acc::Values(vs) => percentile(func, vs),
             Acc::Floats(vs) if vs.is_empty() => None,
             Acc::Floats(vs) => floats(func, vs),
             Acc::Mode(vs) => mode(vs).map(|v| (field_json(&v), None)),
@@ -537,7 +537,8 @@ fn float_mean(all_int: bool, int: i128, float_sum: f64, n: u64) -> Value {
     float(sum / n as f64)
 }
 
-fn values(func: Func, vs: &mut [(Num, TimestampMs)]) -> Option<(Value, Option<TimestampMs>)> {
+/// The nearest-rank percentile of a window's values, with the picked value's time.
+fn percentile(func: Func, vs: &mut [(Num, TimestampMs)]) -> Option<(Value, Option<TimestampMs>)> {
     let Func::Percentile(p) = func else { return None };
     vs.sort_by(|a, b| a.0.f().total_cmp(&b.0.f()).then(a.1.cmp(&b.1)));
     let i = (vs.len() as f64 * p / 100.0 + 0.5).floor() as i64 - 1;

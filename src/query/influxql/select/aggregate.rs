@@ -318,10 +318,10 @@ fn windows_of<'g>(
 }
 
 /// The call's error for a value it does not take, unless it takes every field (`mean(*)`
-/// passes strings by): `Ok(false)` then.
-fn refuse(call: &super::Call, name: &str, v: &FieldValue) -> Result<bool, ExecError> {
+/// passes strings by).
+fn refuse(call: &super::Call, name: &str, v: &FieldValue) -> Result<(), ExecError> {
     if call.field.is_none() {
-        return Ok(false);
+        return Ok(());
     }
     Err(ExecError::new(format!(
         "unsupported {}() of the {} field {name:?}",
@@ -475,7 +475,7 @@ async fn by_slices(
             let length = i128::from(to - from);
             span = i64::try_from(length * target / estimate.max(1))
                 .unwrap_or(0)
-                .clamp(1, (to - from) / 2);
+                .clamp(1, ((to - from) / 2).max(1));
             continue;
         }
         let in_slice = (scan.held - held) as i128;
