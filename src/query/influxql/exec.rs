@@ -310,19 +310,33 @@ impl Ctx<'_> {
 
     /// The stored runs of one series in `[from, to)`, ascending, when none of its unflushed
     /// readings falls there: a fold whose result does not depend on how readings interleave
-    /// across fields may then read their columns. `None` when some do (read
-    /// [`Ctx::readings`]).
+    /// across fields may then read their columns. `Err` with those unflushed readings when
+    /// some do, for [`Ctx::readings_with`].
     pub fn stored_runs(
         &self,
         key: &str,
         from: TimestampMs,
         to: TimestampMs,
-    ) -> Option<BoxStream<'static, Result<Run, StoreError>>> {
-        if !self.state.unflushed.unflushed(key, from, to).is_empty() {
-            return None;
+    ) -> Result<BoxStream<'static, Result<Run, StoreError>>, Vec<Reading>> {
+        let unflushed = self.state.unflushed.unflushed(key, from, to);
+        if !unflushed.is_empty() {
+            return Err(unflushed);
         }
         let query = RangeQuery { sensor: key.to_owned(), from, to, order: Order::Asc, limit: None };
-        Some(self.kept.runs(self.state.store.clone(), query))
+        Ok(self.kept.runs(self.state.store.clone(), query))
+    }
+
+    /// [`Ctx::readings`] ascending, with the series' unflushed readings in `[from, to)`
+    /// already taken from the buffers.
+    pub fn readings_with(
+        &self,
+        key: &str,
+        from: TimestampMs,
+        to: TimestampMs,
+        unflushed: Vec<Reading>,
+    ) -> BoxStream<'static, Result<Reading, StoreError>> {
+        let query = RangeQuery { sensor: key.to_owned(), from, to, order: Order::Asc, limit: None };
+        merge(self.kept.readings(self.state.store.clone(), query), unflushed, Order::Asc)
     }
 
     /// The same for a probe that decides how to answer (field types), not what: a cut range

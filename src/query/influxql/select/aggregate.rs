@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use serde_json::Value;
 
 use super::{
@@ -17,7 +18,7 @@ use crate::model::{FieldValue, HOUR_MS, Reading, TimestampMs};
 use crate::query::influxql::agg::{Acc, Func, arrange_modes, float};
 use crate::query::influxql::ast::Fill;
 use crate::query::influxql::exec::{Ctx, ExecError, FieldKind, Series};
-use crate::store::{Run, SensorInfo};
+use crate::store::{Order, Run, SensorInfo, StoreError};
 
 /// A function's value in one window, with the time of the reading a selector picked; `None`
 /// when the window had nothing it counts (so fill applies).
@@ -258,33 +259,48 @@ async fn fold_readings(
     let limit = ctx.state.limits.max_held;
     let series = series as u32;
     let per_reading = st.condition.filter(|c| !c.series_matches(&info.tags, &m.tag_keys));
-    if per_reading.is_none()
-        && !plan.aux
-        && let Some(mut runs) = ctx.stored_runs(&info.key, from, to)
-    {
-        while let Some(run) = runs.next().await {
-            ctx.check_deadline()?;
-            match run? {
-                Run::Columns(c) => {
-                    for (col, name) in c.names().iter().enumerate() {
-                        for (i, call) in plan.calls.iter().enumerate() {
-                            if call.field.as_ref().is_none_or(|f| f.as_str() == name.as_str()) {
-                                fold_column(st, (i, name), c.column(col), series, g, scan, limit)?;
-                            }
+    let stream = if per_reading.is_some() || plan.aux {
+        ctx.readings(&info.key, from, to, Order::Asc)
+    } else {
+        match ctx.stored_runs(&info.key, from, to) {
+            Ok(runs) => return fold_runs(ctx, st, (series, info), runs, g, scan).await,
+            Err(unflushed) => ctx.readings_with(&info.key, from, to, unflushed),
+        }
+    };
+    readings_of(ctx, st, m, info, stream, |r| fold_reading(st, (series, info), r, g, scan, limit))
+        .await
+}
+
+/// Folds a series' stored runs, column by column where the store gives columns.
+async fn fold_runs(
+    ctx: &Ctx<'_>,
+    st: &Statement<'_>,
+    (series, info): (u32, &Arc<SensorInfo>),
+    mut runs: BoxStream<'static, Result<Run, StoreError>>,
+    g: &mut Group,
+    scan: &mut Scan,
+) -> Result<(), ExecError> {
+    let limit = ctx.state.limits.max_held;
+    while let Some(run) = runs.next().await {
+        ctx.check_deadline()?;
+        match run? {
+            Run::Columns(c) => {
+                for (col, name) in c.names().iter().enumerate() {
+                    for (i, call) in st.plan.calls.iter().enumerate() {
+                        if call.field.as_ref().is_none_or(|f| f.as_str() == name.as_str()) {
+                            fold_column(st, (i, name), c.column(col), series, g, scan, limit)?;
                         }
                     }
                 }
-                Run::Readings(readings) => {
-                    for r in &readings {
-                        fold_reading(st, (series, info), r, g, scan, limit)?;
-                    }
+            }
+            Run::Readings(readings) => {
+                for r in &readings {
+                    fold_reading(st, (series, info), r, g, scan, limit)?;
                 }
             }
         }
-        return Ok(());
     }
-    readings_of(ctx, st, m, info, from, to, |r| fold_reading(st, (series, info), r, g, scan, limit))
-        .await
+    Ok(())
 }
 
 /// The window a statement folds `ts` into, with the end of that window: without GROUP BY

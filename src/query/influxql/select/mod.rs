@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use serde_json::Value;
 
 use self::transform::Transform;
@@ -28,7 +29,7 @@ use super::ast::{BinaryOp, Dimension, Expr, Field, Fill, RefKind, Select};
 use super::cond::{self, Condition, TimeRange, compile_regex};
 use super::exec::{Ctx, ExecError, Series};
 use crate::model::{FieldValue, Reading, TimestampMs};
-use crate::store::{Order, SensorInfo};
+use crate::store::{SensorInfo, StoreError};
 use chrono_tz::Tz;
 
 /// Rows (windows × groups) one statement may produce.
@@ -410,18 +411,16 @@ fn group_keys(dims: &[Dimension], tag_keys: &BTreeSet<String>) -> Result<Vec<Str
     Ok(keys.into_iter().collect())
 }
 
-/// Streams one series' readings in `from..to` (within the statement's range) that meet the
-/// condition.
+/// Hands `each` the readings of one series' `stream` (ascending, within the statement's range)
+/// that meet the condition.
 async fn readings_of(
     ctx: &Ctx<'_>,
     st: &Statement<'_>,
     m: &Measurement,
     info: &SensorInfo,
-    from: TimestampMs,
-    to: TimestampMs,
+    mut stream: BoxStream<'static, Result<Reading, StoreError>>,
     mut each: impl FnMut(&Reading) -> Result<(), ExecError>,
 ) -> Result<(), ExecError> {
-    let mut stream = ctx.readings(&info.key, from, to, Order::Asc);
     // A condition its tags already satisfy (`"sensor" = 's07'`) is not asked again per reading.
     let per_reading = st.condition.filter(|c| !c.series_matches(&info.tags, &m.tag_keys));
     let mut n = 0u32;

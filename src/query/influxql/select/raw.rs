@@ -14,7 +14,7 @@ use crate::query::influxql::agg::field_json;
 use crate::query::influxql::ast::RefKind;
 use crate::query::influxql::exec::{Ctx, ExecError, Series};
 use crate::query::influxql::go_order::sorted_merge;
-use crate::store::SensorInfo;
+use crate::store::{Order, SensorInfo};
 
 /// A group's readings, each with its series.
 type Rows = Vec<(Reading, Arc<SensorInfo>)>;
@@ -34,7 +34,8 @@ pub(super) async fn run(
             let mut series = Vec::new();
             for info in members {
                 let mut rows = Vec::new();
-                readings_of(ctx, st, m, info, st.range.from, st.range.to, |r| {
+                let stream = ctx.readings(&info.key, st.range.from, st.range.to, Order::Asc);
+                readings_of(ctx, st, m, info, stream, |r| {
                     points += 1;
                     if points > ctx.state.limits.max_held {
                         return Err(too_many_points(ctx.state.limits.max_held));
