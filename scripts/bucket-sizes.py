@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Sizes of bucket documents as MongoDB stores them, for the README's "Buckets and their caps".
+"""Sizes of bucket documents as MongoDB stores them, for docs/configuration.md (bucket caps).
 
-Encodes buckets of the shape src/store/mongo/document.rs writes (see ARCHITECTURE.md) with
+Encodes buckets of the shape src/store/mongo/document.rs writes (see docs/design/stores.md) with
 pymongo's BSON encoder and prints the bucket size and bytes per reading for several counts.
 Run it with the stand-in's venv, which the MongoDB tests create:
     target/mongo-standin-venv/bin/python scripts/bucket-sizes.py

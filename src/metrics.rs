@@ -1,5 +1,5 @@
 //! Metric names, their help texts, and the Prometheus recorder. Every metric bucketd emits is
-//! named here so that the `/metrics` page and the README's list cannot drift apart.
+//! named here so that the `/metrics` page and the list in docs/operations.md cannot drift apart.
 //!
 //! Labels are always drawn from small fixed sets (protocol, reason, route, status, kind):
 //! never a sensor id, which would make cardinality grow with the fleet.

@@ -552,7 +552,7 @@ pub type Item = (Series, Reading);
 /// A reading's write sequence number: assigned at ingest, increasing in the order readings
 /// enter the buffers (and the write-ahead log). The stores record the highest one they hold per
 /// (series, hour), which is what makes a retried flush and a WAL replay land exactly once; see
-/// ARCHITECTURE.md, "Exactly once".
+/// docs/design/ingest.md, "Exactly once".
 pub type Seq = u64;
 
 /// Ascending sequence numbers read by index: a slice of them, or a batch's first readings
@@ -598,7 +598,7 @@ impl SeqRun for SettledRun<'_> {
 /// Who wrote a reading: one per bucketd process lineage, created on its first start and kept
 /// beside its write-ahead log (`wal::identity`), so a restart on the same directory is the same
 /// writer. Sequence numbers of different writers are not comparable, so the stores keep one
-/// high-water mark per (series, hour, writer): see ARCHITECTURE.md, "Exactly once".
+/// high-water mark per (series, hour, writer): see docs/design/ingest.md, "Exactly once".
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct WriterId(pub u64);
 

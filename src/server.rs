@@ -72,7 +72,7 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
 }
 
 /// Loads the writer identity kept in the log's directory, creating it on the first start; in
-/// every ack mode, since the stores' marks are per writer (ARCHITECTURE.md, "Exactly once").
+/// every ack mode, since the stores' marks are per writer (docs/design/ingest.md, "Exactly once").
 async fn open_identity(config: &Config) -> anyhow::Result<Identity> {
     let dir = config.wal_config().dir;
     let accept_moved = config.accept_moved_wal_dir;
@@ -302,7 +302,7 @@ impl Server {
             stop.clone(),
         );
         // Before anything is served: with segments to replay, pushes go to the log only until
-        // the refill has caught up (ARCHITECTURE.md, "The write-ahead log").
+        // the refill has caught up (docs/design/ingest.md, "The write-ahead log").
         let refill_stop = CancellationToken::new();
         let refill = wal.clone().map(|wal| {
             let stop = refill_stop.clone();

@@ -39,7 +39,7 @@
 //! reading logged earlier is never flushed after one logged later. The flusher takes at most
 //! one batch per (sensor, hour) at a time and puts a failed batch back at the head, so what
 //! the store holds of a (sensor, hour) is always every reading up to some sequence number: the
-//! high-water mark the stores record and the flusher and WAL replay trust (ARCHITECTURE.md,
+//! high-water mark the stores record and the flusher and WAL replay trust (docs/design/ingest.md,
 //! "Exactly once"). Packing and encoding happen before the mutex; under it only a vector
 //! append to the stage and a `memcpy` into the log run.
 //!
@@ -47,7 +47,7 @@
 //! The stage holds numbered pushes not yet in the map. It is merged, one merger at a time and
 //! in stage order, when it holds `STAGE_READINGS`, at every take and before every read of the
 //! map, so readers never miss a staged reading. A merge touches each sensor's entry once for
-//! all its staged readings (ARCHITECTURE.md, "Buffers and the flusher", says why).
+//! all its staged readings (docs/design/ingest.md, "Buffers and the flusher", says why).
 //!
 //! Sequence numbers start at the wall clock in nanoseconds and then count up, so they keep
 //! increasing across restarts (the stores' marks of an earlier process stay below them) as
@@ -283,7 +283,7 @@ impl Buffers {
     /// be brought in later by [`Buffers::push_recovered`] (the refill), in order. When `log`
     /// fails nothing is kept. Keep `log` short: every push waits for it.
     ///
-    /// Full-policy, by the store's state (ARCHITECTURE.md, "Overload"):
+    /// Full-policy, by the store's state (docs/design/ingest.md, "Overload"):
     /// - the store is writing (its last write had no retriable failure) but slower than ingest:
     ///   refuse at once with [`BufferFull`], nothing logged. Spilling would only move the
     ///   backlog into the log, to be read back at a higher cost than the direct path.

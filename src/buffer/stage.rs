@@ -1,5 +1,5 @@
 //! The stage: numbered pushes waiting to be merged into the per-sensor buffers (module doc of
-//! `buffer`, "Staging"; ARCHITECTURE.md, "Buffers and the flusher", says why).
+//! `buffer`, "Staging"; docs/design/ingest.md, "Buffers and the flusher", says why).
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -218,7 +218,7 @@ enum Running {
     /// runtime for the worker's timers; the receiver resolves when the worker has returned
     /// (an error if it panicked). Not a runtime worker blocked in place: that handed the
     /// runtime to another thread at every write, and the allocator kept partly used memory
-    /// for each thread (ARCHITECTURE.md, "The embedded store (redb)").
+    /// for each thread (docs/design/stores.md, "The embedded store (redb)").
     Thread(tokio::sync::oneshot::Receiver<()>),
 }
 

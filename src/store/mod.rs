@@ -54,8 +54,8 @@ impl BucketLimits {
 
 impl Default for BucketLimits {
     fn default() -> Self {
-        // Mirrors MongoDB's own time-series buckets (1,000 measurements / 125 KB); see the
-        // README's "Bucket caps" section for the measurement behind these numbers.
+        // Mirrors MongoDB's own time-series buckets (1,000 measurements / 125 KB); see
+        // "Buckets and their caps" in docs/configuration.md for the measurement behind them.
         BucketLimits { max_readings: 1000, max_bytes: 125 * 1024 }
     }
 }

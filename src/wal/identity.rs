@@ -1,10 +1,11 @@
 //! The writer identity: which writer this process is, kept in a `WRITER` file beside the log.
 //!
 //! Sequence numbers are only comparable within one writer, so the stores keep a high-water mark
-//! per (series, hour, writer) and the flusher and the refill ask only for their own (ARCHITECTURE.md,
-//! "Exactly once"). The identity must therefore follow the log: a restart on the same directory
-//! is the same writer (its log's readings are judged against its own marks), and two processes
-//! must never share one, or each would take the other's stored readings for its own.
+//! per (series, hour, writer) and the flusher and the refill ask only for their own
+//! (docs/design/ingest.md, "Exactly once"). The identity must therefore follow the log: a
+//! restart on the same directory is the same writer (its log's readings are judged against its
+//! own marks), and two processes must never share one, or each would take the other's stored
+//! readings for its own.
 //!
 //! Two processes on one directory are stopped by the log's `LOCK`. A **copied** directory
 //! (a cloned VM or volume, a `cp -r` of a data directory to start a second instance) is found
@@ -29,7 +30,7 @@ use crate::model::{Seq, WriterId};
 pub const FILE: &str = "WRITER";
 
 const HEADER: &str = "# bucketd writer identity: keep with this log directory; never copy it \
-                      to another instance (see the README, \"Scaling out\")";
+                      to another instance (see docs/operations.md, \"Scaling out\")";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Identity {

@@ -10,7 +10,7 @@
 //! group and fsyncs it (`fdatasync`), one group at a time (and at most once per
 //! `sync_interval` where that is set), so every request that arrived during the previous
 //! fsync shares the next (group commit). A reading may reach the store before its record is
-//! synced; that is harmless (see "Exactly once" in ARCHITECTURE.md).
+//! synced; that is harmless (see "Exactly once" in docs/design/ingest.md).
 //!
 //! # Segments
 //! The log is a directory of segment files ([`segment`]), each named by its first sequence

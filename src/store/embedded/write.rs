@@ -402,7 +402,7 @@ fn create_series(
 /// A bucket's last chunk holding fewer readings than this takes the next write's readings
 /// too (decoded, merged and encoded again) rather than the write making a chunk of its own.
 /// A slow sensor's flush brings a handful of readings, and a chunk per flush cost more in its
-/// key, its name dictionary and its B-tree entry than in its readings (ARCHITECTURE.md,
+/// key, its name dictionary and its B-tree entry than in its readings (docs/design/stores.md,
 /// "The embedded store"). A fast sensor's writes are larger than this and are never re-encoded.
 pub(super) const SMALL_CHUNK: u32 = 128;
 

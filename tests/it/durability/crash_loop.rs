@@ -146,7 +146,7 @@ fn check_exactly_once(ledger: &Ledger, stored: &BTreeMap<i64, usize>) {
     );
 }
 
-/// Two instances on one MongoDB, as the README's "Scaling out" allows: both write the same
+/// Two instances on one MongoDB, as "Scaling out" in docs/operations.md allows: both write the same
 /// sensor-hours (so the same buckets), the first holding its readings longer than the second
 /// flushes, and each round one of them, chosen at random, is killed -9 at a random moment and
 /// restarted on its own directories. Each must judge its log only against its own high-water

@@ -2,7 +2,7 @@
 //! readings, bucket headers and series records.
 //!
 //! Hand-written rather than serde + postcard because the chunk format exploits what sensor data
-//! looks like (see `benches/embedded.rs` and the README for the measurement): a chunk is
+//! looks like (see `benches/embedded.rs` and docs/performance.md for the measurement): a chunk is
 //! stored column by column. Field names are stored once per chunk; timestamps are deltas of
 //! their deltas in runs (a fixed period costs a few bytes a chunk); each field is one column of
 //! its values; floats with a fixed number of decimals are varint deltas of scaled integers
