@@ -23,6 +23,9 @@ use crate::wal::WalConfig;
 const FLUSH_MIN_BACKOFF: Duration = Duration::from_millis(100);
 const FLUSH_MAX_BACKOFF: Duration = Duration::from_secs(10);
 
+/// The smallest `--store-cache`: a few B-tree paths of pages, below which every read misses.
+const MIN_STORE_CACHE: usize = 1 << 20;
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -48,6 +51,13 @@ pub struct Config {
     /// Directory of the embedded store (used when --mongodb-uri is not given).
     #[arg(long, env = "BUCKETD_DATA_DIR", default_value = "./bucketd-data")]
     pub data_dir: PathBuf,
+
+    /// The embedded store's page cache. Reads of pages outside it go to the file (and the
+    /// OS's page cache); dashboards that read the same days again are faster with a cache
+    /// that holds them (docs/performance.md). Counted in RSS beside --memory-budget.
+    /// Accepts suffixes: `64MiB`, `1GiB`.
+    #[arg(long, env = "BUCKETD_STORE_CACHE", default_value = "8MiB", value_parser = parse_store_cache)]
+    pub store_cache: usize,
 
     /// MongoDB connection string; when set, MongoDB is the store instead of the embedded one.
     #[arg(long, env = "BUCKETD_MONGODB_URI", hide_env_values = true)]
@@ -479,6 +489,14 @@ fn parse_positive_usize(s: &str) -> Result<usize, String> {
     }
 }
 
+fn parse_store_cache(s: &str) -> Result<usize, String> {
+    let bytes = parse_byte_size(s)?;
+    if bytes < MIN_STORE_CACHE {
+        return Err(format!("at least 1MiB, got {bytes} bytes"));
+    }
+    Ok(bytes)
+}
+
 fn parse_bucket_max_bytes(s: &str) -> Result<u32, String> {
     let n = parse_byte_size(s)?;
     let ceiling = BucketLimits::MAX_BYTES_CEILING as usize;
@@ -559,6 +577,7 @@ mod tests {
         assert_eq!(c.bucket_limits(), BucketLimits { max_readings: 1000, max_bytes: 128_000 });
         assert_eq!(c.max_buffered_readings, None);
         assert_eq!(c.memory_budget, 512 << 20);
+        assert_eq!(c.store_cache, crate::store::embedded::DEFAULT_CACHE_BYTES);
         assert_eq!((c.buffer_budget(), c.request_budget()), (384 << 20, 128 << 20));
         assert_eq!(c.wal_sync_interval, Duration::ZERO);
         assert_eq!(c.shutdown_timeout, Duration::from_secs(30));
@@ -635,6 +654,13 @@ mod tests {
         let e = parse(&["--rollup-retention", "7d"]).unwrap_err();
         assert!(e.to_string().contains("needs --retention"), "{e}");
         assert!(parse(&["--retention", "0s"]).is_err());
+    }
+
+    #[test]
+    fn a_store_cache_below_a_mebibyte_is_refused() {
+        assert_eq!(parse(&["--store-cache", "1GiB"]).unwrap().store_cache, 1 << 30);
+        let err = parse(&["--store-cache", "100KiB"]).unwrap_err().to_string();
+        assert!(err.contains("at least 1MiB"), "{err}");
     }
 
     #[test]

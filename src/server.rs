@@ -62,12 +62,14 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     }
     let dir = config.data_dir.clone();
     // Opening may replay redb's recovery after a crash: blocking file I/O.
-    let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(&dir, limits))
-        .await
-        .context("embedded store open task failed")?
-        .with_context(|| {
-            format!("cannot open the embedded store in {}", config.data_dir.display())
-        })?;
+    let cache = config.store_cache;
+    let store =
+        tokio::task::spawn_blocking(move || EmbeddedStore::open_with_cache(&dir, limits, cache))
+            .await
+            .context("embedded store open task failed")?
+            .with_context(|| {
+                format!("cannot open the embedded store in {}", config.data_dir.display())
+            })?;
     Ok(Arc::new(store))
 }
 

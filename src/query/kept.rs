@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use futures::stream::{self, BoxStream, StreamExt};
 
 use crate::model::TimestampMs;
-use crate::store::{RangeQuery, RollupQuery, RollupRow, Store, StoreError};
+use crate::store::{RangeQuery, RollupQuery, RollupSteps, Store, StoreError};
 
 /// Tries of one read: the whole range, the part after the deleted hours, and once more if a
 /// retention pass deleted another hour in between.
@@ -105,26 +105,26 @@ impl Kept {
         .boxed()
     }
 
-    /// [`Store::rollups`] of `query`, from where the readings are kept when its steps need
-    /// them.
+    /// [`Store::rollup_steps`] of `query`, from where the readings are kept when its steps
+    /// need them.
     pub async fn rollups(
         &self,
         store: &dyn Store,
         mut query: RollupQuery,
-    ) -> Result<Vec<RollupRow>, StoreError> {
+    ) -> Result<RollupSteps, StoreError> {
         for _ in 0..TRIES {
-            match store.rollups(query.clone()).await {
+            match store.rollup_steps(query.clone()).await {
                 Err(StoreError::Expired { before, retention_ms }) if before > query.from => {
                     self.note(before, retention_ms);
                     if before >= query.to {
-                        return Ok(Vec::new());
+                        return Ok(RollupSteps::default());
                     }
                     query.from = before;
                 }
                 answer => return answer,
             }
         }
-        store.rollups(query).await
+        store.rollup_steps(query).await
     }
 }
 
@@ -193,7 +193,7 @@ mod tests {
             step_ms: 600_000,
             fields: None,
         };
-        assert_eq!(kept.rollups(&*store, later).await.unwrap().len(), 2);
+        assert_eq!(kept.rollups(&*store, later).await.unwrap().into_rows().len(), 2);
         assert_eq!((kept.from(), kept.message()), (None, None));
     }
 
@@ -208,7 +208,7 @@ mod tests {
             step_ms: 600_000,
             fields: None,
         };
-        let rows = kept.rollups(&*store, fine).await.unwrap();
+        let rows = kept.rollups(&*store, fine).await.unwrap().into_rows();
         assert_eq!(
             rows.iter().map(|r| r.start).collect::<Vec<_>>(),
             [T0 + HOUR_MS, T0 + 2 * HOUR_MS]

@@ -17,7 +17,7 @@ use super::kept::Kept;
 use super::params::{Params, parse_step, parse_time, resolve_range};
 use super::{QueryState, now_ms, sensor_known};
 use crate::model::TimestampMs;
-use crate::store::{FieldStats, RollupQuery, StoreError};
+use crate::store::{FieldStats, RollupQuery, RollupSteps, StoreError};
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct RollupsResponse {
@@ -144,18 +144,18 @@ pub async fn get_rollups(
         step_ms,
         kept_from: kept.from().map(format_ts),
         rows: merged
+            .into_rows()
             .into_iter()
-            .filter(|(_, f)| !f.is_empty())
-            .map(|(start, f)| RollupRowJson {
-                t: format_ts(start),
-                fields: f.iter().map(|(k, s)| (k.clone(), s.into())).collect(),
+            .map(|row| RollupRowJson {
+                t: format_ts(row.start),
+                fields: row.fields.iter().map(|(k, s)| (k.clone(), s.into())).collect(),
             })
             .collect(),
     }))
 }
 
-/// The store's rollup rows with the unflushed readings of `[from, to)` merged in, by step
-/// start; `fields` of `None` is every numeric field. Steps that need readings `--retention`
+/// The store's rollup steps, field by field, with the unflushed readings of `[from, to)`
+/// merged in; `fields` of `None` is every numeric field. Steps that need readings `--retention`
 /// deleted are answered from the kept ones, noted in `kept`. Shared with InfluxQL's time
 /// groupings.
 pub async fn merged_rollups(
@@ -166,7 +166,7 @@ pub async fn merged_rollups(
     to: TimestampMs,
     step_ms: i64,
     fields: Option<&[String]>,
-) -> Result<BTreeMap<TimestampMs, BTreeMap<String, FieldStats>>, StoreError> {
+) -> Result<RollupSteps, StoreError> {
     // Buffers before the store, as for readings: double counting is possible, missing is not.
     let unflushed = state.unflushed.unflushed(sensor, from, to);
     let query = RollupQuery {
@@ -176,9 +176,7 @@ pub async fn merged_rollups(
         step_ms,
         fields: fields.map(<[String]>::to_vec),
     };
-    let rows = kept.rollups(&*state.store, query).await?;
-    let mut merged: BTreeMap<TimestampMs, BTreeMap<String, FieldStats>> =
-        rows.into_iter().map(|r| (r.start, r.fields)).collect();
+    let mut merged = kept.rollups(&*state.store, query).await?;
     for reading in unflushed {
         let start = reading.ts.div_euclid(step_ms) * step_ms;
         for (name, value) in &reading.fields {
@@ -186,12 +184,7 @@ pub async fn merged_rollups(
             if fields.is_some_and(|f| !f.iter().any(|w| name == w)) {
                 continue;
             }
-            merged
-                .entry(start)
-                .or_default()
-                .entry(name.to_string())
-                .and_modify(|s| s.merge(&FieldStats::of(reading.ts, v)))
-                .or_insert_with(|| FieldStats::of(reading.ts, v));
+            merged.merge(name, start, &FieldStats::of(reading.ts, v));
         }
     }
     Ok(merged)

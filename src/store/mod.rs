@@ -507,6 +507,61 @@ pub struct RollupRow {
     pub fields: BTreeMap<String, FieldStats>,
 }
 
+/// A rollup field by field: each field's steps ascending, one entry a step, steps without a
+/// value of the field left out. What a caller that folds each field into windows of its own
+/// wants, without a map of fields for every step.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RollupSteps {
+    pub fields: Vec<(String, Vec<(TimestampMs, FieldStats)>)>,
+}
+
+impl RollupSteps {
+    pub fn of_rows(rows: Vec<RollupRow>) -> Self {
+        let mut steps = RollupSteps::default();
+        for row in rows {
+            for (name, stats) in row.fields {
+                steps.field(&name).push((row.start, stats));
+            }
+        }
+        steps
+    }
+
+    /// The rows of [`Store::rollups`], ascending by step.
+    pub fn into_rows(self) -> Vec<RollupRow> {
+        let mut rows: BTreeMap<TimestampMs, BTreeMap<String, FieldStats>> = BTreeMap::new();
+        for (name, steps) in self.fields {
+            for (start, stats) in steps {
+                rows.entry(start).or_default().insert(name.clone(), stats);
+            }
+        }
+        rows.into_iter().map(|(start, fields)| RollupRow { start, fields }).collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.fields.iter().all(|(_, steps)| steps.is_empty())
+    }
+
+    /// Adds `stats` to the step `start` of field `name`, wherever that step falls.
+    pub fn merge(&mut self, name: &str, start: TimestampMs, stats: &FieldStats) {
+        let steps = self.field(name);
+        match steps.binary_search_by_key(&start, |(s, _)| *s) {
+            Ok(i) => steps[i].1.merge(stats),
+            Err(i) => steps.insert(i, (start, *stats)),
+        }
+    }
+
+    fn field(&mut self, name: &str) -> &mut Vec<(TimestampMs, FieldStats)> {
+        let i = match self.fields.iter().position(|(n, _)| n == name) {
+            Some(i) => i,
+            None => {
+                self.fields.push((name.to_owned(), Vec::new()));
+                self.fields.len() - 1
+            }
+        };
+        &mut self.fields[i].1
+    }
+}
+
 /// Sensors whose tags include every `(k, v)` in `tags` and, if given, whose measurement is
 /// `measurement`; ordered by key, starting after `after`, at most `limit`.
 #[derive(Clone, Debug, PartialEq, Default)]
@@ -596,6 +651,12 @@ pub trait Store: Send + Sync + 'static {
     }
 
     async fn rollups(&self, query: RollupQuery) -> Result<Vec<RollupRow>, StoreError>;
+
+    /// [`Store::rollups`] field by field. The default regroups the rows; a store that folds
+    /// steps per field hands them over as they are.
+    async fn rollup_steps(&self, query: RollupQuery) -> Result<RollupSteps, StoreError> {
+        Ok(RollupSteps::of_rows(self.rollups(query).await?))
+    }
 
     async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError>;
 

@@ -15,7 +15,7 @@ use crate::query::QueryState;
 use crate::query::kept::Kept;
 use crate::query::merge::merge;
 use crate::query::rollups::merged_rollups;
-use crate::store::{FieldStats, Order, RangeQuery, Run, SensorInfo, SensorQuery, StoreError};
+use crate::store::{Order, RangeQuery, RollupSteps, Run, SensorInfo, SensorQuery, StoreError};
 
 /// The one retention policy: `FROM "autogen"."m"` reads `m`, any other policy is not found.
 pub const RETENTION_POLICY: &str = "autogen";
@@ -371,7 +371,7 @@ impl Ctx<'_> {
         range: super::cond::TimeRange,
         step_ms: i64,
         fields: Option<&[String]>,
-    ) -> Result<BTreeMap<TimestampMs, BTreeMap<String, FieldStats>>, ExecError> {
+    ) -> Result<RollupSteps, ExecError> {
         Ok(merged_rollups(self.state, &self.kept, key, range.from, range.to, step_ms, fields)
             .await?)
     }

@@ -38,6 +38,11 @@ use crate::http::{ApiError, InfluxError, influxdb_headers};
 /// Statements one request may carry: each is answered in memory before the response is sent.
 pub const MAX_STATEMENTS: usize = 100;
 
+/// A guess at a value's bytes in the JSON answer (a millisecond time or a float, a comma), to
+/// size the answer once; at most [`MAX_PRESIZE`] is reserved ahead, past it the answer grows.
+const BYTES_PER_VALUE: usize = 16;
+const MAX_PRESIZE: usize = 256 << 20;
+
 #[derive(Serialize)]
 struct StatementResult {
     statement_id: usize,
@@ -200,7 +205,12 @@ pub async fn query(
     } else if p.pretty {
         serde_json::to_vec_pretty(&Results { results: &results }).unwrap_or_default()
     } else {
-        serde_json::to_vec(&Results { results: &results }).unwrap_or_default()
+        // Sized once for the rows rather than grown (and copied) by doubling.
+        let values: usize =
+            results.iter().flat_map(|r| &r.series).map(|s| s.values.len() * s.columns.len()).sum();
+        let mut out = Vec::with_capacity(values.saturating_mul(BYTES_PER_VALUE).min(MAX_PRESIZE));
+        serde_json::to_writer(&mut out, &Results { results: &results }).unwrap_or_default();
+        out
     };
     ok_response(body)
 }

@@ -16,7 +16,6 @@ use redb::{
     TableDefinition, TableError, WriteTransaction,
 };
 
-use super::codec::BucketHeader;
 use crate::model::TimestampMs;
 
 /// Key: `(write, series id, hour, bucket seq, chunk index)`.
@@ -57,14 +56,15 @@ impl ChunkAt {
     }
 }
 
-/// The places of the chunks of bucket `(series, hour, seq)`, in chunk order.
+/// The places of the chunks of bucket `(series, hour, seq)`, in chunk order, from its header's
+/// `writes`.
 pub(super) fn of_bucket(
     series: u64,
     hour: TimestampMs,
     seq: u32,
-    header: &BucketHeader,
+    writes: &[u64],
 ) -> impl DoubleEndedIterator<Item = ChunkAt> + '_ {
-    header.writes.iter().enumerate().map(move |(index, &write)| ChunkAt {
+    writes.iter().enumerate().map(move |(index, &write)| ChunkAt {
         series,
         hour,
         seq,

@@ -123,7 +123,7 @@ fn move_bucket(
         Some(g) => BucketHeader::decode(g.value())?,
         None => return Ok(()),
     };
-    for at in chunks::of_bucket(id, hour, seq, &header) {
+    for at in chunks::of_bucket(id, hour, seq, &header.writes) {
         chunks.remove(at)?;
     }
     report.readings_deleted += u64::from(header.count);

@@ -94,8 +94,8 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::model::{Batch, Reading, Seq, TimestampMs, WriterId};
 use crate::store::{
-    BucketLimits, Compaction, ExpireReport, RangeQuery, Retention, RollupQuery, RollupRow, Run,
-    SensorInfo, SensorQuery, Store, StoreError, WriteReport,
+    BucketLimits, Compaction, ExpireReport, RangeQuery, Retention, RollupQuery, RollupRow,
+    RollupSteps, Run, SensorInfo, SensorQuery, Store, StoreError, WriteReport,
 };
 
 /// Version of the file's layout, in `meta`'s `schema_version`: the buckets' schema
@@ -109,12 +109,11 @@ pub(crate) const FILE_SCHEMA_VERSION: u64 = 6;
 /// Name of the database file inside the data directory.
 pub const DB_FILE_NAME: &str = "bucketd.redb";
 
-/// redb's page cache. redb's default is 1 GiB; bucketd's reads are mostly recent hours of a
-/// few series, and a flush touches each sensor's pages once per interval, so a small cap
-/// leaves memory to the ingest buffers: the 200,000-sensor fleet peaked at 292 MiB with 8 MiB
-/// and at 354 with 32, for the same CPU; flat-out ingest was as fast with either. Misses are
-/// `pread`s from the OS page cache.
-const CACHE_BYTES: usize = 8 * 1024 * 1024;
+/// redb's page cache unless `--store-cache` says otherwise. redb's default is 1 GiB; a flush
+/// touches each sensor's pages once per interval, so a small cache leaves memory to the
+/// ingest buffers at no cost to ingest (docs/performance.md), while a dashboard that reads
+/// many days again gains from one that holds them. Misses are `pread`s from the OS page cache.
+pub const DEFAULT_CACHE_BYTES: usize = 8 * 1024 * 1024;
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const SERIES: TableDefinition<&str, &[u8]> = TableDefinition::new("series");
@@ -238,10 +237,19 @@ impl EmbeddedStore {
     /// Opens (creating if needed) the store in `dir`. Blocks: after a crash redb recovers the
     /// file here, so call it from `spawn_blocking` when on the async runtime.
     pub fn open(dir: &Path, limits: BucketLimits) -> Result<Self, EmbeddedError> {
+        Self::open_with_cache(dir, limits, DEFAULT_CACHE_BYTES)
+    }
+
+    /// [`EmbeddedStore::open`] with a page cache of `cache_bytes`.
+    pub fn open_with_cache(
+        dir: &Path,
+        limits: BucketLimits,
+        cache_bytes: usize,
+    ) -> Result<Self, EmbeddedError> {
         std::fs::create_dir_all(dir)
             .map_err(|source| EmbeddedError::CreateDir { path: dir.to_owned(), source })?;
         let path = dir.join(DB_FILE_NAME);
-        let db = redb::Builder::new().set_cache_size(CACHE_BYTES).create(&path).map_err(
+        let db = redb::Builder::new().set_cache_size(cache_bytes).create(&path).map_err(
             |e| match e {
                 redb::DatabaseError::DatabaseAlreadyOpen => {
                     EmbeddedError::Locked { path: path.clone() }
@@ -298,6 +306,16 @@ impl EmbeddedStore {
 
 /// Records the schema version in a new file, refuses a file from a newer bucketd, and creates
 /// every table so that read transactions never meet a missing one.
+fn positive_step(query: &RollupQuery) -> Result<(), StoreError> {
+    if query.step_ms <= 0 {
+        return Err(StoreError::InvalidQuery(format!(
+            "rollup step must be positive, got {} ms",
+            query.step_ms
+        )));
+    }
+    Ok(())
+}
+
 fn init_schema(db: &Database, path: &Path) -> Result<(), EmbeddedError> {
     let txn = db.begin_write()?;
     {
@@ -449,13 +467,13 @@ impl Store for EmbeddedStore {
     }
 
     async fn rollups(&self, query: RollupQuery) -> Result<Vec<RollupRow>, StoreError> {
-        if query.step_ms <= 0 {
-            return Err(StoreError::InvalidQuery(format!(
-                "rollup step must be positive, got {} ms",
-                query.step_ms
-            )));
-        }
+        positive_step(&query)?;
         self.blocking(move |db| read::rollups(db, &query)).await
+    }
+
+    async fn rollup_steps(&self, query: RollupQuery) -> Result<RollupSteps, StoreError> {
+        positive_step(&query)?;
+        self.blocking(move |db| read::rollup_steps(db, &query)).await
     }
 
     async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError> {

@@ -12,7 +12,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::chunks::{self, ReadChunks};
-use super::codec::{self, BucketHeader, ChunkSummary, Decoded, ScanScratch, SeriesRecord};
+use super::codec::{
+    self, BucketHeader, ChunkSummary, Decoded, HeaderView, ScanScratch, SeriesRecord,
+};
 use super::windows::Windows;
 use super::{
     BUCKETS, EmbeddedError, HOUR_STATS, MEASUREMENT_INDEX, META, META_RAW_RETENTION_MS, SERIES,
@@ -20,7 +22,8 @@ use super::{
 };
 use crate::model::{HOUR_MS, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, TimestampMs, hour_start};
 use crate::store::{
-    FieldStats, Order, RangeQuery, RollupQuery, RollupRow, Run, SensorInfo, SensorQuery, StoreError,
+    FieldStats, Order, RangeQuery, RollupQuery, RollupRow, RollupSteps, Run, SensorInfo,
+    SensorQuery, StoreError,
 };
 
 /// Readings per message from a range reader to its stream (counted by chunk summaries).
@@ -388,7 +391,8 @@ fn visit_hour(
     let in_order = group.iter().all(|(_, h)| h.sorted)
         && group.windows(2).all(|w| w[1].1.min_ts >= w[0].1.max_ts);
     if in_order {
-        let places = group.iter().flat_map(|(seq, h)| chunks::of_bucket(series_id, hour, *seq, h));
+        let places =
+            group.iter().flat_map(|(seq, h)| chunks::of_bucket(series_id, hour, *seq, &h.writes));
         let places: Vec<_> = match order {
             Order::Asc => places.collect(),
             Order::Desc => places.rev().collect(),
@@ -412,7 +416,7 @@ fn visit_hour(
     let mut decoded = Vec::new();
     let mut all = Vec::new();
     for (seq, header) in group.iter() {
-        for at in chunks::of_bucket(series_id, hour, *seq, header) {
+        for at in chunks::of_bucket(series_id, hour, *seq, &header.writes) {
             let Some(value) = chunks.get(at)? else { continue };
             decoded.clear();
             codec::decode_chunk(value.value(), hour, &mut decoded)?;
@@ -445,11 +449,36 @@ pub(super) fn rollups(db: &Database, q: &RollupQuery) -> Result<Vec<RollupRow>, 
     let Some(series) = series_record(&txn, &q.sensor)? else {
         return Ok(Vec::new());
     };
-    let from_stats = q.step_ms % HOUR_MS == 0 && q.from % HOUR_MS == 0 && q.to % HOUR_MS == 0;
-    if !from_stats {
-        check_live(&txn, series.id, q.from, q.to)?;
-        return fold_steps(&txn, series.id, q);
+    if from_stats(q) {
+        return hour_rows(&txn, series.id, q);
     }
+    check_live(&txn, series.id, q.from, q.to)?;
+    Ok(fold_steps(&txn, series.id, q)?.into_rows())
+}
+
+/// [`rollups`] field by field.
+pub(super) fn rollup_steps(db: &Database, q: &RollupQuery) -> Result<RollupSteps, EmbeddedError> {
+    let txn = db.begin_read()?;
+    let Some(series) = series_record(&txn, &q.sensor)? else {
+        return Ok(RollupSteps::default());
+    };
+    if from_stats(q) {
+        return Ok(RollupSteps::of_rows(hour_rows(&txn, series.id, q)?));
+    }
+    check_live(&txn, series.id, q.from, q.to)?;
+    fold_steps(&txn, series.id, q)
+}
+
+/// Whole-hour steps over whole hours: the buckets' and the kept hours' statistics answer.
+fn from_stats(q: &RollupQuery) -> bool {
+    q.step_ms % HOUR_MS == 0 && q.from % HOUR_MS == 0 && q.to % HOUR_MS == 0
+}
+
+fn hour_rows(
+    txn: &ReadTransaction,
+    series_id: u64,
+    q: &RollupQuery,
+) -> Result<Vec<RollupRow>, EmbeddedError> {
     let wanted = |name: &str| q.fields.as_ref().is_none_or(|f| f.iter().any(|w| w == name));
     let step_of = |ts: TimestampMs| ts.div_euclid(q.step_ms) * q.step_ms;
     let mut rows: BTreeMap<TimestampMs, BTreeMap<String, FieldStats>> = BTreeMap::new();
@@ -466,7 +495,7 @@ pub(super) fn rollups(db: &Database, q: &RollupQuery) -> Result<Vec<RollupRow>, 
     if q.from < q.to {
         // Hours whose readings were deleted answer from the statistics they left.
         let stats = txn.open_table(HOUR_STATS)?;
-        for entry in stats.range((series.id, q.from)..(series.id, q.to))? {
+        for entry in stats.range((series_id, q.from)..(series_id, q.to))? {
             let (key, value) = entry?;
             let start = step_of(key.value().1);
             for (name, s) in &BucketHeader::decode(value.value())?.stats {
@@ -476,7 +505,7 @@ pub(super) fn rollups(db: &Database, q: &RollupQuery) -> Result<Vec<RollupRow>, 
             }
         }
         let buckets = txn.open_table(BUCKETS)?;
-        for entry in buckets.range((series.id, q.from, 0)..(series.id, q.to, 0))? {
+        for entry in buckets.range((series_id, q.from, 0)..(series_id, q.to, 0))? {
             let (key, value) = entry?;
             let start = step_of(key.value().1);
             for (name, s) in &BucketHeader::decode(value.value())?.stats {
@@ -500,7 +529,7 @@ fn fold_steps(
     txn: &ReadTransaction,
     series_id: u64,
     q: &RollupQuery,
-) -> Result<Vec<RollupRow>, EmbeddedError> {
+) -> Result<RollupSteps, EmbeddedError> {
     let (from, to) = (q.from.max(MIN_TIMESTAMP_MS), q.to.min(MAX_TIMESTAMP_MS + 1));
     let mut windows = Windows::new(q.step_ms, q.fields.as_deref());
     if from >= to {
@@ -513,14 +542,14 @@ fn fold_steps(
     for entry in buckets.range(lo..=hi)? {
         let (key, value) = entry?;
         let (_, hour, seq) = key.value();
-        let header = BucketHeader::decode(value.value())?;
+        let header = HeaderView::decode(value.value())?;
         if header.count == 0 || header.max_ts < from || header.min_ts >= to {
             continue;
         }
-        if windows.whole_bucket(&header, from, to) {
+        if windows.whole_bucket(&header, from, to)? {
             continue;
         }
-        for at in chunks::of_bucket(series_id, hour, seq, &header) {
+        for at in chunks::of_bucket(series_id, hour, seq, &header.writes) {
             let Some(value) = chunks.get(at)? else { continue };
             codec::scan_numbers(value.value(), hour, from, to, &mut scratch, &mut windows)?;
         }

@@ -1,11 +1,10 @@
 //! A rollup's statistics per step, folded straight from chunks' number columns
 //! ([`scan_numbers`](super::codec::scan_numbers)) or, for a bucket that lies within one step, from its header.
 
-use std::collections::BTreeMap;
-
-use super::codec::{BucketHeader, NumberSink};
+use super::EmbeddedError;
+use super::codec::{HeaderView, NumberSink};
 use crate::model::TimestampMs;
-use crate::store::{FieldStats, RollupRow};
+use crate::store::{FieldStats, RollupSteps};
 
 /// Per wanted field, the step being filled and the steps done.
 pub(super) struct Windows<'q> {
@@ -73,43 +72,35 @@ impl<'q> Windows<'q> {
     /// statistics; `false` (nothing folded) when they are not, or the header lacks first/last.
     pub fn whole_bucket(
         &mut self,
-        header: &BucketHeader,
+        header: &HeaderView<'_>,
         from: TimestampMs,
         to: TimestampMs,
-    ) -> bool {
+    ) -> Result<bool, EmbeddedError> {
         let start = self.start_of(header.min_ts);
         let inside = header.min_ts >= from && header.max_ts < to;
-        if !inside || self.start_of(header.max_ts) != start || header.lacks_first_last() {
-            return false;
+        if !inside || self.start_of(header.max_ts) != start {
+            return Ok(false);
         }
-        for (name, stats) in &header.stats {
+        let mut lacks_first_last = false;
+        header.each_stat(|_, s| lacks_first_last |= s.first.is_none() || s.last.is_none())?;
+        if lacks_first_last {
+            return Ok(false);
+        }
+        header.each_stat(|name, stats| {
             if let Some(slot) = self.slot(name) {
-                self.done[slot].add(start, *stats);
+                self.done[slot].add(start, stats);
             }
-        }
-        true
+        })?;
+        Ok(true)
     }
 
-    /// The rows, ascending by step; a step where no wanted field had a number is left out.
-    pub fn finish(mut self) -> Vec<RollupRow> {
+    /// Each field's steps, ascending; a step where a field had no number is left out.
+    pub fn finish(mut self) -> RollupSteps {
         for slot in 0..self.open.len() {
             self.close(slot);
         }
-        let mut fields = self.names.into_iter().zip(self.done.into_iter().map(Done::finish));
-        if fields.len() == 1 {
-            let (name, steps) = fields.next().expect("one field");
-            return steps
-                .into_iter()
-                .map(|(start, s)| RollupRow { start, fields: BTreeMap::from([(name.clone(), s)]) })
-                .collect();
-        }
-        let mut rows: BTreeMap<TimestampMs, BTreeMap<String, FieldStats>> = BTreeMap::new();
-        for (name, steps) in fields {
-            for (start, s) in steps {
-                rows.entry(start).or_default().insert(name.clone(), s);
-            }
-        }
-        rows.into_iter().map(|(start, fields)| RollupRow { start, fields }).collect()
+        let fields = self.names.into_iter().zip(self.done.into_iter().map(Done::finish));
+        RollupSteps { fields: fields.collect() }
     }
 
     fn close(&mut self, slot: usize) {
@@ -171,10 +162,12 @@ mod tests {
         w.values(a, &[20, 25, 31], &[1.0, 2.0, 3.0]);
         // An earlier chunk after a later one, and a value in a step already done.
         w.values(a, &[3, 27], &[4.0, 5.0]);
-        let rows = w.finish();
-        let starts: Vec<_> = rows.iter().map(|r| r.start).collect();
+        let steps = w.finish();
+        let (name, steps) = &steps.fields[0];
+        assert_eq!(name, "a");
+        let starts: Vec<_> = steps.iter().map(|(start, _)| *start).collect();
         assert_eq!(starts, [0, 20, 30]);
-        let s = rows[1].fields["a"];
+        let s = steps[1].1;
         assert_eq!((s.count, s.sum, s.min, s.max), (3, 8.0, 1.0, 5.0));
         assert_eq!((s.first, s.last), (Some((20, 1.0)), Some((27, 5.0))));
     }

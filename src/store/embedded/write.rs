@@ -323,7 +323,7 @@ fn append_batch(
     let open_bucket = match open_bucket {
         Some((id, seq, mut h)) if h.lacks_first_last() => {
             let mut readings = Vec::with_capacity(h.count as usize);
-            for at in chunks::of_bucket(id, hour, seq, &h) {
+            for at in chunks::of_bucket(id, hour, seq, &h.writes) {
                 let Some(chunk) = t.chunks.get(at)? else { continue };
                 if let Err(e) = codec::decode_chunk(chunk.value(), hour, &mut readings) {
                     return Ok(Err(e.into()));
@@ -465,7 +465,7 @@ fn small_last_chunk(
     if header.last_chunk.is_some_and(|n| n >= SMALL_CHUNK) {
         return Ok(None);
     }
-    let Some(at) = chunks::of_bucket(series_id, hour, seq, header).next_back() else {
+    let Some(at) = chunks::of_bucket(series_id, hour, seq, &header.writes).next_back() else {
         return Ok(None);
     };
     let Some(stored) = t.chunks.get(at)? else { return Ok(None) };

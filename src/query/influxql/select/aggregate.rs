@@ -18,7 +18,7 @@ use crate::model::{FieldValue, HOUR_MS, Reading, TimestampMs};
 use crate::query::influxql::agg::{Acc, Func, arrange_modes, float};
 use crate::query::influxql::ast::Fill;
 use crate::query::influxql::exec::{Ctx, ExecError, FieldKind, Series};
-use crate::store::{Order, Run, SensorInfo, StoreError};
+use crate::store::{FieldStats, Order, Run, SensorInfo, StoreError};
 
 /// A function's value in one window, with the time of the reading a selector picked; `None`
 /// when the window had nothing it counts (so fill applies).
@@ -132,11 +132,9 @@ pub(super) async fn run(
     let mut total_rows = 0usize;
     for (m, groups) in measurements.iter().zip(scanned) {
         for ((group, _), mut g) in m.groups.iter().zip(groups) {
-            let windows: BTreeSet<TimestampMs> =
-                g.accs.iter().flat_map(|f| f.values().flat_map(|w| w.keys().copied())).collect();
-            if windows.is_empty() {
-                continue;
-            }
+            let mut windows =
+                g.accs.iter().flat_map(|f| f.values().flat_map(|w| w.keys().copied()));
+            let Some(any) = windows.next() else { continue };
             let starts: Vec<TimestampMs> = match st.window {
                 Some(w) if st.fill != Fill::None => {
                     // Counted before they are made: a long range of short windows is refused,
@@ -149,7 +147,11 @@ pub(super) async fn run(
                     }
                     w.starts(st.range.from, st.range.to).collect()
                 }
-                _ => windows.into_iter().collect(),
+                _ => {
+                    let windows: BTreeSet<TimestampMs> =
+                        std::iter::once(any).chain(windows).collect();
+                    windows.into_iter().collect()
+                }
             };
             if plan.kind == Kind::Distinct {
                 let values = distinct_rows(plan, &cols, &g, &starts);
@@ -540,45 +542,71 @@ async fn from_rollups(
     // Only the fields named, unless a wildcard call takes them all.
     let named: Option<Vec<String>> =
         st.plan.calls.iter().map(|c| c.field.as_ref().map(|f| f.to_string())).collect();
-    let rows = ctx.rollups(&info.key, st.range, w.interval, named.as_deref()).await?;
+    let steps = ctx.rollups(&info.key, st.range, w.interval, named.as_deref()).await?;
     let edges = st.plan.calls.iter().any(|c| matches!(c.func, Func::First | Func::Last));
-    if edges
-        && rows.values().flat_map(|f| f.values()).any(|s| s.first.is_none() || s.last.is_none())
-    {
+    let unknown_edge = |(_, s): &(TimestampMs, FieldStats)| s.first.is_none() || s.last.is_none();
+    if edges && steps.fields.iter().any(|(_, steps)| steps.iter().any(unknown_edge)) {
         return Ok(false);
     }
-    // Field by field, then window by window: a field's lookups are made once, not per window.
-    let names: BTreeSet<&String> = rows.values().flat_map(BTreeMap::keys).collect();
     for (i, call) in st.plan.calls.iter().enumerate() {
-        for &name in &names {
-            if call.field.as_ref().is_some_and(|f| f != name) {
+        for (name, steps) in &steps.fields {
+            if steps.is_empty() || call.field.as_ref().is_some_and(|f| f != name) {
                 continue;
             }
             let integer =
                 kinds.as_ref().is_some_and(|k| k.get(name.as_str()) == Some(&FieldKind::Integer));
-            fields_seen[i].insert(name.clone());
-            let windows = g.accs[i].entry(name.clone()).or_default();
-            let stats = rows.iter().filter_map(|(&start, fields)| Some((start, fields.get(name)?)));
+            if !fields_seen[i].contains(name) {
+                fields_seen[i].insert(name.clone());
+            }
+            let windows = match g.accs[i].get_mut(name) {
+                Some(windows) => windows,
+                None => g.accs[i].entry(name.clone()).or_default(),
+            };
             if windows.is_empty() {
                 // The group's first series (the only one under `GROUP BY` every tag): its
                 // windows come in order and are built at once, not inserted one by one.
-                let made: Vec<(TimestampMs, Acc)> = stats
+                let made: Vec<(TimestampMs, Acc)> = steps
+                    .iter()
                     .map(|(start, stats)| {
                         let mut acc = Acc::new(call.func);
-                        acc.push_stats(stats, integer, start);
-                        (start, acc)
+                        acc.push_stats(stats, integer, *start);
+                        (*start, acc)
                     })
                     .collect();
                 cells.count(made.len())?;
                 *windows = made.into_iter().collect();
                 continue;
             }
-            for (start, stats) in stats {
-                cells.acc(windows, start, call.func)?.push_stats(stats, integer, start);
-            }
+            fold_steps(windows, steps, call.func, integer, cells)?;
         }
     }
     Ok(true)
+}
+
+/// Folds a series' steps (ascending) into the windows the group's earlier series made, walking
+/// both in order: the series of a group mostly share their windows, so a step finds its
+/// window without a lookup, and only the others are looked up (and made).
+fn fold_steps(
+    windows: &mut BTreeMap<TimestampMs, Acc>,
+    steps: &[(TimestampMs, FieldStats)],
+    func: Func,
+    integer: bool,
+    cells: &mut Cells,
+) -> Result<(), ExecError> {
+    let (Some(first), Some(last)) = (steps.first(), steps.last()) else { return Ok(()) };
+    let mut missing = Vec::new();
+    let mut have = windows.range_mut(first.0..=last.0).peekable();
+    for (start, stats) in steps {
+        while have.next_if(|(at, _)| **at < *start).is_some() {}
+        match have.peek_mut() {
+            Some((at, acc)) if **at == *start => acc.push_stats(stats, integer, *start),
+            _ => missing.push((*start, stats)),
+        }
+    }
+    for (start, stats) in missing {
+        cells.acc(windows, start, func)?.push_stats(stats, integer, start);
+    }
+    Ok(())
 }
 
 /// The (function, field, window) cells a statement folds into: each holds an accumulator,

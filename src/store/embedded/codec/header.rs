@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use smallvec::SmallVec;
+
 use super::corrupt;
 use crate::model::{ReadingView, TimestampMs};
 use crate::store::embedded::EmbeddedError;
@@ -194,6 +196,35 @@ impl BucketHeader {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, EmbeddedError> {
+        let view = HeaderView::decode(bytes)?;
+        let mut stats = BTreeMap::new();
+        view.each_stat(|name, s| {
+            stats.insert(name.to_owned(), s);
+        })?;
+        let HeaderView { count, bytes, min_ts, max_ts, sorted, writes, last_chunk, .. } = view;
+        let writes = writes.into_vec();
+        Ok(BucketHeader { count, bytes, min_ts, max_ts, sorted, writes, last_chunk, stats })
+    }
+}
+
+/// A header decoded up to its statistics, which stay encoded until [`HeaderView::each_stat`]
+/// reads them: a scan of many buckets that reads their chunks needs neither the statistics
+/// nor an allocation for them.
+pub struct HeaderView<'b> {
+    pub count: u32,
+    pub bytes: u64,
+    pub min_ts: TimestampMs,
+    pub max_ts: TimestampMs,
+    pub sorted: bool,
+    /// As [`BucketHeader::writes`].
+    pub writes: SmallVec<[u64; 4]>,
+    pub last_chunk: Option<u32>,
+    version: u64,
+    stats: &'b [u8],
+}
+
+impl<'b> HeaderView<'b> {
+    pub fn decode(bytes: &'b [u8]) -> Result<Self, EmbeddedError> {
         let mut c = Cursor::new(bytes);
         let version = c.varint()?;
         if !(HEADER_VERSION_1..=HEADER_VERSION).contains(&version) {
@@ -214,7 +245,7 @@ impl BucketHeader {
         let mut last_chunk = None;
         let writes = if version >= HEADER_VERSION {
             let mut prev = 0u64;
-            let mut writes = Vec::with_capacity(chunks as usize);
+            let mut writes = SmallVec::with_capacity(chunks as usize);
             for _ in 0..chunks {
                 prev = prev.wrapping_add(unzigzag(c.varint()?) as u64);
                 writes.push(prev);
@@ -225,22 +256,38 @@ impl BucketHeader {
             };
             writes
         } else {
-            vec![crate::store::embedded::chunks::LEGACY_WRITE; chunks as usize]
+            smallvec::smallvec![crate::store::embedded::chunks::LEGACY_WRITE; chunks as usize]
         };
+        let stats = c.bytes(c.remaining())?;
+        Ok(HeaderView {
+            count,
+            bytes: bytes_,
+            min_ts,
+            max_ts,
+            sorted,
+            writes,
+            last_chunk,
+            version,
+            stats,
+        })
+    }
+
+    /// Hands `each` every field's statistics, in the header's (name) order.
+    pub fn each_stat(&self, mut each: impl FnMut(&str, FieldStats)) -> Result<(), EmbeddedError> {
+        let mut c = Cursor::new(self.stats);
         let n = c.len()?;
-        let mut stats = BTreeMap::new();
         for _ in 0..n {
-            let name = c.string()?;
+            let name = c.str()?;
             let count = c.varint()?;
             let (min, max, sum) = (c.f64()?, c.f64()?, c.f64()?);
             let (mut first, mut last) = (None, None);
-            if version >= HEADER_VERSION_2 {
+            if self.version >= HEADER_VERSION_2 {
                 let flags = c.u8()?;
                 if flags & !(HAS_FIRST | HAS_LAST) != 0 {
                     return Err(corrupt("unknown field statistics flags"));
                 }
                 let mut point = || -> Result<_, EmbeddedError> {
-                    Ok((min_ts.wrapping_add(unzigzag(c.varint()?)), c.f64()?))
+                    Ok((self.min_ts.wrapping_add(unzigzag(c.varint()?)), c.f64()?))
                 };
                 if flags & HAS_FIRST != 0 {
                     first = Some(point()?);
@@ -249,10 +296,10 @@ impl BucketHeader {
                     last = Some(point()?);
                 }
             }
-            stats.insert(name, FieldStats { count, min, max, sum, first, last });
+            each(name, FieldStats { count, min, max, sum, first, last });
         }
         c.finish()?;
-        Ok(BucketHeader { count, bytes: bytes_, min_ts, max_ts, sorted, writes, last_chunk, stats })
+        Ok(())
     }
 }
 

@@ -70,7 +70,7 @@ pub use self::chunk::{
 };
 #[cfg(test)]
 pub(super) use self::chunk_v1::encode::encode_v1;
-pub use self::header::BucketHeader;
+pub use self::header::{BucketHeader, HeaderView};
 pub use self::scan::{NumberSink, ScanScratch, scan_numbers};
 pub use self::series::SeriesRecord;
 use crate::store::embedded::EmbeddedError;

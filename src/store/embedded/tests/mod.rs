@@ -730,7 +730,7 @@ fn bucket_chunks(
     let header = txn.open_table(BUCKETS).unwrap().get((id, hour, seq)).unwrap().unwrap();
     let header = BucketHeader::decode(header.value()).unwrap();
     let stored = chunks::open_read(&txn).unwrap();
-    chunks::of_bucket(id, hour, seq, &header)
+    chunks::of_bucket(id, hour, seq, &header.writes)
         .map(|at| (at, stored.get(at).unwrap().expect("a listed chunk is stored").value().to_vec()))
         .collect()
 }

@@ -41,7 +41,7 @@ fn as_schema5_file(dir: &std::path::Path) {
             let (k, v) = e.unwrap();
             let (id, hour, seq) = k.value();
             let header = BucketHeader::decode(v.value()).unwrap();
-            for at in chunks::of_bucket(id, hour, seq, &header) {
+            for at in chunks::of_bucket(id, hour, seq, &header.writes) {
                 let bytes = stored.get(at).unwrap().unwrap().value().to_vec();
                 stored.insert(at, &in_chunk_encoding_1(&bytes, hour)).unwrap();
             }
@@ -109,7 +109,7 @@ fn as_legacy_file(dir: &std::path::Path, schema: u64, encode: fn(&BucketHeader) 
             })
             .collect();
         for ((id, hour, seq), mut header) in all {
-            let places: Vec<ChunkAt> = chunks::of_bucket(id, hour, seq, &header).collect();
+            let places: Vec<ChunkAt> = chunks::of_bucket(id, hour, seq, &header.writes).collect();
             for at in places {
                 let bytes = stored.get(at).unwrap().unwrap().value().to_vec();
                 stored.remove(at).unwrap();
