@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use futures::stream::{self, BoxStream, StreamExt};
 
 use crate::model::TimestampMs;
-use crate::store::{RangeQuery, RollupQuery, RollupSteps, Store, StoreError};
+use crate::store::{Need, RangeQuery, RollupQuery, RollupSteps, Store, StoreError};
 
 /// Tries of one read: the whole range, the part after the deleted hours, and once more if a
 /// retention pass deleted another hour in between.
@@ -111,9 +111,10 @@ impl Kept {
         &self,
         store: &dyn Store,
         mut query: RollupQuery,
+        need: Need,
     ) -> Result<RollupSteps, StoreError> {
         for _ in 0..TRIES {
-            match store.rollup_steps(query.clone()).await {
+            match store.rollup_steps(query.clone(), need).await {
                 Err(StoreError::Expired { before, retention_ms }) if before > query.from => {
                     self.note(before, retention_ms);
                     if before >= query.to {
@@ -124,7 +125,7 @@ impl Kept {
                 answer => return answer,
             }
         }
-        store.rollup_steps(query).await
+        store.rollup_steps(query, need).await
     }
 }
 
@@ -193,7 +194,7 @@ mod tests {
             step_ms: 600_000,
             fields: None,
         };
-        assert_eq!(kept.rollups(&*store, later).await.unwrap().into_rows().len(), 2);
+        assert_eq!(kept.rollups(&*store, later, Need::ALL).await.unwrap().into_rows().len(), 2);
         assert_eq!((kept.from(), kept.message()), (None, None));
     }
 
@@ -208,7 +209,7 @@ mod tests {
             step_ms: 600_000,
             fields: None,
         };
-        let rows = kept.rollups(&*store, fine).await.unwrap().into_rows();
+        let rows = kept.rollups(&*store, fine, Need::ALL).await.unwrap().into_rows();
         assert_eq!(
             rows.iter().map(|r| r.start).collect::<Vec<_>>(),
             [T0 + HOUR_MS, T0 + 2 * HOUR_MS]

@@ -16,8 +16,7 @@ use super::error::QueryError;
 use super::kept::Kept;
 use super::params::{Params, parse_step, parse_time, resolve_range};
 use super::{QueryState, now_ms, sensor_known};
-use crate::model::TimestampMs;
-use crate::store::{FieldStats, RollupQuery, RollupSteps, StoreError};
+use crate::store::{FieldStats, Need, RollupQuery, RollupSteps, StoreError};
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct RollupsResponse {
@@ -134,8 +133,8 @@ pub async fn get_rollups(
     }
 
     let kept = Kept::default();
-    let merged =
-        merged_rollups(&state, &kept, &sensor, from, to, step_ms, fields.as_deref()).await?;
+    let query = RollupQuery { sensor: sensor.clone(), from, to, step_ms, fields };
+    let merged = merged_rollups(&state, &kept, query, Need::ALL).await?;
     if merged.is_empty() && !sensor_known(&state, &sensor).await? {
         return Err(QueryError::UnknownSensor(sensor));
     }
@@ -161,27 +160,18 @@ pub async fn get_rollups(
 pub async fn merged_rollups(
     state: &QueryState,
     kept: &Kept,
-    sensor: &str,
-    from: TimestampMs,
-    to: TimestampMs,
-    step_ms: i64,
-    fields: Option<&[String]>,
+    query: RollupQuery,
+    need: Need,
 ) -> Result<RollupSteps, StoreError> {
     // Buffers before the store, as for readings: double counting is possible, missing is not.
-    let unflushed = state.unflushed.unflushed(sensor, from, to);
-    let query = RollupQuery {
-        sensor: sensor.to_owned(),
-        from,
-        to,
-        step_ms,
-        fields: fields.map(<[String]>::to_vec),
-    };
-    let mut merged = kept.rollups(&*state.store, query).await?;
+    let unflushed = state.unflushed.unflushed(&query.sensor, query.from, query.to);
+    let (step_ms, fields) = (query.step_ms, query.fields.clone());
+    let mut merged = kept.rollups(&*state.store, query, need).await?;
     for reading in unflushed {
         let start = reading.ts.div_euclid(step_ms) * step_ms;
         for (name, value) in &reading.fields {
             let Some(v) = value.as_f64() else { continue };
-            if fields.is_some_and(|f| !f.iter().any(|w| name == w)) {
+            if fields.as_ref().is_some_and(|f| !f.iter().any(|w| name == w)) {
                 continue;
             }
             merged.merge(name, start, &FieldStats::of(reading.ts, v));

@@ -464,6 +464,29 @@ impl FieldStats {
         }
     }
 
+    /// [`FieldStats::push_run`] keeping the count and what `need` names.
+    #[inline]
+    pub fn push_run_of(&mut self, ts: &[TimestampMs], values: &[f64], need: Need) {
+        if need == Need::ALL {
+            return self.push_run(ts, values);
+        }
+        self.count += values.len() as u64;
+        if need.sum {
+            self.sum = values.iter().fold(self.sum, |sum, v| sum + v);
+        }
+        if need.extremes {
+            let (mut min, mut max) = (self.min, self.max);
+            for &v in values {
+                min = min.min(v);
+                max = max.max(v);
+            }
+            (self.min, self.max) = (min, max);
+        }
+        if need.edges {
+            self.push_edges(ts, values);
+        }
+    }
+
     /// Adds values at ascending times (at least one), as [`FieldStats::push`] of each would:
     /// count, sum, minimum and maximum in one tight loop, first and last from the run's ends.
     pub fn push_run(&mut self, ts: &[TimestampMs], values: &[f64]) {
@@ -477,6 +500,10 @@ impl FieldStats {
         }
         (self.sum, self.min, self.max) = (sum, min, max);
         self.count += values.len() as u64;
+        self.push_edges(ts, values);
+    }
+
+    fn push_edges(&mut self, ts: &[TimestampMs], values: &[f64]) {
         // Of the values at the earliest time, the smallest comes first; at the latest time,
         // the largest last.
         let (t0, tn) = (ts[0], ts[ts.len() - 1]);
@@ -505,6 +532,31 @@ fn precedes(a: (TimestampMs, f64), b: (TimestampMs, f64)) -> bool {
 pub struct RollupRow {
     pub start: TimestampMs,
     pub fields: BTreeMap<String, FieldStats>,
+}
+
+/// What of a step's [`FieldStats`] a caller of [`Store::rollup_steps`] reads beside the count.
+/// A store that folds readings may leave the others unkept: their values are then not the
+/// step's. Statistics a store merely hands on (a bucket's, an hour's) stay whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Need {
+    pub sum: bool,
+    /// `min` and `max`.
+    pub extremes: bool,
+    /// `first` and `last`.
+    pub edges: bool,
+}
+
+impl Need {
+    pub const ALL: Need = Need { sum: true, extremes: true, edges: true };
+    pub const COUNT: Need = Need { sum: false, extremes: false, edges: false };
+
+    pub fn and(self, other: Need) -> Need {
+        Need {
+            sum: self.sum || other.sum,
+            extremes: self.extremes || other.extremes,
+            edges: self.edges || other.edges,
+        }
+    }
 }
 
 /// A rollup field by field: each field's steps ascending, one entry a step, steps without a
@@ -652,9 +704,14 @@ pub trait Store: Send + Sync + 'static {
 
     async fn rollups(&self, query: RollupQuery) -> Result<Vec<RollupRow>, StoreError>;
 
-    /// [`Store::rollups`] field by field. The default regroups the rows; a store that folds
-    /// steps per field hands them over as they are.
-    async fn rollup_steps(&self, query: RollupQuery) -> Result<RollupSteps, StoreError> {
+    /// [`Store::rollups`] field by field, keeping at least what `need` names. The default
+    /// regroups the rows; a store that folds steps per field hands them over as they are.
+    async fn rollup_steps(
+        &self,
+        query: RollupQuery,
+        need: Need,
+    ) -> Result<RollupSteps, StoreError> {
+        let _ = need;
         Ok(RollupSteps::of_rows(self.rollups(query).await?))
     }
 
@@ -737,6 +794,23 @@ mod tests {
             proptest::prop_assert_eq!(at_once, one_by_one);
             let all: Vec<_> = before.iter().chain(&run).copied().collect();
             proptest::prop_assert_eq!(one_by_one, of_all(&all));
+            // Keeping less keeps what it names as the whole fold does.
+            for need in [Need::COUNT, Need { sum: true, ..Need::COUNT },
+                Need { extremes: true, ..Need::COUNT }, Need { edges: true, ..Need::COUNT }]
+            {
+                let mut part = of_all(&before);
+                part.push_run_of(&ts, &values, need);
+                proptest::prop_assert_eq!(part.count, at_once.count);
+                if need.sum {
+                    proptest::prop_assert_eq!(part.sum, at_once.sum);
+                }
+                if need.extremes {
+                    proptest::prop_assert_eq!((part.min, part.max), (at_once.min, at_once.max));
+                }
+                if need.edges {
+                    proptest::prop_assert_eq!((part.first, part.last), (at_once.first, at_once.last));
+                }
+            }
         }
 
         /// `fit` is the most readings whose rows and overhead fit the room.

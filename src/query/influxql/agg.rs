@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::go_order;
 use crate::model::{FieldValue, TimestampMs};
-use crate::store::FieldStats;
+use crate::store::{FieldStats, Need};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Func {
@@ -77,6 +77,18 @@ impl Func {
     }
 
     /// Answerable from the stores' rollups (count, min, max, sum, first and last per step).
+    /// What of a step's statistics the function reads, when [`Func::from_rollups`].
+    pub fn needs(&self) -> Need {
+        let none = Need::COUNT;
+        match self {
+            Func::Mean | Func::Sum => Need { sum: true, ..none },
+            Func::Min | Func::Max | Func::Spread => Need { extremes: true, ..none },
+            Func::First | Func::Last => Need { edges: true, ..none },
+            Func::Count => none,
+            _ => Need::ALL,
+        }
+    }
+
     pub fn from_rollups(&self) -> bool {
         matches!(
             self,

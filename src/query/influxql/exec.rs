@@ -15,7 +15,9 @@ use crate::query::QueryState;
 use crate::query::kept::Kept;
 use crate::query::merge::merge;
 use crate::query::rollups::merged_rollups;
-use crate::store::{Order, RangeQuery, RollupSteps, Run, SensorInfo, SensorQuery, StoreError};
+use crate::store::{
+    Need, Order, RangeQuery, RollupQuery, RollupSteps, Run, SensorInfo, SensorQuery, StoreError,
+};
 
 /// The one retention policy: `FROM "autogen"."m"` reads `m`, any other policy is not found.
 pub const RETENTION_POLICY: &str = "autogen";
@@ -371,9 +373,16 @@ impl Ctx<'_> {
         range: super::cond::TimeRange,
         step_ms: i64,
         fields: Option<&[String]>,
+        need: Need,
     ) -> Result<RollupSteps, ExecError> {
-        Ok(merged_rollups(self.state, &self.kept, key, range.from, range.to, step_ms, fields)
-            .await?)
+        let query = RollupQuery {
+            sensor: key.to_owned(),
+            from: range.from,
+            to: range.to,
+            step_ms,
+            fields: fields.map(<[String]>::to_vec),
+        };
+        Ok(merged_rollups(self.state, &self.kept, query, need).await?)
     }
 
     /// The types of the fields of a series' latest reading in range: what decides whether

@@ -94,7 +94,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::model::{Batch, Reading, Seq, TimestampMs, WriterId};
 use crate::store::{
-    BucketLimits, Compaction, ExpireReport, RangeQuery, Retention, RollupQuery, RollupRow,
+    BucketLimits, Compaction, ExpireReport, Need, RangeQuery, Retention, RollupQuery, RollupRow,
     RollupSteps, Run, SensorInfo, SensorQuery, Store, StoreError, WriteReport,
 };
 
@@ -471,9 +471,13 @@ impl Store for EmbeddedStore {
         self.blocking(move |db| read::rollups(db, &query)).await
     }
 
-    async fn rollup_steps(&self, query: RollupQuery) -> Result<RollupSteps, StoreError> {
+    async fn rollup_steps(
+        &self,
+        query: RollupQuery,
+        need: Need,
+    ) -> Result<RollupSteps, StoreError> {
         positive_step(&query)?;
-        self.blocking(move |db| read::rollup_steps(db, &query)).await
+        self.blocking(move |db| read::rollup_steps(db, &query, need)).await
     }
 
     async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError> {

@@ -22,9 +22,12 @@ use super::{
 };
 use crate::model::{HOUR_MS, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, TimestampMs, hour_start};
 use crate::store::{
-    FieldStats, Order, RangeQuery, RollupQuery, RollupRow, RollupSteps, Run, SensorInfo,
+    FieldStats, Need, Order, RangeQuery, RollupQuery, RollupRow, RollupSteps, Run, SensorInfo,
     SensorQuery, StoreError,
 };
+
+/// The most steps a rollup's field lists are made for at once; past them they grow.
+const EXPECT_STEPS: usize = 1 << 16;
 
 /// Readings per message from a range reader to its stream (counted by chunk summaries).
 const SEND_BATCH: usize = 512;
@@ -453,11 +456,15 @@ pub(super) fn rollups(db: &Database, q: &RollupQuery) -> Result<Vec<RollupRow>, 
         return hour_rows(&txn, series.id, q);
     }
     check_live(&txn, series.id, q.from, q.to)?;
-    Ok(fold_steps(&txn, series.id, q)?.into_rows())
+    Ok(fold_steps(&txn, series.id, q, Need::ALL)?.into_rows())
 }
 
-/// [`rollups`] field by field.
-pub(super) fn rollup_steps(db: &Database, q: &RollupQuery) -> Result<RollupSteps, EmbeddedError> {
+/// [`rollups`] field by field, keeping what `need` names.
+pub(super) fn rollup_steps(
+    db: &Database,
+    q: &RollupQuery,
+    need: Need,
+) -> Result<RollupSteps, EmbeddedError> {
     let txn = db.begin_read()?;
     let Some(series) = series_record(&txn, &q.sensor)? else {
         return Ok(RollupSteps::default());
@@ -466,7 +473,7 @@ pub(super) fn rollup_steps(db: &Database, q: &RollupQuery) -> Result<RollupSteps
         return Ok(RollupSteps::of_rows(hour_rows(&txn, series.id, q)?));
     }
     check_live(&txn, series.id, q.from, q.to)?;
-    fold_steps(&txn, series.id, q)
+    fold_steps(&txn, series.id, q, need)
 }
 
 /// Whole-hour steps over whole hours: the buckets' and the kept hours' statistics answer.
@@ -529,9 +536,11 @@ fn fold_steps(
     txn: &ReadTransaction,
     series_id: u64,
     q: &RollupQuery,
+    need: Need,
 ) -> Result<RollupSteps, EmbeddedError> {
     let (from, to) = (q.from.max(MIN_TIMESTAMP_MS), q.to.min(MAX_TIMESTAMP_MS + 1));
-    let mut windows = Windows::new(q.step_ms, q.fields.as_deref());
+    let mut windows =
+        Windows::new(q.step_ms, q.fields.as_deref(), need).expecting(from, to, EXPECT_STEPS);
     if from >= to {
         return Ok(windows.finish());
     }

@@ -4,11 +4,14 @@
 use super::EmbeddedError;
 use super::codec::{HeaderView, NumberSink};
 use crate::model::TimestampMs;
-use crate::store::{FieldStats, RollupSteps};
+use crate::store::{FieldStats, Need, RollupSteps};
 
 /// Per wanted field, the step being filled and the steps done.
 pub(super) struct Windows<'q> {
     step: TimestampMs,
+    need: Need,
+    /// Steps a field is expected to fill: its list is made that long at once.
+    expect: usize,
     wanted: Option<&'q [String]>,
     names: Vec<String>,
     open: Vec<Open>,
@@ -60,8 +63,16 @@ impl Done {
 }
 
 impl<'q> Windows<'q> {
-    pub fn new(step: TimestampMs, wanted: Option<&'q [String]>) -> Self {
-        Windows { step, wanted, names: Vec::new(), open: Vec::new(), done: Vec::new() }
+    pub fn new(step: TimestampMs, wanted: Option<&'q [String]>, need: Need) -> Self {
+        let (names, open, done) = (Vec::new(), Vec::new(), Vec::new());
+        Windows { step, need, expect: 0, wanted, names, open, done }
+    }
+
+    /// Expects the steps of `from..to`, at most `most` of them.
+    pub fn expecting(mut self, from: TimestampMs, to: TimestampMs, most: usize) -> Self {
+        let steps = (i128::from(to) - i128::from(from)) / i128::from(self.step) + 1;
+        self.expect = usize::try_from(steps).unwrap_or(usize::MAX).min(most);
+        self
     }
 
     fn start_of(&self, ts: TimestampMs) -> TimestampMs {
@@ -121,7 +132,7 @@ impl NumberSink for Windows<'_> {
         }
         self.names.push(name.to_owned());
         self.open.push(Open { start: 0, end: 0, stats: None });
-        self.done.push(Done { steps: Vec::new(), sorted: true });
+        self.done.push(Done { steps: Vec::with_capacity(self.expect), sorted: true });
         Some(self.names.len() - 1)
     }
 
@@ -145,7 +156,7 @@ impl NumberSink for Windows<'_> {
                 self.close(slot);
                 continue;
             }
-            stats.push_run(&ts[at..at + n], &values[at..at + n]);
+            stats.push_run_of(&ts[at..at + n], &values[at..at + n], self.need);
             at += n;
         }
     }
@@ -157,7 +168,7 @@ mod tests {
 
     #[test]
     fn steps_fold_in_any_order_and_merge() {
-        let mut w = Windows::new(10, None);
+        let mut w = Windows::new(10, None, Need::ALL);
         let a = w.slot("a").unwrap();
         w.values(a, &[20, 25, 31], &[1.0, 2.0, 3.0]);
         // An earlier chunk after a later one, and a value in a step already done.
@@ -175,7 +186,7 @@ mod tests {
     #[test]
     fn only_wanted_fields_get_a_slot() {
         let wanted = ["b".to_owned()];
-        let mut w = Windows::new(10, Some(&wanted));
+        let mut w = Windows::new(10, Some(&wanted), Need::ALL);
         assert_eq!(w.slot("a"), None);
         assert_eq!(w.slot("b"), Some(0));
         assert_eq!(w.slot("b"), Some(0));

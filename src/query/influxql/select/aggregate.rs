@@ -18,7 +18,7 @@ use crate::model::{FieldValue, HOUR_MS, Reading, TimestampMs};
 use crate::query::influxql::agg::{Acc, Func, arrange_modes, float};
 use crate::query::influxql::ast::Fill;
 use crate::query::influxql::exec::{Ctx, ExecError, FieldKind, Series};
-use crate::store::{FieldStats, Order, Run, SensorInfo, StoreError};
+use crate::store::{FieldStats, Need, Order, Run, SensorInfo, StoreError};
 
 /// A function's value in one window, with the time of the reading a selector picked; `None`
 /// when the window had nothing it counts (so fill applies).
@@ -542,7 +542,8 @@ async fn from_rollups(
     // Only the fields named, unless a wildcard call takes them all.
     let named: Option<Vec<String>> =
         st.plan.calls.iter().map(|c| c.field.as_ref().map(|f| f.to_string())).collect();
-    let steps = ctx.rollups(&info.key, st.range, w.interval, named.as_deref()).await?;
+    let need = st.plan.calls.iter().fold(Need::COUNT, |need, c| need.and(c.func.needs()));
+    let steps = ctx.rollups(&info.key, st.range, w.interval, named.as_deref(), need).await?;
     let edges = st.plan.calls.iter().any(|c| matches!(c.func, Func::First | Func::Last));
     let unknown_edge = |(_, s): &(TimestampMs, FieldStats)| s.first.is_none() || s.last.is_none();
     if edges && steps.fields.iter().any(|(_, steps)| steps.iter().any(unknown_edge)) {
