@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use futures::stream::{self, BoxStream, StreamExt};
 
 use crate::model::TimestampMs;
-use crate::store::{Need, RangeQuery, RollupQuery, RollupSteps, Store, StoreError};
+use crate::store::{Need, RangeQuery, RollupQuery, RollupSteps, StepValues, Store, StoreError};
 
 /// Tries of one read: the whole range, the part after the deleted hours, and once more if a
 /// retention pass deleted another hour in between.
@@ -126,6 +126,28 @@ impl Kept {
             }
         }
         store.rollup_steps(query, need).await
+    }
+
+    /// [`Store::step_values`] of `query`, from where the readings are kept.
+    pub async fn step_values(
+        &self,
+        store: &dyn Store,
+        mut query: RollupQuery,
+        most: usize,
+    ) -> Result<Option<StepValues>, StoreError> {
+        for _ in 0..TRIES {
+            match store.step_values(query.clone(), most).await {
+                Err(StoreError::Expired { before, retention_ms }) if before > query.from => {
+                    self.note(before, retention_ms);
+                    if before >= query.to {
+                        return Ok(Some(StepValues::default()));
+                    }
+                    query.from = before;
+                }
+                answer => return answer,
+            }
+        }
+        store.step_values(query, most).await
     }
 }
 

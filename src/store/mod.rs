@@ -559,6 +559,44 @@ impl Need {
     }
 }
 
+/// A sensor's numbers step by step: per numeric field, its steps ascending, each with its
+/// values in no set order. What a statistic that needs every value but not their order (a
+/// median) folds.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepValues {
+    pub fields: Vec<(String, Vec<StepOfValues>)>,
+}
+
+/// A step's start and its values.
+pub type StepOfValues = (TimestampMs, Vec<f64>);
+
+impl StepValues {
+    /// Adds `values`, all of step `start`, to field `name`'s.
+    pub fn add(&mut self, name: &str, start: TimestampMs, values: &[f64]) {
+        let steps = match self.fields.iter().position(|(n, _)| n == name) {
+            Some(i) => &mut self.fields[i].1,
+            None => {
+                self.fields.push((name.to_owned(), Vec::new()));
+                &mut self.fields.last_mut().expect("just pushed").1
+            }
+        };
+        add_to_step(steps, start, values);
+    }
+}
+
+/// Adds `values` to step `start` of `steps` (ascending), made where it is missing.
+pub fn add_to_step(steps: &mut Vec<StepOfValues>, start: TimestampMs, values: &[f64]) {
+    match steps.last_mut() {
+        Some((last, held)) if *last == start => held.extend_from_slice(values),
+        Some((last, _)) if *last < start => steps.push((start, values.to_vec())),
+        None => steps.push((start, values.to_vec())),
+        Some(_) => match steps.binary_search_by_key(&start, |(s, _)| *s) {
+            Ok(i) => steps[i].1.extend_from_slice(values),
+            Err(i) => steps.insert(i, (start, values.to_vec())),
+        },
+    }
+}
+
 /// A rollup field by field: each field's steps ascending, one entry a step, steps without a
 /// value of the field left out. What a caller that folds each field into windows of its own
 /// wants, without a map of fields for every step.
@@ -713,6 +751,41 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<RollupSteps, StoreError> {
         let _ = need;
         Ok(RollupSteps::of_rows(self.rollups(query).await?))
+    }
+
+    /// The values of the numeric fields of `query` (the wanted ones), step by step; `None` as
+    /// soon as there are more than `most`. The default reads the readings.
+    async fn step_values(
+        &self,
+        query: RollupQuery,
+        most: usize,
+    ) -> Result<Option<StepValues>, StoreError> {
+        use futures::StreamExt;
+        let step = query.step_ms;
+        let wanted = |name: &str| query.fields.as_ref().is_none_or(|f| f.iter().any(|w| w == name));
+        let mut readings = self.readings(RangeQuery {
+            sensor: query.sensor.clone(),
+            from: query.from,
+            to: query.to,
+            order: Order::Asc,
+            limit: None,
+        });
+        let (mut out, mut held) = (StepValues::default(), 0usize);
+        while let Some(r) = readings.next().await.transpose()? {
+            let start = r.ts.div_euclid(step) * step;
+            for (name, value) in &r.fields {
+                if let Some(v) = value.as_f64()
+                    && wanted(name)
+                {
+                    held += 1;
+                    if held > most {
+                        return Ok(None);
+                    }
+                    out.add(name, start, &[v]);
+                }
+            }
+        }
+        Ok(Some(out))
     }
 
     async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError>;

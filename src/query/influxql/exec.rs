@@ -16,7 +16,8 @@ use crate::query::kept::Kept;
 use crate::query::merge::merge;
 use crate::query::rollups::merged_rollups;
 use crate::store::{
-    Need, Order, RangeQuery, RollupQuery, RollupSteps, Run, SensorInfo, SensorQuery, StoreError,
+    Need, Order, RangeQuery, RollupQuery, RollupSteps, Run, SensorInfo, SensorQuery, StepValues,
+    StoreError,
 };
 
 /// The one retention policy: `FROM "autogen"."m"` reads `m`, any other policy is not found.
@@ -383,6 +384,41 @@ impl Ctx<'_> {
             fields: fields.map(<[String]>::to_vec),
         };
         Ok(merged_rollups(self.state, &self.kept, query, need).await?)
+    }
+
+    /// The values of `fields` (all numeric ones when `None`) in `range`, window by window of
+    /// `step_ms`, the unflushed ones among them; `None` when there are more than `most`.
+    pub async fn step_values(
+        &self,
+        key: &str,
+        range: (TimestampMs, TimestampMs),
+        step_ms: i64,
+        fields: Option<&[String]>,
+        most: usize,
+    ) -> Result<Option<StepValues>, ExecError> {
+        let (from, to) = range;
+        let unflushed = self.state.unflushed.unflushed(key, from, to);
+        let query = RollupQuery {
+            sensor: key.to_owned(),
+            from,
+            to,
+            step_ms,
+            fields: fields.map(<[String]>::to_vec),
+        };
+        let Some(mut values) = self.kept.step_values(&*self.state.store, query, most).await? else {
+            return Ok(None);
+        };
+        for r in unflushed {
+            let start = r.ts.div_euclid(step_ms) * step_ms;
+            for (name, value) in &r.fields {
+                if let Some(v) = value.as_f64()
+                    && fields.is_none_or(|f| f.iter().any(|w| name == w))
+                {
+                    values.add(name, start, &[v]);
+                }
+            }
+        }
+        Ok(Some(values))
     }
 
     /// The types of the fields of a series' latest reading in range: what decides whether

@@ -95,7 +95,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use crate::model::{Batch, Reading, Seq, TimestampMs, WriterId};
 use crate::store::{
     BucketLimits, Compaction, ExpireReport, Need, RangeQuery, Retention, RollupQuery, RollupRow,
-    RollupSteps, Run, SensorInfo, SensorQuery, Store, StoreError, WriteReport,
+    RollupSteps, Run, SensorInfo, SensorQuery, StepValues, Store, StoreError, WriteReport,
 };
 
 /// Version of the file's layout, in `meta`'s `schema_version`: the buckets' schema
@@ -478,6 +478,15 @@ impl Store for EmbeddedStore {
     ) -> Result<RollupSteps, StoreError> {
         positive_step(&query)?;
         self.blocking(move |db| read::rollup_steps(db, &query, need)).await
+    }
+
+    async fn step_values(
+        &self,
+        query: RollupQuery,
+        most: usize,
+    ) -> Result<Option<StepValues>, StoreError> {
+        positive_step(&query)?;
+        self.blocking(move |db| read::step_values(db, &query, most)).await
     }
 
     async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError> {

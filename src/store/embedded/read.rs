@@ -15,7 +15,7 @@ use super::chunks::{self, ReadChunks};
 use super::codec::{
     self, BucketHeader, ChunkSummary, Decoded, HeaderView, ScanScratch, SeriesRecord,
 };
-use super::windows::Windows;
+use super::windows::{StepSink, Windows};
 use super::{
     BUCKETS, EmbeddedError, HOUR_STATS, MEASUREMENT_INDEX, META, META_RAW_RETENTION_MS, SERIES,
     TAG_INDEX,
@@ -23,7 +23,7 @@ use super::{
 use crate::model::{HOUR_MS, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, TimestampMs, hour_start};
 use crate::store::{
     FieldStats, Need, Order, RangeQuery, RollupQuery, RollupRow, RollupSteps, Run, SensorInfo,
-    SensorQuery, StoreError,
+    SensorQuery, StepValues, StoreError,
 };
 
 /// The most steps a rollup's field lists are made for at once; past them they grow.
@@ -564,6 +564,45 @@ fn fold_steps(
         }
     }
     Ok(windows.finish())
+}
+
+/// [`Store::step_values`](crate::store::Store::step_values) of the series' chunks; `None` as
+/// soon as they hold more than `most`.
+pub(super) fn step_values(
+    db: &Database,
+    q: &RollupQuery,
+    most: usize,
+) -> Result<Option<StepValues>, EmbeddedError> {
+    let txn = db.begin_read()?;
+    let Some(series) = series_record(&txn, &q.sensor)? else {
+        return Ok(Some(StepValues::default()));
+    };
+    check_live(&txn, series.id, q.from, q.to)?;
+    let (from, to) = (q.from.max(MIN_TIMESTAMP_MS), q.to.min(MAX_TIMESTAMP_MS + 1));
+    let mut sink = StepSink::new(q.step_ms, q.fields.as_deref());
+    if from >= to {
+        return Ok(Some(sink.finish()));
+    }
+    let (buckets, chunks) = (txn.open_table(BUCKETS)?, chunks::open_read(&txn)?);
+    let mut scratch = ScanScratch::default();
+    let lo = (series.id, hour_start(from), 0u32);
+    let hi = (series.id, hour_start(to - 1), u32::MAX);
+    for entry in buckets.range(lo..=hi)? {
+        let (key, value) = entry?;
+        let (_, hour, seq) = key.value();
+        let header = HeaderView::decode(value.value())?;
+        if header.count == 0 || header.max_ts < from || header.min_ts >= to {
+            continue;
+        }
+        for at in chunks::of_bucket(series.id, hour, seq, &header.writes) {
+            let Some(value) = chunks.get(at)? else { continue };
+            codec::scan_numbers(value.value(), hour, from, to, &mut scratch, &mut sink)?;
+            if sink.held > most {
+                return Ok(None);
+            }
+        }
+    }
+    Ok(Some(sink.finish()))
 }
 
 /// Sensors matching every tag and the measurement, by key. Candidates come from the tag index of

@@ -4,7 +4,7 @@
 use super::EmbeddedError;
 use super::codec::{HeaderView, NumberSink};
 use crate::model::TimestampMs;
-use crate::store::{FieldStats, Need, RollupSteps};
+use crate::store::{FieldStats, Need, RollupSteps, StepOfValues, StepValues, add_to_step};
 
 /// Per wanted field, the step being filled and the steps done.
 pub(super) struct Windows<'q> {
@@ -157,6 +157,51 @@ impl NumberSink for Windows<'_> {
                 continue;
             }
             stats.push_run_of(&ts[at..at + n], &values[at..at + n], self.need);
+            at += n;
+        }
+    }
+}
+
+/// Per wanted field, the values of each step (a median's), and how many are held.
+pub(super) struct StepSink<'q> {
+    step: TimestampMs,
+    wanted: Option<&'q [String]>,
+    names: Vec<String>,
+    steps: Vec<Vec<StepOfValues>>,
+    pub held: usize,
+}
+
+impl<'q> StepSink<'q> {
+    pub fn new(step: TimestampMs, wanted: Option<&'q [String]>) -> Self {
+        StepSink { step, wanted, names: Vec::new(), steps: Vec::new(), held: 0 }
+    }
+
+    pub fn finish(self) -> StepValues {
+        StepValues { fields: self.names.into_iter().zip(self.steps).collect() }
+    }
+}
+
+impl NumberSink for StepSink<'_> {
+    fn slot(&mut self, name: &str) -> Option<usize> {
+        if let Some(i) = self.names.iter().position(|n| n == name) {
+            return Some(i);
+        }
+        if self.wanted.is_some_and(|w| !w.iter().any(|n| n == name)) {
+            return None;
+        }
+        self.names.push(name.to_owned());
+        self.steps.push(Vec::new());
+        Some(self.names.len() - 1)
+    }
+
+    fn values(&mut self, slot: usize, ts: &[TimestampMs], values: &[f64]) {
+        self.held += values.len();
+        let mut at = 0;
+        while at < ts.len() {
+            let start = ts[at].div_euclid(self.step) * self.step;
+            let end = start.saturating_add(self.step);
+            let n = ts[at..].partition_point(|&t| t < end);
+            add_to_step(&mut self.steps[slot], start, &values[at..at + n]);
             at += n;
         }
     }

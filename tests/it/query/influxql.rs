@@ -133,7 +133,9 @@ async fn hour_groups_read_one_reading_per_series_not_every_reading() {
     assert_eq!(readings.load(Ordering::Relaxed), 3);
     readings.store(0, Ordering::Relaxed);
     q(&app, &format!("SELECT median(v) FROM temp WHERE {} GROUP BY time(1h)", range(0, 6))).await;
-    assert_eq!(readings.load(Ordering::Relaxed), 2 * 6 * 60 + 4 * 60, "median reads every reading");
+    // A median reads every reading, and each series' latest for its field types.
+    let every = 2 * 6 * 60 + 4 * 60;
+    assert_eq!(readings.load(Ordering::Relaxed), every + 3, "median reads every reading");
 }
 
 #[tokio::test]
@@ -154,6 +156,20 @@ async fn unflushed_readings_are_answered_on_both_paths() {
         assert_eq!(
             body["results"][0]["series"][0]["values"],
             json!([[BASE + 6 * HOUR_MS, 100, 1]]),
+            "{extra}"
+        );
+        // A median's values come from the store's step values, or reading by reading.
+        let (_, body) = q(
+            &app,
+            &format!(
+                "SELECT median(v) FROM temp WHERE site = 'a'{extra} AND {} GROUP BY time(1h)",
+                range(6, 7)
+            ),
+        )
+        .await;
+        assert_eq!(
+            body["results"][0]["series"][0]["values"],
+            json!([[BASE + 6 * HOUR_MS, 100]]),
             "{extra}"
         );
     }

@@ -3,7 +3,7 @@
 //! per window.
 
 use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -76,6 +76,7 @@ pub(super) async fn run(
         held: 0,
         cells: Cells { made: 0, limit: ctx.state.limits.max_cells },
         fields_seen: vec![BTreeSet::new(); plan.calls.len()],
+        numeric: HashMap::new(),
     };
     let slices = st.window.filter(|_| answered_by_slice(plan));
     let mut scanned: Vec<Vec<Group>> = Vec::new();
@@ -242,6 +243,9 @@ struct Scan {
     cells: Cells,
     /// Per call, the fields it took a value of: a wildcard call's columns.
     fields_seen: Vec<BTreeSet<String>>,
+    /// Per series (by key), whether the fields the calls read are numbers: asked once a
+    /// statement, not once a slice.
+    numeric: HashMap<String, bool>,
 }
 
 /// Folds one series' readings in `from..to` into its group: column by column from the store's
@@ -261,6 +265,12 @@ async fn fold_readings(
     let limit = ctx.state.limits.max_held;
     let series = series as u32;
     let per_reading = st.condition.filter(|c| !c.series_matches(&info.tags, &m.tag_keys));
+    if per_reading.is_none()
+        && !plan.aux
+        && fold_step_values(ctx, st, info, (from, to), g, scan).await?
+    {
+        return Ok(());
+    }
     let stream = if per_reading.is_some() || plan.aux {
         ctx.readings(&info.key, from, to, Order::Asc)
     } else {
@@ -529,14 +539,7 @@ async fn from_rollups(
     // Without a kept reading in range (none, or all past --retention) the types are unknown:
     // the statistics hold numeric fields only, so what they hold is taken as floats.
     let kinds = ctx.field_kinds(info, st.range).await?;
-    let numeric = |k: &FieldKind| matches!(k, FieldKind::Float | FieldKind::Integer);
-    let all_numeric = kinds.as_ref().is_none_or(|kinds| {
-        st.plan.calls.iter().all(|c| match &c.field {
-            Some(f) => kinds.get(f.as_str()).is_some_and(numeric),
-            None => kinds.values().all(numeric),
-        })
-    });
-    if !all_numeric {
+    if !all_numeric(st, kinds.as_ref()) {
         return Ok(false);
     }
     // Only the fields named, unless a wildcard call takes them all.
@@ -608,6 +611,77 @@ fn fold_steps(
         cells.acc(windows, start, func)?.push_stats(stats, integer, start);
     }
     Ok(())
+}
+
+/// Whether every field the calls read is a number, by the types `kinds` the series' latest
+/// reading in range has (numbers are all the stores' statistics and step values hold).
+fn all_numeric(st: &Statement<'_>, kinds: Option<&HashMap<String, FieldKind>>) -> bool {
+    let numeric = |k: &FieldKind| matches!(k, FieldKind::Float | FieldKind::Integer);
+    kinds.is_none_or(|kinds| {
+        st.plan.calls.iter().all(|c| match &c.field {
+            Some(f) => kinds.get(f.as_str()).is_some_and(numeric),
+            None => kinds.values().all(numeric),
+        })
+    })
+}
+
+/// Folds one series' values in `from..to` from the store's step values, when every call is a
+/// median (which needs a window's values, not their order) over windows of whole steps since
+/// the epoch, of numeric fields: no reading is made of each. `false`: read its readings here
+/// instead.
+async fn fold_step_values(
+    ctx: &Ctx<'_>,
+    st: &Statement<'_>,
+    info: &Arc<SensorInfo>,
+    range: (TimestampMs, TimestampMs),
+    g: &mut Group,
+    scan: &mut Scan,
+) -> Result<bool, ExecError> {
+    let Some(w) = st.window.filter(|w| w.zone.is_none() && w.offset == 0) else {
+        return Ok(false);
+    };
+    if !st.plan.calls.iter().all(|c| c.func == Func::Median) {
+        return Ok(false);
+    }
+    let numeric = match scan.numeric.get(&info.key) {
+        Some(numeric) => *numeric,
+        None => {
+            let numeric = all_numeric(st, ctx.field_kinds(info, st.range).await?.as_ref());
+            scan.numeric.insert(info.key.clone(), numeric);
+            numeric
+        }
+    };
+    if !numeric {
+        return Ok(false);
+    }
+    let limit = ctx.state.limits.max_held;
+    let named: Option<Vec<String>> =
+        st.plan.calls.iter().map(|c| c.field.as_ref().map(|f| f.to_string())).collect();
+    let most = limit.saturating_sub(scan.held);
+    let values = ctx.step_values(&info.key, range, w.interval, named.as_deref(), most).await?;
+    let Some(values) = values else {
+        // Counted as more than the limit, so that a slice is read again shorter.
+        scan.held = scan.held.saturating_add(most).saturating_add(1);
+        return Err(too_many_points(limit));
+    };
+    for (name, steps) in &values.fields {
+        for (i, call) in st.plan.calls.iter().enumerate() {
+            if call.field.as_ref().is_some_and(|f| f != name) || steps.is_empty() {
+                continue;
+            }
+            let windows = windows_of(g, scan, i, name);
+            for (start, held) in steps {
+                if let Acc::Floats(all) = scan.cells.acc(windows, *start, call.func)? {
+                    all.extend_from_slice(held);
+                }
+                scan.held += held.len();
+            }
+        }
+    }
+    if scan.held > limit {
+        return Err(too_many_points(limit));
+    }
+    Ok(true)
 }
 
 /// The (function, field, window) cells a statement folds into: each holds an accumulator,
