@@ -151,7 +151,7 @@ impl NumberSink for Windows<'_> {
                 continue;
             };
             // The values up to the step's end: times ascend, so they are a run.
-            let n = ts[at..].partition_point(|&t| t < open.end);
+            let n = run_before(&ts[at..], open.end);
             if n == 0 {
                 self.close(slot);
                 continue;
@@ -159,6 +159,16 @@ impl NumberSink for Windows<'_> {
             stats.push_run_of(&ts[at..at + n], &values[at..at + n], self.need);
             at += n;
         }
+    }
+}
+
+/// How many of the ascending `ts` come before `end`. Steps of a minute hold a few values
+/// each: those are counted one by one, a longer run is searched.
+fn run_before(ts: &[TimestampMs], end: TimestampMs) -> usize {
+    const NEAR: usize = 16;
+    match ts.get(NEAR) {
+        Some(&t) if t < end => NEAR + ts[NEAR..].partition_point(|&t| t < end),
+        _ => ts.iter().take(NEAR).take_while(|&&t| t < end).count(),
     }
 }
 
@@ -200,7 +210,7 @@ impl NumberSink for StepSink<'_> {
         while at < ts.len() {
             let start = ts[at].div_euclid(self.step) * self.step;
             let end = start.saturating_add(self.step);
-            let n = ts[at..].partition_point(|&t| t < end);
+            let n = run_before(&ts[at..], end);
             add_to_step(&mut self.steps[slot], start, &values[at..at + n]);
             at += n;
         }
@@ -226,6 +236,16 @@ mod tests {
         let s = steps[1].1;
         assert_eq!((s.count, s.sum, s.min, s.max), (3, 8.0, 1.0, 5.0));
         assert_eq!((s.first, s.last), (Some((20, 1.0)), Some((27, 5.0))));
+    }
+
+    #[test]
+    fn a_run_before_an_end_is_counted_near_and_far() {
+        let ts: Vec<TimestampMs> = (0..100).map(|i| i / 3).collect();
+        for end in -1..40 {
+            let want = ts.iter().filter(|&&t| t < end).count();
+            assert_eq!(run_before(&ts, end), want, "end {end}");
+            assert_eq!(run_before(&ts[..10], end), want.min(10), "short, end {end}");
+        }
     }
 
     #[test]
