@@ -26,8 +26,8 @@ use crate::store::{
     SensorQuery, StepValues, StoreError,
 };
 
-/// The most steps a rollup's field lists are made for at once; past them they grow.
-const EXPECT_STEPS: usize = 1 << 16;
+/// The most steps a rollup's first field's list is made for at once; past them it grows.
+const EXPECT_STEPS: usize = 1 << 14;
 
 /// Readings per message from a range reader to its stream (counted by chunk summaries).
 const SEND_BATCH: usize = 512;

@@ -10,7 +10,9 @@ use crate::store::{FieldStats, Need, RollupSteps, StepOfValues, StepValues, add_
 pub(super) struct Windows<'q> {
     step: TimestampMs,
     need: Need,
-    /// Steps a field is expected to fill: its list is made that long at once.
+    /// Steps the first field is expected to fill: its list is made that long at once. A
+    /// statement mostly reads one field; the others' lists grow as they fill, so that many
+    /// fields of few values each do not make long lists.
     expect: usize,
     wanted: Option<&'q [String]>,
     names: Vec<String>,
@@ -132,7 +134,8 @@ impl NumberSink for Windows<'_> {
         }
         self.names.push(name.to_owned());
         self.open.push(Open { start: 0, end: 0, stats: None });
-        self.done.push(Done { steps: Vec::with_capacity(self.expect), sorted: true });
+        let expect = if self.names.len() == 1 { self.expect } else { 0 };
+        self.done.push(Done { steps: Vec::with_capacity(expect), sorted: true });
         Some(self.names.len() - 1)
     }
 
