@@ -110,44 +110,47 @@ impl Kept {
     pub async fn rollups(
         &self,
         store: &dyn Store,
-        mut query: RollupQuery,
+        query: RollupQuery,
         need: Need,
     ) -> Result<RollupSteps, StoreError> {
-        for _ in 0..TRIES {
-            match store.rollup_steps(query.clone(), need).await {
-                Err(StoreError::Expired { before, retention_ms }) if before > query.from => {
-                    self.note(before, retention_ms);
-                    if before >= query.to {
-                        return Ok(RollupSteps::default());
-                    }
-                    query.from = before;
-                }
-                answer => return answer,
-            }
-        }
-        store.rollup_steps(query, need).await
+        self.asked_where_kept(query, RollupSteps::default(), |q| store.rollup_steps(q, need)).await
     }
 
     /// [`Store::step_values`] of `query`, from where the readings are kept.
     pub async fn step_values(
         &self,
         store: &dyn Store,
-        mut query: RollupQuery,
+        query: RollupQuery,
         most: usize,
     ) -> Result<Option<StepValues>, StoreError> {
+        let none_kept = Some(StepValues::default());
+        self.asked_where_kept(query, none_kept, |q| store.step_values(q, most)).await
+    }
+
+    /// `ask`'s answer to `query`, asked again from where the readings are kept while it says
+    /// they were deleted; `none_kept` when none of the range is.
+    async fn asked_where_kept<T, F>(
+        &self,
+        mut query: RollupQuery,
+        none_kept: T,
+        ask: impl Fn(RollupQuery) -> F,
+    ) -> Result<T, StoreError>
+    where
+        F: std::future::Future<Output = Result<T, StoreError>>,
+    {
         for _ in 0..TRIES {
-            match store.step_values(query.clone(), most).await {
+            match ask(query.clone()).await {
                 Err(StoreError::Expired { before, retention_ms }) if before > query.from => {
                     self.note(before, retention_ms);
                     if before >= query.to {
-                        return Ok(Some(StepValues::default()));
+                        return Ok(none_kept);
                     }
                     query.from = before;
                 }
                 answer => return answer,
             }
         }
-        store.step_values(query, most).await
+        ask(query).await
     }
 }
 

@@ -573,14 +573,7 @@ pub type StepOfValues = (TimestampMs, Vec<f64>);
 impl StepValues {
     /// Adds `values`, all of step `start`, to field `name`'s.
     pub fn add(&mut self, name: &str, start: TimestampMs, values: &[f64]) {
-        let steps = match self.fields.iter().position(|(n, _)| n == name) {
-            Some(i) => &mut self.fields[i].1,
-            None => {
-                self.fields.push((name.to_owned(), Vec::new()));
-                &mut self.fields.last_mut().expect("just pushed").1
-            }
-        };
-        add_to_step(steps, start, values);
+        add_to_step(field_of(&mut self.fields, name), start, values);
     }
 }
 
@@ -641,15 +634,20 @@ impl RollupSteps {
     }
 
     fn field(&mut self, name: &str) -> &mut Vec<(TimestampMs, FieldStats)> {
-        let i = match self.fields.iter().position(|(n, _)| n == name) {
-            Some(i) => i,
-            None => {
-                self.fields.push((name.to_owned(), Vec::new()));
-                self.fields.len() - 1
-            }
-        };
-        &mut self.fields[i].1
+        field_of(&mut self.fields, name)
     }
+}
+
+/// The steps of field `name` among `fields`, made (empty) when it has none yet.
+fn field_of<'f, T>(fields: &'f mut Vec<(String, Vec<T>)>, name: &str) -> &'f mut Vec<T> {
+    let i = match fields.iter().position(|(n, _)| n == name) {
+        Some(i) => i,
+        None => {
+            fields.push((name.to_owned(), Vec::new()));
+            fields.len() - 1
+        }
+    };
+    &mut fields[i].1
 }
 
 /// Sensors whose tags include every `(k, v)` in `tags` and, if given, whose measurement is

@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 
 use super::chunks::{self, ReadChunks};
 use super::codec::{
-    self, BucketHeader, ChunkSummary, Decoded, HeaderView, ScanScratch, SeriesRecord,
+    self, BucketHeader, ChunkSummary, Decoded, HeaderView, NumberSink, ScanScratch, SeriesRecord,
 };
 use super::windows::{StepSink, Windows};
 use super::{
@@ -541,28 +541,10 @@ fn fold_steps(
     let (from, to) = (q.from.max(MIN_TIMESTAMP_MS), q.to.min(MAX_TIMESTAMP_MS + 1));
     let mut windows =
         Windows::new(q.step_ms, q.fields.as_deref(), need).expecting(from, to, EXPECT_STEPS);
-    if from >= to {
-        return Ok(windows.finish());
-    }
-    let (buckets, chunks) = (txn.open_table(BUCKETS)?, chunks::open_read(txn)?);
-    let mut scratch = ScanScratch::default();
-    let lo = (series_id, hour_start(from), 0u32);
-    let hi = (series_id, hour_start(to - 1), u32::MAX);
-    for entry in buckets.range(lo..=hi)? {
-        let (key, value) = entry?;
-        let (_, hour, seq) = key.value();
-        let header = HeaderView::decode(value.value())?;
-        if header.count == 0 || header.max_ts < from || header.min_ts >= to {
-            continue;
-        }
-        if windows.whole_bucket(&header, from, to)? {
-            continue;
-        }
-        for at in chunks::of_bucket(series_id, hour, seq, &header.writes) {
-            let Some(value) = chunks.get(at)? else { continue };
-            codec::scan_numbers(value.value(), hour, from, to, &mut scratch, &mut windows)?;
-        }
-    }
+    let whole = |w: &mut Windows<'_>, header: &HeaderView<'_>| w.whole_bucket(header, from, to);
+    // Never told to stop, it reads the whole range.
+    let _: ControlFlow<()> =
+        scan_chunks(txn, series_id, (from, to), &mut windows, whole, |_| false)?;
     Ok(windows.finish())
 }
 
@@ -580,13 +562,29 @@ pub(super) fn step_values(
     check_live(&txn, series.id, q.from, q.to)?;
     let (from, to) = (q.from.max(MIN_TIMESTAMP_MS), q.to.min(MAX_TIMESTAMP_MS + 1));
     let mut sink = StepSink::new(q.step_ms, q.fields.as_deref());
+    let over = |sink: &StepSink<'_>| sink.held > most;
+    let flow = scan_chunks(&txn, series.id, (from, to), &mut sink, |_, _| Ok(false), over)?;
+    Ok(flow.is_continue().then(|| sink.finish()))
+}
+
+/// Hands `sink` the numbers in `from..to` of every bucket of series `series_id` there, chunk by
+/// chunk, but those `whole` takes from their header; breaks as soon as `enough` says so after a
+/// chunk.
+fn scan_chunks<S: NumberSink>(
+    txn: &ReadTransaction,
+    series_id: u64,
+    (from, to): (TimestampMs, TimestampMs),
+    sink: &mut S,
+    mut whole: impl FnMut(&mut S, &HeaderView<'_>) -> Result<bool, EmbeddedError>,
+    enough: impl Fn(&S) -> bool,
+) -> Result<ControlFlow<()>, EmbeddedError> {
     if from >= to {
-        return Ok(Some(sink.finish()));
+        return Ok(ControlFlow::Continue(()));
     }
-    let (buckets, chunks) = (txn.open_table(BUCKETS)?, chunks::open_read(&txn)?);
+    let (buckets, chunks) = (txn.open_table(BUCKETS)?, chunks::open_read(txn)?);
     let mut scratch = ScanScratch::default();
-    let lo = (series.id, hour_start(from), 0u32);
-    let hi = (series.id, hour_start(to - 1), u32::MAX);
+    let lo = (series_id, hour_start(from), 0u32);
+    let hi = (series_id, hour_start(to - 1), u32::MAX);
     for entry in buckets.range(lo..=hi)? {
         let (key, value) = entry?;
         let (_, hour, seq) = key.value();
@@ -594,15 +592,18 @@ pub(super) fn step_values(
         if header.count == 0 || header.max_ts < from || header.min_ts >= to {
             continue;
         }
-        for at in chunks::of_bucket(series.id, hour, seq, &header.writes) {
+        if whole(sink, &header)? {
+            continue;
+        }
+        for at in chunks::of_bucket(series_id, hour, seq, &header.writes) {
             let Some(value) = chunks.get(at)? else { continue };
-            codec::scan_numbers(value.value(), hour, from, to, &mut scratch, &mut sink)?;
-            if sink.held > most {
-                return Ok(None);
+            codec::scan_numbers(value.value(), hour, from, to, &mut scratch, sink)?;
+            if enough(sink) {
+                return Ok(ControlFlow::Break(()));
             }
         }
     }
-    Ok(Some(sink.finish()))
+    Ok(ControlFlow::Continue(()))
 }
 
 /// Sensors matching every tag and the measurement, by key. Candidates come from the tag index of

@@ -126,17 +126,13 @@ impl<'q> Windows<'q> {
 
 impl NumberSink for Windows<'_> {
     fn slot(&mut self, name: &str) -> Option<usize> {
-        if let Some(i) = self.names.iter().position(|n| n == name) {
-            return Some(i);
+        let (slot, new) = slot_of(&mut self.names, self.wanted, name)?;
+        if new {
+            self.open.push(Open { start: 0, end: 0, stats: None });
+            let expect = if slot == 0 { self.expect } else { 0 };
+            self.done.push(Done { steps: Vec::with_capacity(expect), sorted: true });
         }
-        if self.wanted.is_some_and(|w| !w.iter().any(|n| n == name)) {
-            return None;
-        }
-        self.names.push(name.to_owned());
-        self.open.push(Open { start: 0, end: 0, stats: None });
-        let expect = if self.names.len() == 1 { self.expect } else { 0 };
-        self.done.push(Done { steps: Vec::with_capacity(expect), sorted: true });
-        Some(self.names.len() - 1)
+        Some(slot)
     }
 
     fn values(&mut self, slot: usize, ts: &[TimestampMs], values: &[f64]) {
@@ -163,6 +159,23 @@ impl NumberSink for Windows<'_> {
             at += n;
         }
     }
+}
+
+/// The slot of field `name` among a sink's `names`, and whether it is new (added here, for the
+/// sink to make its parts); `None` for a field not `wanted`.
+fn slot_of(
+    names: &mut Vec<String>,
+    wanted: Option<&[String]>,
+    name: &str,
+) -> Option<(usize, bool)> {
+    if let Some(i) = names.iter().position(|n| n == name) {
+        return Some((i, false));
+    }
+    if wanted.is_some_and(|w| !w.iter().any(|n| n == name)) {
+        return None;
+    }
+    names.push(name.to_owned());
+    Some((names.len() - 1, true))
 }
 
 /// How many of the ascending `ts` come before `end`. Steps of a minute hold a few values
@@ -196,15 +209,11 @@ impl<'q> StepSink<'q> {
 
 impl NumberSink for StepSink<'_> {
     fn slot(&mut self, name: &str) -> Option<usize> {
-        if let Some(i) = self.names.iter().position(|n| n == name) {
-            return Some(i);
+        let (slot, new) = slot_of(&mut self.names, self.wanted, name)?;
+        if new {
+            self.steps.push(Vec::new());
         }
-        if self.wanted.is_some_and(|w| !w.iter().any(|n| n == name)) {
-            return None;
-        }
-        self.names.push(name.to_owned());
-        self.steps.push(Vec::new());
-        Some(self.names.len() - 1)
+        Some(slot)
     }
 
     fn values(&mut self, slot: usize, ts: &[TimestampMs], values: &[f64]) {
