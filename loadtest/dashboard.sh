@@ -130,10 +130,15 @@ if [[ $SERVERS == *bucketd* ]]; then
   pid=$!; PIDS+=("$pid")
   wait_http http://127.0.0.1:18080/health 30
   load_days http://127.0.0.1:18080 /write
-  # Time the store, not the buffers: everything flushed and the log settled.
+  # Time the store, not the buffers: everything flushed, the log settled, and every hour
+  # sealed (as VictoriaMetrics' merges are waited for below).
   for ((i = 0; i < 6000; i++)); do
     m=$(curl -s http://127.0.0.1:18080/metrics)
     if grep -q '^bucketd_readings_buffered 0$' <<<"$m" && grep -q '^bucketd_wal_unsettled_readings 0$' <<<"$m"; then break; fi
+    sleep 0.1
+  done
+  for ((i = 0; i < 6000; i++)); do
+    grep -q '^bucketd_store_chunks_unsealed 0$' <<<"$(curl -s http://127.0.0.1:18080/metrics)" && break
     sleep 0.1
   done
   time_panels bucketd "$QUERY_RUNS" bucketd_url

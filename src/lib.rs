@@ -40,6 +40,7 @@ pub mod metrics;
 pub mod model;
 pub mod query;
 pub mod retention;
+pub mod seal;
 pub mod server;
 pub mod store;
 pub mod wal;

@@ -37,6 +37,8 @@ pub const RETENTION_STATS_DELETED: &str = "bucketd_retention_hour_stats_deleted_
 pub const RETENTION_PASS_DURATION: &str = "bucketd_retention_pass_seconds"; // histogram
 pub const STORE_COMPACTIONS: &str = "bucketd_store_compactions_total"; // {result}
 pub const STORE_FILE_BYTES: &str = "bucketd_store_file_bytes"; // gauge
+pub const STORE_CHUNKS_SEALED: &str = "bucketd_store_chunks_sealed_total";
+pub const STORE_CHUNKS_UNSEALED: &str = "bucketd_store_chunks_unsealed"; // gauge
 
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -247,6 +249,18 @@ fn describe() {
         STORE_FILE_BYTES,
         Unit::Bytes,
         "Size of the embedded store's file after its last compaction."
+    );
+    describe_counter!(
+        STORE_CHUNKS_SEALED,
+        Unit::Count,
+        "Chunks of hours that are over which the seal pass moved next to their series' other \
+         hours (embedded store)."
+    );
+    describe_gauge!(
+        STORE_CHUNKS_UNSEALED,
+        Unit::Count,
+        "Chunks still in write order after the last seal step: hours not yet over, and those \
+         the pass has yet to reach (embedded store)."
     );
     describe_gauge!(
         SERIES_TRACKED,

@@ -303,6 +303,7 @@ impl Server {
             config.retention_interval,
             stop.clone(),
         );
+        let seal = crate::seal::spawn(store.clone(), stop.clone());
         // Before anything is served: with segments to replay, pushes go to the log only until
         // the refill has caught up (docs/design/ingest.md, "The write-ahead log").
         let refill_stop = CancellationToken::new();
@@ -417,6 +418,7 @@ impl Server {
             // Stops between two steps; each step commits whole.
             let _ = task.await;
         }
+        let _ = seal.await;
 
         // The final flush shares one deadline with the refill: spilled readings are brought in
         // and written while the deadline allows; what is left stays in the log.

@@ -8,8 +8,11 @@
 pub mod embedded;
 pub mod memory;
 pub mod mongo;
+mod rollup;
 
-use std::collections::BTreeMap;
+pub use rollup::{
+    FieldStats, Need, RollupQuery, RollupRow, RollupSteps, StepOfValues, StepValues, add_to_step,
+};
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -231,6 +234,20 @@ pub struct ExpireReport {
     pub done: bool,
 }
 
+/// What one [`Store::seal`] call did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SealReport {
+    /// Buckets sealed.
+    pub buckets: u64,
+    /// Chunks moved (or joined) into the series' order.
+    pub chunks: u64,
+    /// Chunks left in write order: of hours not yet over, and those the pass has not yet
+    /// reached.
+    pub left: u64,
+    /// The pass has looked at every chunk; `false`: call again (after yielding).
+    pub done: bool,
+}
+
 /// What one [`Store::compact`] call did to the store's files.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Compaction {
@@ -381,273 +398,6 @@ fn runs_of(
             std::future::ready((!end).then_some(item))
         })
         .boxed()
-}
-
-/// Per-step statistics of one sensor's numeric fields over `from <= ts < to`. Steps are aligned
-/// to multiples of `step_ms` since the epoch. `fields` of `None` means every numeric field.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RollupQuery {
-    pub sensor: String,
-    pub from: TimestampMs,
-    pub to: TimestampMs,
-    pub step_ms: i64,
-    pub fields: Option<Vec<String>>,
-}
-
-/// Statistics of one numeric field over a set of readings (a bucket, a step, or a single
-/// reading).
-///
-/// `first` and `last` are the value with the smallest and the largest timestamp among the
-/// counted values, with that timestamp (InfluxQL's `first()` / `last()`). Several values at the
-/// same timestamp are ordered by value: `first` takes the smallest of them, `last` the largest
-/// (equal values: the one already held stays). That is the order MongoDB gives the `{t, v}`
-/// documents it `$min`s and `$max`es, and it does not depend on the order in which readings
-/// or buckets are merged, so every store answers the same whatever the arrival order.
-///
-/// They are `None` only when (part of) the statistics come from a bucket written before
-/// schema 3, which did not record them: then the readings are the only way to know, and a
-/// caller that needs them must read those (see [`FieldStats::merge`]).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct FieldStats {
-    pub count: u64,
-    pub min: f64,
-    pub max: f64,
-    pub sum: f64,
-    pub first: Option<(TimestampMs, f64)>,
-    pub last: Option<(TimestampMs, f64)>,
-}
-
-impl FieldStats {
-    /// The statistics of one value at `ts`.
-    pub fn of(ts: TimestampMs, v: f64) -> Self {
-        FieldStats { count: 1, min: v, max: v, sum: v, first: Some((ts, v)), last: Some((ts, v)) }
-    }
-
-    /// Adds `other`'s values to these statistics.
-    ///
-    /// `first`/`last` of the result are `None` when either side's are: a side without them
-    /// (a pre-schema-3 bucket) may hold a value earlier (later) than anything the other side
-    /// knows, so taking the known side's would be a silently wrong answer, while `None`
-    /// tells the caller to read the readings. (Bucket statistics carry no per-field time range
-    /// that could prove the unknown side cannot win, so no finer rule is possible here.)
-    pub fn merge(&mut self, other: &FieldStats) {
-        self.count += other.count;
-        self.min = self.min.min(other.min);
-        self.max = self.max.max(other.max);
-        self.sum += other.sum;
-        self.first = match (self.first, other.first) {
-            (Some(a), Some(b)) => Some(if precedes(b, a) { b } else { a }),
-            _ => None,
-        };
-        self.last = match (self.last, other.last) {
-            (Some(a), Some(b)) => Some(if precedes(a, b) { b } else { a }),
-            _ => None,
-        };
-    }
-
-    /// Adds one value at `ts`: what merging [`FieldStats::of`] does, without making it.
-    #[inline]
-    pub fn push(&mut self, ts: TimestampMs, v: f64) {
-        self.count += 1;
-        self.min = self.min.min(v);
-        self.max = self.max.max(v);
-        self.sum += v;
-        if let Some(first) = self.first
-            && precedes((ts, v), first)
-        {
-            self.first = Some((ts, v));
-        }
-        if let Some(last) = self.last
-            && precedes(last, (ts, v))
-        {
-            self.last = Some((ts, v));
-        }
-    }
-
-    /// [`FieldStats::push_run`] keeping the count and what `need` names.
-    #[inline]
-    pub fn push_run_of(&mut self, ts: &[TimestampMs], values: &[f64], need: Need) {
-        if need == Need::ALL {
-            return self.push_run(ts, values);
-        }
-        self.count += values.len() as u64;
-        if need.sum {
-            self.sum = values.iter().fold(self.sum, |sum, v| sum + v);
-        }
-        if need.extremes {
-            let (mut min, mut max) = (self.min, self.max);
-            for &v in values {
-                min = min.min(v);
-                max = max.max(v);
-            }
-            (self.min, self.max) = (min, max);
-        }
-        if need.edges {
-            self.push_edges(ts, values);
-        }
-    }
-
-    /// Adds values at ascending times (at least one), as [`FieldStats::push`] of each would:
-    /// count, sum, minimum and maximum in one tight loop, first and last from the run's ends.
-    pub fn push_run(&mut self, ts: &[TimestampMs], values: &[f64]) {
-        debug_assert!(!ts.is_empty() && ts.len() == values.len());
-        debug_assert!(ts.windows(2).all(|w| w[0] <= w[1]));
-        let (mut sum, mut min, mut max) = (self.sum, self.min, self.max);
-        for &v in values {
-            sum += v;
-            min = min.min(v);
-            max = max.max(v);
-        }
-        (self.sum, self.min, self.max) = (sum, min, max);
-        self.count += values.len() as u64;
-        self.push_edges(ts, values);
-    }
-
-    fn push_edges(&mut self, ts: &[TimestampMs], values: &[f64]) {
-        // Of the values at the earliest time, the smallest comes first; at the latest time,
-        // the largest last.
-        let (t0, tn) = (ts[0], ts[ts.len() - 1]);
-        let earliest = ts.iter().take_while(|&&t| t == t0).count();
-        let latest = ts.iter().rev().take_while(|&&t| t == tn).count();
-        let lowest = values[..earliest].iter().copied().fold(f64::INFINITY, f64::min);
-        let highest =
-            values[values.len() - latest..].iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        self.first = self.first.map(|a| if precedes((t0, lowest), a) { (t0, lowest) } else { a });
-        self.last = self.last.map(|a| if precedes(a, (tn, highest)) { (tn, highest) } else { a });
-    }
-
-    pub fn mean(&self) -> f64 {
-        self.sum / self.count as f64
-    }
-}
-
-/// Whether `a` comes strictly before `b` in the order of [`FieldStats::first`] and
-/// [`FieldStats::last`]: by timestamp, then by value.
-fn precedes(a: (TimestampMs, f64), b: (TimestampMs, f64)) -> bool {
-    a.0 < b.0 || (a.0 == b.0 && a.1 < b.1)
-}
-
-/// One step of a rollup; steps without readings are omitted.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RollupRow {
-    pub start: TimestampMs,
-    pub fields: BTreeMap<String, FieldStats>,
-}
-
-/// What of a step's [`FieldStats`] a caller of [`Store::rollup_steps`] reads beside the count.
-/// A store that folds readings may leave the others unkept: their values are then not the
-/// step's. Statistics a store merely hands on (a bucket's, an hour's) stay whole.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Need {
-    pub sum: bool,
-    /// `min` and `max`.
-    pub extremes: bool,
-    /// `first` and `last`.
-    pub edges: bool,
-}
-
-impl Need {
-    pub const ALL: Need = Need { sum: true, extremes: true, edges: true };
-    pub const COUNT: Need = Need { sum: false, extremes: false, edges: false };
-
-    pub fn and(self, other: Need) -> Need {
-        Need {
-            sum: self.sum || other.sum,
-            extremes: self.extremes || other.extremes,
-            edges: self.edges || other.edges,
-        }
-    }
-}
-
-/// A sensor's numbers step by step: per numeric field, its steps ascending, each with its
-/// values in no set order. What a statistic that needs every value but not their order (a
-/// median) folds.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct StepValues {
-    pub fields: Vec<(String, Vec<StepOfValues>)>,
-}
-
-/// A step's start and its values.
-pub type StepOfValues = (TimestampMs, Vec<f64>);
-
-impl StepValues {
-    /// Adds `values`, all of step `start`, to field `name`'s.
-    pub fn add(&mut self, name: &str, start: TimestampMs, values: &[f64]) {
-        add_to_step(field_of(&mut self.fields, name), start, values);
-    }
-}
-
-/// Adds `values` to step `start` of `steps` (ascending), made where it is missing.
-pub fn add_to_step(steps: &mut Vec<StepOfValues>, start: TimestampMs, values: &[f64]) {
-    match steps.last_mut() {
-        Some((last, held)) if *last == start => held.extend_from_slice(values),
-        Some((last, _)) if *last < start => steps.push((start, values.to_vec())),
-        None => steps.push((start, values.to_vec())),
-        Some(_) => match steps.binary_search_by_key(&start, |(s, _)| *s) {
-            Ok(i) => steps[i].1.extend_from_slice(values),
-            Err(i) => steps.insert(i, (start, values.to_vec())),
-        },
-    }
-}
-
-/// A rollup field by field: each field's steps ascending, one entry a step, steps without a
-/// value of the field left out. What a caller that folds each field into windows of its own
-/// wants, without a map of fields for every step.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RollupSteps {
-    pub fields: Vec<(String, Vec<(TimestampMs, FieldStats)>)>,
-}
-
-impl RollupSteps {
-    pub fn of_rows(rows: Vec<RollupRow>) -> Self {
-        let mut steps = RollupSteps::default();
-        for row in rows {
-            for (name, stats) in row.fields {
-                steps.field(&name).push((row.start, stats));
-            }
-        }
-        steps
-    }
-
-    /// The rows of [`Store::rollups`], ascending by step.
-    pub fn into_rows(self) -> Vec<RollupRow> {
-        let mut rows: BTreeMap<TimestampMs, BTreeMap<String, FieldStats>> = BTreeMap::new();
-        for (name, steps) in self.fields {
-            for (start, stats) in steps {
-                rows.entry(start).or_default().insert(name.clone(), stats);
-            }
-        }
-        rows.into_iter().map(|(start, fields)| RollupRow { start, fields }).collect()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.fields.iter().all(|(_, steps)| steps.is_empty())
-    }
-
-    /// Adds `stats` to the step `start` of field `name`, wherever that step falls.
-    pub fn merge(&mut self, name: &str, start: TimestampMs, stats: &FieldStats) {
-        let steps = self.field(name);
-        match steps.binary_search_by_key(&start, |(s, _)| *s) {
-            Ok(i) => steps[i].1.merge(stats),
-            Err(i) => steps.insert(i, (start, *stats)),
-        }
-    }
-
-    fn field(&mut self, name: &str) -> &mut Vec<(TimestampMs, FieldStats)> {
-        field_of(&mut self.fields, name)
-    }
-}
-
-/// The steps of field `name` among `fields`, made (empty) when it has none yet.
-fn field_of<'f, T>(fields: &'f mut Vec<(String, Vec<T>)>, name: &str) -> &'f mut Vec<T> {
-    let i = match fields.iter().position(|(n, _)| n == name) {
-        Some(i) => i,
-        None => {
-            fields.push((name.to_owned(), Vec::new()));
-            fields.len() - 1
-        }
-    };
-    &mut fields[i].1
 }
 
 /// Sensors whose tags include every `(k, v)` in `tags` and, if given, whose measurement is
@@ -803,6 +553,18 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<ExpireReport, StoreError> {
         let _ = (now, policy, budget);
         Ok(ExpireReport { done: true, ..ExpireReport::default() })
+    }
+
+    /// Lays out the readings of hours that are over the way reads want them (the embedded
+    /// store: a series' hours side by side), a bounded step at a time from where the last
+    /// call stopped. `None`: the store has no such layout to keep (the default).
+    async fn seal(
+        &self,
+        now: TimestampMs,
+        budget: usize,
+    ) -> Result<Option<SealReport>, StoreError> {
+        let _ = (now, budget);
+        Ok(None)
     }
 
     /// Gives the file space the store no longer uses back to the file system. The flusher

@@ -8,8 +8,11 @@
 //! The bucket header lists the write of each of its chunks (header version 3), which is what
 //! finds them again.
 //!
-//! Chunks written before schema 5 stay where they are, in the table keyed by series; their
-//! write number is [`LEGACY_WRITE`], which no commit uses.
+//! Keyed by write, a series' hours lie apart: a dashboard reading a month of one series
+//! would look up each hour's chunk on a page of its own. Once an hour is over, the seal pass
+//! ([`super::seal`]) moves its chunks into the table keyed by series, where that series' hours
+//! lie side by side and a month's are read from a few pages in a row. Chunks written before
+//! schema 5 are there too. A chunk there has write number [`BY_SERIES`], which no commit uses.
 
 use redb::{
     AccessGuard, ReadOnlyTable, ReadTransaction, ReadableTable, StorageError, Table,
@@ -21,16 +24,16 @@ use crate::model::TimestampMs;
 /// Key: `(write, series id, hour, bucket seq, chunk index)`.
 pub(super) const CHUNKS: TableDefinition<(u64, u64, i64, u32, u32), &[u8]> =
     TableDefinition::new("chunks_by_write");
-/// Schemas 1 to 4: `(series id, hour, bucket seq, chunk index)`. Read, and rewritten in place
-/// when a write joins a small last chunk, never added to.
-pub(super) const LEGACY_CHUNKS: TableDefinition<(u64, i64, u32, u32), &[u8]> =
+/// `(series id, hour, bucket seq, chunk index)`: the chunks the seal pass moved, and those
+/// schemas 1 to 4 wrote. A write that joins a small last chunk here rewrites it in place.
+pub(super) const CHUNKS_BY_SERIES: TableDefinition<(u64, i64, u32, u32), &[u8]> =
     TableDefinition::new("chunks");
 
-/// The write number of a chunk in [`LEGACY_CHUNKS`]. Commits count from 1.
-pub(super) const LEGACY_WRITE: u64 = 0;
+/// The write number of a chunk in [`CHUNKS_BY_SERIES`]. Commits count from 1.
+pub(super) const BY_SERIES: u64 = 0;
 
-type Key = (u64, u64, i64, u32, u32);
-type LegacyKey = (u64, i64, u32, u32);
+pub(super) type Key = (u64, u64, i64, u32, u32);
+type SeriesKey = (u64, i64, u32, u32);
 
 /// One chunk's place.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,12 +50,12 @@ impl ChunkAt {
         (self.write, self.series, self.hour, self.seq, self.index)
     }
 
-    fn legacy_key(&self) -> LegacyKey {
+    fn series_key(&self) -> SeriesKey {
         (self.series, self.hour, self.seq, self.index)
     }
 
-    fn is_legacy(&self) -> bool {
-        self.write == LEGACY_WRITE
+    pub fn is_by_series(&self) -> bool {
+        self.write == BY_SERIES
     }
 }
 
@@ -75,39 +78,43 @@ pub(super) fn of_bucket(
 
 /// Both chunk tables, of a read or a write transaction.
 pub(super) struct Chunks<L, N> {
-    pub legacy: L,
+    pub by_series: L,
     pub by_write: N,
 }
 
 pub(super) type ReadChunks =
-    Chunks<ReadOnlyTable<LegacyKey, &'static [u8]>, ReadOnlyTable<Key, &'static [u8]>>;
+    Chunks<ReadOnlyTable<SeriesKey, &'static [u8]>, ReadOnlyTable<Key, &'static [u8]>>;
 pub(super) type WriteChunks<'t> =
-    Chunks<Table<'t, LegacyKey, &'static [u8]>, Table<'t, Key, &'static [u8]>>;
+    Chunks<Table<'t, SeriesKey, &'static [u8]>, Table<'t, Key, &'static [u8]>>;
 
 pub(super) fn open_read(txn: &ReadTransaction) -> Result<ReadChunks, TableError> {
-    Ok(Chunks { legacy: txn.open_table(LEGACY_CHUNKS)?, by_write: txn.open_table(CHUNKS)? })
+    Ok(Chunks { by_series: txn.open_table(CHUNKS_BY_SERIES)?, by_write: txn.open_table(CHUNKS)? })
 }
 
 pub(super) fn open_write(txn: &WriteTransaction) -> Result<WriteChunks<'_>, TableError> {
-    Ok(Chunks { legacy: txn.open_table(LEGACY_CHUNKS)?, by_write: txn.open_table(CHUNKS)? })
+    Ok(Chunks { by_series: txn.open_table(CHUNKS_BY_SERIES)?, by_write: txn.open_table(CHUNKS)? })
 }
 
 impl<L, N> Chunks<L, N>
 where
-    L: ReadableTable<LegacyKey, &'static [u8]>,
+    L: ReadableTable<SeriesKey, &'static [u8]>,
     N: ReadableTable<Key, &'static [u8]>,
 {
     /// The chunk at `at`; `None` when it is not stored (the caller skips it, as a scan of the
     /// series-keyed table skipped a chunk its header counted but the table lacked).
     pub fn get(&self, at: ChunkAt) -> Result<Option<AccessGuard<'_, &'static [u8]>>, StorageError> {
-        if at.is_legacy() { self.legacy.get(at.legacy_key()) } else { self.by_write.get(at.key()) }
+        if at.is_by_series() {
+            self.by_series.get(at.series_key())
+        } else {
+            self.by_write.get(at.key())
+        }
     }
 }
 
 impl WriteChunks<'_> {
     pub fn insert(&mut self, at: ChunkAt, bytes: &[u8]) -> Result<(), StorageError> {
-        if at.is_legacy() {
-            self.legacy.insert(at.legacy_key(), bytes)?;
+        if at.is_by_series() {
+            self.by_series.insert(at.series_key(), bytes)?;
         } else {
             self.by_write.insert(at.key(), bytes)?;
         }
@@ -115,8 +122,8 @@ impl WriteChunks<'_> {
     }
 
     pub fn remove(&mut self, at: ChunkAt) -> Result<(), StorageError> {
-        if at.is_legacy() {
-            self.legacy.remove(at.legacy_key())?;
+        if at.is_by_series() {
+            self.by_series.remove(at.series_key())?;
         } else {
             self.by_write.remove(at.key())?;
         }

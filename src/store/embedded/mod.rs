@@ -82,6 +82,7 @@ mod chunks;
 mod codec;
 mod expire;
 mod read;
+mod seal;
 mod windows;
 mod write;
 
@@ -95,7 +96,8 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use crate::model::{Batch, Reading, Seq, TimestampMs, WriterId};
 use crate::store::{
     BucketLimits, Compaction, ExpireReport, Need, RangeQuery, Retention, RollupQuery, RollupRow,
-    RollupSteps, Run, SensorInfo, SensorQuery, StepValues, Store, StoreError, WriteReport,
+    RollupSteps, Run, SealReport, SensorInfo, SensorQuery, StepValues, Store, StoreError,
+    WriteReport,
 };
 
 /// Version of the file's layout, in `meta`'s `schema_version`: the buckets' schema
@@ -231,6 +233,7 @@ pub struct EmbeddedStore {
     fail_after: std::sync::atomic::AtomicUsize,
     /// Where the retention pass resumes (see `expire::step`).
     expire_cursor: Arc<std::sync::Mutex<Option<String>>>,
+    seal_cursor: Arc<std::sync::Mutex<Option<chunks::Key>>>,
 }
 
 impl EmbeddedStore {
@@ -264,6 +267,7 @@ impl EmbeddedStore {
             path,
             fail_after: std::sync::atomic::AtomicUsize::new(usize::MAX),
             expire_cursor: Arc::default(),
+            seal_cursor: Arc::default(),
         })
     }
 
@@ -344,7 +348,7 @@ fn init_schema(db: &Database, path: &Path) -> Result<(), EmbeddedError> {
                 // only writes chunks of a newer encoding, which old ones still decode beside.
                 meta.insert(META_SCHEMA_VERSION, FILE_SCHEMA_VERSION)?;
                 if meta.get(META_NEXT_WRITE)?.is_none() {
-                    meta.insert(META_NEXT_WRITE, chunks::LEGACY_WRITE + 1)?;
+                    meta.insert(META_NEXT_WRITE, chunks::BY_SERIES + 1)?;
                 }
                 tracing::info!(path = %path.display(), from = found, to = FILE_SCHEMA_VERSION, "upgraded the embedded store's schema");
             }
@@ -358,7 +362,7 @@ fn init_schema(db: &Database, path: &Path) -> Result<(), EmbeddedError> {
             None => {
                 meta.insert(META_SCHEMA_VERSION, FILE_SCHEMA_VERSION)?;
                 meta.insert(META_NEXT_SERIES_ID, 1)?;
-                meta.insert(META_NEXT_WRITE, chunks::LEGACY_WRITE + 1)?;
+                meta.insert(META_NEXT_WRITE, chunks::BY_SERIES + 1)?;
             }
         }
         txn.open_table(SERIES)?;
@@ -366,7 +370,7 @@ fn init_schema(db: &Database, path: &Path) -> Result<(), EmbeddedError> {
         txn.open_table(MEASUREMENT_INDEX)?;
         txn.open_table(BUCKETS)?;
         txn.open_table(chunks::CHUNKS)?;
-        txn.open_table(chunks::LEGACY_CHUNKS)?;
+        txn.open_table(chunks::CHUNKS_BY_SERIES)?;
         txn.open_table(SCHEMA1_MARKS)?;
         txn.open_table(WRITER_MARKS)?;
         txn.open_table(HOUR_STATS)?;
@@ -529,6 +533,19 @@ impl Store for EmbeddedStore {
         self.blocking(move |db| {
             let mut cursor = cursor.lock().unwrap_or_else(|p| p.into_inner());
             expire::step(db, now, policy, budget, &mut cursor)
+        })
+        .await
+    }
+
+    async fn seal(
+        &self,
+        now: TimestampMs,
+        budget: usize,
+    ) -> Result<Option<SealReport>, StoreError> {
+        let cursor = self.seal_cursor.clone();
+        self.blocking(move |db| {
+            let mut cursor = cursor.lock().unwrap_or_else(|p| p.into_inner());
+            seal::step(db, now, budget, &mut cursor).map(Some)
         })
         .await
     }

@@ -222,3 +222,75 @@ async fn a_quiet_server_compacts_its_store_and_keeps_every_reading() {
     assert_eq!(read(again.base.clone()).await, 4);
     assert!(again.terminate().success());
 }
+
+/// Hours that are over are sealed by the server's own task: no chunk is left in write
+/// order, and every reading reads back as it was written.
+#[tokio::test]
+async fn the_server_seals_hours_that_are_over_and_reads_them_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = reqwest::Client::new();
+    let t0 = 1_700_000_000_000i64;
+    let mut first = Bucketd::spawn_with(dir.path(), "50ms");
+    first.wait_ready(&client).await;
+    // Three hours of ten sensors, in several writes each, so that hours have several chunks.
+    for part in 0..6i64 {
+        let body: String = (0..10)
+            .flat_map(|s| {
+                (0..200i64).map(move |i| {
+                    let ts = t0 + part * 1_800_000 + i * 9_000;
+                    format!("sealed,sensor=s{s} v={i} {}\n", ts * 1_000_000)
+                })
+            })
+            .collect();
+        let response =
+            client.post(format!("{}/write", first.base)).body(body).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    }
+    let read = |base: String| {
+        let client = client.clone();
+        async move {
+            let url = format!(
+                "{base}/api/v1/readings?sensor=sealed%2Csensor%3Ds3&from={t0}&to={}&format=ndjson&limit=5000",
+                t0 + 4 * 3_600_000
+            );
+            client.get(url).send().await.unwrap().text().await.unwrap()
+        }
+    };
+    first.wait_settled(&client, 120).await;
+    let written = read(first.base.clone()).await;
+    assert_eq!(written.lines().filter(|l| l.contains("\"v\"")).count(), 1200);
+    let sealed = |server: &Bucketd| {
+        let client = client.clone();
+        let base = server.base.clone();
+        async move {
+            let text = client.get(format!("{base}/metrics")).send().await.unwrap().text().await;
+            let value = |name: &str| {
+                text.as_deref()
+                    .ok()?
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            };
+            (value("bucketd_store_chunks_sealed_total "), value("bucketd_store_chunks_unsealed "))
+        }
+    };
+    let (sealed_before, _) = sealed(&first).await;
+    assert!(first.terminate().success());
+
+    // Everything is stored before this process starts: once one of its steps says no chunk is
+    // left in write order, every hour is sealed. The task runs every few seconds; the
+    // deadline guards against a hang, it is not a performance bound.
+    let mut second = Bucketd::spawn(dir.path());
+    second.wait_ready(&client).await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let sealed_after = loop {
+        match sealed(&second).await {
+            (sealed, Some(0.0)) => break sealed,
+            got => assert!(Instant::now() < deadline, "not sealed within 120 s: {got:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let moved: f64 = sealed_before.unwrap_or(0.0) + sealed_after.unwrap_or(0.0);
+    assert!(moved >= 30.0, "every sensor-hour's chunks moved: {moved}");
+    assert_eq!(read(second.base.clone()).await, written);
+    assert!(second.terminate().success());
+}

@@ -16,7 +16,7 @@ use crate::wire::{Cursor, put_str, put_varint, unzigzag, zigzag};
 /// 1 (schemas 1 and 2): per field `count, min, max, sum`. Still decoded, with `first` and
 /// `last` `None`.
 /// 2 (schema 3 and 4): each field's stats are followed by its first and last value with their
-/// times. Still decoded, its chunks in the legacy table.
+/// times. Still decoded, its chunks in the table keyed by series.
 /// 3 (schema 5): the chunk count is followed by each chunk's write number (`chunks` module)
 /// and the number of readings in the last chunk.
 const HEADER_VERSION: u64 = 3;
@@ -256,7 +256,7 @@ impl<'b> HeaderView<'b> {
             };
             writes
         } else {
-            smallvec::smallvec![crate::store::embedded::chunks::LEGACY_WRITE; chunks as usize]
+            smallvec::smallvec![crate::store::embedded::chunks::BY_SERIES; chunks as usize]
         };
         let stats = c.bytes(c.remaining())?;
         Ok(HeaderView {
@@ -307,7 +307,7 @@ impl<'b> HeaderView<'b> {
 mod tests {
     use super::*;
     use crate::model::{FieldValue, Reading};
-    use crate::store::embedded::chunks::LEGACY_WRITE;
+    use crate::store::embedded::chunks::BY_SERIES;
 
     fn bytes(readings: &[&Reading]) -> u64 {
         readings.iter().map(approx_reading_bytes).sum()
@@ -354,7 +354,7 @@ mod tests {
         let a = r(-7_000, vec![("v", FieldValue::Float(2.5)), ("n", FieldValue::Int(3))]);
         let b = r(-9_000, vec![("v", FieldValue::Float(-1.0))]);
         let mut h = BucketHeader::empty();
-        h.append(&[&b, &a], bytes(&[&b, &a]), LEGACY_WRITE);
+        h.append(&[&b, &a], bytes(&[&b, &a]), BY_SERIES);
         assert!(!h.lacks_first_last());
         let old = BucketHeader::decode(&h.encode_version_1()).unwrap();
         assert!(old.lacks_first_last());
@@ -376,10 +376,10 @@ mod tests {
     }
 
     #[test]
-    fn chunk_writes_roundtrip_and_older_headers_have_theirs_in_the_legacy_table() {
+    fn chunk_writes_roundtrip_and_older_headers_have_theirs_keyed_by_series() {
         let one = r(5, vec![("v", FieldValue::Float(1.0))]);
         let mut h = BucketHeader::empty();
-        for write in [LEGACY_WRITE, LEGACY_WRITE, 9, 1 << 40, u64::MAX] {
+        for write in [BY_SERIES, BY_SERIES, 9, 1 << 40, u64::MAX] {
             h.append(&[&one], bytes(&[&one]), write);
         }
         assert_eq!(h.last_chunk, Some(1));
@@ -387,7 +387,7 @@ mod tests {
         assert_eq!(h.last_chunk, Some(3));
         assert_eq!(BucketHeader::decode(&h.encode()).unwrap(), h);
         let old = BucketHeader::decode(&h.encode_version_2()).unwrap();
-        assert_eq!((old.writes.as_slice(), old.last_chunk), (&[LEGACY_WRITE; 5][..], None));
+        assert_eq!((old.writes.as_slice(), old.last_chunk), (&[BY_SERIES; 5][..], None));
         let unknown = BucketHeader { last_chunk: None, ..h.clone() };
         assert_eq!(BucketHeader::decode(&unknown.encode()).unwrap(), unknown);
         assert_eq!(old.stats, h.stats);

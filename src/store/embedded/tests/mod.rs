@@ -6,13 +6,14 @@ use futures::StreamExt;
 use proptest::prelude::*;
 use redb::{ReadableDatabase, ReadableTableMetadata};
 
-use super::chunks::{self, ChunkAt, LEGACY_WRITE};
+use super::chunks::{self, BY_SERIES, ChunkAt};
 use super::codec::BucketHeader;
 use super::*;
 use crate::model::{FieldValue, HOUR_MS, MIN_TIMESTAMP_MS, SeriesMeta, TimestampMs, hour_start};
 use crate::store::approx_reading_bytes;
 use crate::store::{FieldStats, Order};
 
+mod sealing;
 mod upgrade;
 
 const BIG: BucketLimits = BucketLimits { max_readings: 1000, max_bytes: 1 << 20 };
@@ -832,6 +833,8 @@ proptest! {
         len in 0i64..4 * HOUR_MS,
         desc in any::<bool>(),
         limit in proptest::option::of(0usize..30),
+        seal_after in proptest::collection::vec(any::<bool>(), 6),
+        seal_budget in 1usize..6,
     ) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
@@ -839,12 +842,16 @@ proptest! {
             let store = open(dir.path(), BucketLimits { max_readings, max_bytes: 1 << 20 });
             let s = meta("s", "m", &[]);
             let mut written = Vec::new();
-            for w in &writes {
+            for (i, w) in writes.iter().enumerate() {
                 let w = batches(&s, w);
                 write_ok(&store, &w).await;
                 // As the batch holds them: each reading's fields in the order the batch first
                 // met their names.
                 written.extend(w.iter().flat_map(Batch::readings));
+                if seal_after[i] {
+                    // Hours up to the second are over; the third is not.
+                    seal_all(&store, 2 * HOUR_MS + seal::SEAL_AFTER_MS, seal_budget).await;
+                }
             }
             for (from, to) in [(from, from + len), (i64::MIN, i64::MAX)] {
                 let order = if desc { Order::Desc } else { Order::Asc };
@@ -859,7 +866,10 @@ proptest! {
                     step_ms,
                     fields: None,
                 };
-                assert_rollups_match(&store.rollups(q.clone()).await.unwrap(), &model_rollup(&written, &q));
+                let want = model_rollup(&written, &q);
+                assert_rollups_match(&store.rollups(q.clone()).await.unwrap(), &want);
+                let counts = store.rollup_steps(q.clone(), Need::COUNT).await.unwrap();
+                prop_assert_eq!(step_counts(counts), counts_of(&want));
             }
             for (_, _, h) in headers(&store, "s") {
                 prop_assert!(h.count >= 1 && h.count <= max_readings);
@@ -867,6 +877,44 @@ proptest! {
             Ok(())
         })?;
     }
+}
+
+/// Seals until the pass has looked at every chunk, `budget` chunks a step.
+async fn seal_all(store: &EmbeddedStore, now: TimestampMs, budget: usize) -> SealReport {
+    let mut total = SealReport::default();
+    for _ in 0..10_000 {
+        let step = store.seal(now, budget).await.unwrap().expect("the embedded store seals");
+        total.buckets += step.buckets;
+        total.chunks += step.chunks;
+        total.left = step.left;
+        if step.done {
+            total.done = true;
+            return total;
+        }
+    }
+    panic!("the seal pass never ended")
+}
+
+/// `(field, step start, count)` of rollup steps.
+fn step_counts(steps: RollupSteps) -> Vec<(String, TimestampMs, u64)> {
+    let mut out: Vec<_> = steps
+        .fields
+        .into_iter()
+        .flat_map(|(name, steps)| steps.into_iter().map(move |(t, s)| (name.clone(), t, s.count)))
+        .collect();
+    out.sort();
+    out
+}
+
+fn counts_of(
+    rows: &BTreeMap<TimestampMs, BTreeMap<String, FieldStats>>,
+) -> Vec<(String, TimestampMs, u64)> {
+    let mut out: Vec<_> = rows
+        .iter()
+        .flat_map(|(t, fields)| fields.iter().map(|(name, s)| (name.clone(), *t, s.count)))
+        .collect();
+    out.sort();
+    out
 }
 
 /// Per field and step, the values of `written` in the query's range, sorted: what

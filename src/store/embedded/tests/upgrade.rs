@@ -114,9 +114,9 @@ fn as_legacy_file(dir: &std::path::Path, schema: u64, encode: fn(&BucketHeader) 
                 let bytes = stored.get(at).unwrap().unwrap().value().to_vec();
                 stored.remove(at).unwrap();
                 let old = in_chunk_encoding_1(&bytes, hour);
-                stored.insert(ChunkAt { write: LEGACY_WRITE, ..at }, &old).unwrap();
+                stored.insert(ChunkAt { write: BY_SERIES, ..at }, &old).unwrap();
             }
-            header.writes.fill(LEGACY_WRITE);
+            header.writes.fill(BY_SERIES);
             buckets.insert((id, hour, seq), encode(&header).as_slice()).unwrap();
         }
         let mut meta = txn.open_table(META).unwrap();
@@ -153,11 +153,11 @@ async fn a_schema4_files_buckets_read_take_new_chunks_and_expire() {
 
     let hour_0: Vec<ChunkAt> =
         bucket_chunks(&store, "old", 0, 0).into_iter().map(|c| c.0).collect();
-    let writes: Vec<bool> = hour_0.iter().map(|at| at.write == LEGACY_WRITE).collect();
+    let writes: Vec<bool> = hour_0.iter().map(|at| at.write == BY_SERIES).collect();
     assert_eq!(writes, [true, true, false], "{hour_0:?}");
     let hour_1 = bucket_chunks(&store, "old", HOUR_MS, 0);
     assert_eq!(hour_1.len(), 1, "the small old chunk took the new reading");
-    assert_eq!(hour_1[0].0.write, LEGACY_WRITE);
+    assert_eq!(hour_1[0].0.write, BY_SERIES);
     assert_reads_both_ways(&store, "old", (0, HOUR_MS), &written).await;
     assert_eq!(
         collect(&store, range("old", HOUR_MS, 2 * HOUR_MS)).await,
@@ -170,7 +170,7 @@ async fn a_schema4_files_buckets_read_take_new_chunks_and_expire() {
     assert_eq!(report.readings_deleted, 902);
     let txn = store.db().begin_read().unwrap();
     let left = chunks::open_read(&txn).unwrap();
-    assert_eq!(left.legacy.len().unwrap(), 0, "old chunks deleted");
+    assert_eq!(left.by_series.len().unwrap(), 0, "old chunks deleted");
     assert_eq!(left.by_write.len().unwrap(), 0, "new chunks deleted");
 }
 
