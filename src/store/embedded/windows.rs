@@ -159,6 +159,10 @@ impl NumberSink for Windows<'_> {
             at += n;
         }
     }
+
+    fn counts_only(&self) -> bool {
+        self.need == Need::COUNT
+    }
 }
 
 /// The slot of field `name` among a sink's `names`, and whether it is new (added here, for the
