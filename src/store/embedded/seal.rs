@@ -4,9 +4,10 @@
 //!
 //! Each call looks at a bounded number of chunks, in write order from where the previous call
 //! stopped (`cursor`), and seals the buckets they belong to whose hour ended at least
-//! [`SEAL_AFTER_MS`] ago, in one write transaction (none when there is nothing to seal). A chunk of an hour not yet over stays
-//! and is looked at again in the next pass. Moving a chunk and rewriting its bucket's header
-//! happen in one transaction, so a crash leaves every bucket either sealed or as it was.
+//! [`SEAL_AFTER_MS`] ago, in one write transaction (none when there is nothing to seal). A
+//! chunk of an hour not yet over stays and is looked at again in the next pass. Moving a
+//! chunk and rewriting its bucket's header happen in one transaction, so a crash leaves every
+//! bucket either sealed or as it was.
 //!
 //! A write into a sealed bucket appends a chunk keyed by write as before; the bucket is sealed
 //! again once the pass next meets it.

@@ -249,9 +249,10 @@ async fn the_server_seals_hours_that_are_over_and_reads_them_back() {
     let read = |base: String| {
         let client = client.clone();
         async move {
+            let to = t0 + 4 * 3_600_000;
             let url = format!(
-                "{base}/api/v1/readings?sensor=sealed%2Csensor%3Ds3&from={t0}&to={}&format=ndjson&limit=5000",
-                t0 + 4 * 3_600_000
+                "{base}/api/v1/readings?sensor=sealed%2Csensor%3Ds3&from={t0}&to={to}\
+                 &format=ndjson&limit=5000"
             );
             client.get(url).send().await.unwrap().text().await.unwrap()
         }
