@@ -308,7 +308,7 @@ impl Ctx<'_> {
         to: TimestampMs,
         order: Order,
     ) -> BoxStream<'static, Result<Reading, StoreError>> {
-        self.readings_noted(key, from, to, order, &self.kept)
+        self.readings_noted(key, from, to, (order, None), &self.kept)
     }
 
     /// The stored runs of one series in `[from, to)`, ascending, when none of its unflushed
@@ -351,20 +351,21 @@ impl Ctx<'_> {
         to: TimestampMs,
         order: Order,
     ) -> BoxStream<'static, Result<Reading, StoreError>> {
-        self.readings_noted(key, from, to, order, &Arc::default())
+        self.readings_noted(key, from, to, (order, None), &Arc::default())
     }
 
+    /// `(order, limit)`: a limit bounds what the store reads, not what the buffers add.
     fn readings_noted(
         &self,
         key: &str,
         from: TimestampMs,
         to: TimestampMs,
-        order: Order,
+        (order, limit): (Order, Option<usize>),
         kept: &Arc<Kept>,
     ) -> BoxStream<'static, Result<Reading, StoreError>> {
         // Buffers before the store: double counting is possible during a flush, missing is not.
         let unflushed = self.state.unflushed.unflushed(key, from, to);
-        let query = RangeQuery { sensor: key.to_owned(), from, to, order, limit: None };
+        let query = RangeQuery { sensor: key.to_owned(), from, to, order, limit };
         merge(kept.readings(self.state.store.clone(), query), unflushed, order)
     }
 
@@ -430,7 +431,15 @@ impl Ctx<'_> {
         range: super::cond::TimeRange,
     ) -> Result<Option<HashMap<String, FieldKind>>, ExecError> {
         use futures::StreamExt;
-        let mut latest = self.probe(&info.key, range.from, range.to, Order::Desc);
+        // One reading is read: without the limit, the store's reader reads ahead a batch of
+        // chunks before it learns that the stream was dropped, for every series asked.
+        let mut latest = self.readings_noted(
+            &info.key,
+            range.from,
+            range.to,
+            (Order::Desc, Some(1)),
+            &Arc::default(),
+        );
         Ok(latest
             .next()
             .await

@@ -598,20 +598,6 @@ fn fold_steps(
     cells: &mut Cells,
 ) -> Result<(), ExecError> {
     let (Some(first), Some(last)) = (steps.first(), steps.last()) else { return Ok(()) };
-    if windows.is_empty() && steps.windows(2).all(|w| w[0].0 < w[1].0) {
-        // The group's first series: its steps are the windows, built at once from their
-        // ascending starts rather than inserted one by one.
-        cells.count(steps.len())?;
-        *windows = steps
-            .iter()
-            .map(|(start, stats)| {
-                let mut acc = Acc::new(func);
-                acc.push_stats(stats, integer, *start);
-                (*start, acc)
-            })
-            .collect();
-        return Ok(());
-    }
     let mut missing = Vec::new();
     let mut have = windows.range_mut(first.0..=last.0).peekable();
     for (start, stats) in steps {
