@@ -14,7 +14,7 @@
 //! | `measurement_index` | `(measurement, sensor key)`           | `()`                        |
 //! | `buckets`           | `(series id u64, hour i64, seq u32)`  | bucket header: count, approximate bytes, min/max ts, sorted flag, each chunk's write number (schema 5), per-field `{count,min,max,sum,first,last}` (first/last: a value with its time; schema 3) |
 //! | `chunks_by_write`   | `(write u64, series id, hour, seq, chunk u32)` | schema 5: readings of that bucket: one flush's, or several small flushes' joined (`write::SMALL_CHUNK`); column by column from schema 6 |
-//! | `chunks`            | `(series id, hour, seq, chunk u32)`   | the chunks schemas 1 to 4 wrote (write number 0 in their header); no longer added to |
+//! | `chunks`            | `(series id, hour, seq, chunk u32)`   | chunks keyed by series (write number 0 in their header): those the seal pass moved once their hour was over ([`seal`]), and those schemas 1 to 4 wrote |
 //! | `writer_marks`      | `(sensor key, hour i64, writer u64)`  | `u64`: highest write sequence number that writer stored for that hour (`Store::high_water`) |
 //! | `high_water`        | `(sensor key, hour i64)`              | `u64`: schema 1's one mark per hour, whoever wrote (`Store::schema1_high_water`); no longer written |
 //! | `hour_stats`        | `(series id u64, hour i64)`           | schema 4: merged statistics (a bucket header, no chunks) of an hour whose readings the retention pass deleted ([`expire`]) |
@@ -46,7 +46,8 @@
 //! Schema 5 changed the chunk key. Its header (encoding version 3) lists the write of each
 //! chunk; a header of an earlier encoding has all its chunks in the old `chunks` table, and a
 //! write into such a bucket appends its new chunks to `chunks_by_write`, so one bucket may
-//! have chunks in both (write 0 for the old ones). Nothing is moved at the upgrade.
+//! have chunks in both (write 0 for the old ones). Nothing is moved at the upgrade; the seal
+//! pass later moves chunks of hours that are over into `chunks`, which needs no schema change.
 //!
 //! Schema 6 writes chunks column by column (chunk encoding version 2, [`codec`]): a reading of
 //! two fields of fixed resolution at a fixed period takes about two bytes, where version 1
