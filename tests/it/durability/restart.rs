@@ -260,36 +260,24 @@ async fn the_server_seals_hours_that_are_over_and_reads_them_back() {
     first.wait_settled(&client, 120).await;
     let written = read(first.base.clone()).await;
     assert_eq!(written.lines().filter(|l| l.contains("\"v\"")).count(), 1200);
-    let sealed = |server: &Bucketd| {
-        let client = client.clone();
-        let base = server.base.clone();
-        async move {
-            let text = client.get(format!("{base}/metrics")).send().await.unwrap().text().await;
-            let value = |name: &str| {
-                text.as_deref()
-                    .ok()?
-                    .lines()
-                    .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-            };
-            (value("bucketd_store_chunks_sealed_total "), value("bucketd_store_chunks_unsealed "))
-        }
-    };
-    let (sealed_before, _) = sealed(&first).await;
+    let (sealed, unsealed) = ("bucketd_store_chunks_sealed_total", "bucketd_store_chunks_unsealed");
+    let sealed_before = first.metric(&client, sealed).await;
     assert!(first.terminate().success());
 
     // Everything is stored before this process starts: once one of its steps says no chunk is
-    // left in write order, every hour is sealed. The task runs every few seconds; the
+    // left in write order, every hour is sealed. The task runs at start and every 30 s; the
     // deadline guards against a hang, it is not a performance bound.
     let mut second = Bucketd::spawn(dir.path());
     second.wait_ready(&client).await;
     let deadline = Instant::now() + Duration::from_secs(120);
-    let sealed_after = loop {
-        match sealed(&second).await {
-            (sealed, Some(0.0)) => break sealed,
-            got => assert!(Instant::now() < deadline, "not sealed within 120 s: {got:?}"),
+    loop {
+        match second.metric(&client, unsealed).await {
+            Some(0.0) => break,
+            left => assert!(Instant::now() < deadline, "not sealed within 120 s: {left:?} left"),
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    }
+    let sealed_after = second.metric(&client, sealed).await;
     let moved: f64 = sealed_before.unwrap_or(0.0) + sealed_after.unwrap_or(0.0);
     assert!(moved >= 30.0, "every sensor-hour's chunks moved: {moved}");
     assert_eq!(read(second.base.clone()).await, written);
