@@ -10,6 +10,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde_json::Value;
 
+use super::windows::Windows;
 use super::{
     ColExpr, Kind, Measurement, NS_PER_MS, Plan, Statement, arith, dedupe, readings_of,
     too_many_points, too_many_rows,
@@ -34,7 +35,7 @@ fn column_of<'c>(cells: &'c Columns, call: usize, field: &str) -> Option<&'c Vec
 
 /// One group's state: per call, per field, per window start.
 struct Group {
-    accs: Vec<BTreeMap<String, BTreeMap<TimestampMs, Acc>>>,
+    accs: Vec<BTreeMap<String, Windows>>,
     /// Per window, the reading (and its series) a lone selector picked, for the fields and
     /// tags selected beside it (`max(v), host`).
     aux: BTreeMap<TimestampMs, (Reading, Arc<SensorInfo>)>,
@@ -84,8 +85,10 @@ pub(super) async fn run(
         let by_rollups = rollups_ok && st.condition.is_none_or(|c| c.only_tags(&m.tag_keys));
         let mut groups = Vec::new();
         for (_, members) in &m.groups {
-            let mut g =
-                Group { accs: vec![BTreeMap::new(); plan.calls.len()], aux: BTreeMap::new() };
+            let mut g = Group {
+                accs: plan.calls.iter().map(|_| BTreeMap::new()).collect(),
+                aux: BTreeMap::new(),
+            };
             if let Some(w) = slices {
                 by_slices(ctx, st, m, members, w, &mut g, &mut scan).await?;
                 groups.push(g);
@@ -133,25 +136,27 @@ pub(super) async fn run(
     let mut total_rows = 0usize;
     for (m, groups) in measurements.iter().zip(scanned) {
         for ((group, _), mut g) in m.groups.iter().zip(groups) {
-            let mut windows =
-                g.accs.iter().flat_map(|f| f.values().flat_map(|w| w.keys().copied()));
-            let Some(any) = windows.next() else { continue };
-            let starts: Vec<TimestampMs> = match st.window {
-                Some(w) if st.fill != Fill::None => {
-                    // Counted before they are made: a long range of short windows is refused,
-                    // not built.
-                    let n = (w.start(st.range.to - 1) - w.start(st.range.from)) / w.interval + 2;
-                    total_rows =
-                        total_rows.saturating_add(usize::try_from(n).unwrap_or(usize::MAX));
-                    if total_rows > super::MAX_ROWS {
-                        return Err(too_many_rows());
+            let starts: Vec<TimestampMs> = {
+                let mut windows = g.accs.iter().flat_map(|f| f.values().flat_map(Windows::starts));
+                let Some(any) = windows.next() else { continue };
+                match st.window {
+                    Some(w) if st.fill != Fill::None => {
+                        // Counted before they are made: a long range of short windows is refused,
+                        // not built.
+                        let n =
+                            (w.start(st.range.to - 1) - w.start(st.range.from)) / w.interval + 2;
+                        total_rows =
+                            total_rows.saturating_add(usize::try_from(n).unwrap_or(usize::MAX));
+                        if total_rows > super::MAX_ROWS {
+                            return Err(too_many_rows());
+                        }
+                        w.starts(st.range.from, st.range.to).collect()
                     }
-                    w.starts(st.range.from, st.range.to).collect()
-                }
-                _ => {
-                    let windows: BTreeSet<TimestampMs> =
-                        std::iter::once(any).chain(windows).collect();
-                    windows.into_iter().collect()
+                    _ => {
+                        let windows: BTreeSet<TimestampMs> =
+                            std::iter::once(any).chain(windows).collect();
+                        windows.into_iter().collect()
+                    }
                 }
             };
             if plan.kind == Kind::Distinct {
@@ -177,15 +182,15 @@ pub(super) async fn run(
                         None => vec![None; starts.len()],
                         Some(windows) => {
                             if call.func == Func::Mode {
-                                arrange_modes(windows, st.descending);
+                                arrange_modes(windows.map(), st.descending);
                             }
                             // Both ascending: walked together, not looked up per window.
                             let mut made = windows.iter_mut().peekable();
                             starts
                                 .iter()
                                 .map(|s| {
-                                    while made.next_if(|(w, _)| *w < s).is_some() {}
-                                    let (_, acc) = made.next_if(|(w, _)| *w == s)?;
+                                    while made.next_if(|(w, _)| *w < *s).is_some() {}
+                                    let (_, acc) = made.next_if(|(w, _)| *w == *s)?;
                                     acc.finish(call.func)
                                 })
                                 .collect()
@@ -340,9 +345,9 @@ fn windows_of<'g>(
     }
     // Looked up before it is made: a name made per reading was a third of a median's time.
     if !g.accs[i].contains_key(name) {
-        g.accs[i].insert(name.to_owned(), BTreeMap::new());
+        g.accs[i].insert(name.to_owned(), Windows::default());
     }
-    g.accs[i].get_mut(name).expect("just made")
+    g.accs[i].get_mut(name).expect("just made").map()
 }
 
 /// The call's error for a value it does not take, unless it takes every field (`mean(*)`
@@ -493,7 +498,7 @@ async fn by_slices(
             // Too many values for this slice: forget it, and read it again in a slice as long
             // as the series read so far say a quarter of the limit takes.
             for windows in g.accs.iter_mut().flat_map(BTreeMap::values_mut) {
-                scan.cells.made -= windows.split_off(&first).len();
+                scan.cells.made -= windows.map().split_off(&first).len();
             }
             debug_assert_eq!(scan.cells.made, made);
             g.aux.split_off(&first);
@@ -509,7 +514,7 @@ async fn by_slices(
         let in_slice = (scan.held - held) as i128;
         for (call, fields) in st.plan.calls.iter().zip(g.accs.iter_mut()) {
             for windows in fields.values_mut() {
-                for (_, acc) in windows.range_mut(first..) {
+                for (_, acc) in windows.map().range_mut(first..) {
                     scan.held -= acc.seal(call.func);
                 }
             }
@@ -578,10 +583,10 @@ async fn from_rollups(
                     })
                     .collect();
                 cells.count(made.len())?;
-                *windows = made.into_iter().collect();
+                *windows = Windows::sorted(made);
                 continue;
             }
-            fold_steps(windows, steps, call.func, integer, cells)?;
+            fold_steps(windows.map(), steps, call.func, integer, cells)?;
         }
     }
     Ok(true)
@@ -782,7 +787,7 @@ fn distinct_rows(
     };
     let mut rows = Vec::new();
     for start in starts {
-        if let Some(acc) = g.accs[i].get(field).and_then(|w| w.get(start)) {
+        if let Some(acc) = g.accs[i].get(field).and_then(|w| w.get(*start)) {
             for v in acc.distinct_values() {
                 rows.push(vec![Value::from(*start), v]);
             }

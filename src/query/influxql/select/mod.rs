@@ -15,6 +15,7 @@
 mod aggregate;
 mod raw;
 mod transform;
+mod windows;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
