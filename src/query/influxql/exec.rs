@@ -51,7 +51,33 @@ pub struct Series {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tags: Option<BTreeMap<String, String>>,
     pub columns: Vec<String>,
+    #[serde(serialize_with = "as_go_writes_them")]
     pub values: Vec<Vec<Value>>,
+}
+
+/// Go's JSON writes a whole float without a fraction (`21`, not `21.0`), and clients and tests
+/// written against InfluxDB compare the text. Done as the rows are written, so that the values
+/// keep their types for arithmetic and fill, and no pass over the rows is made for it.
+fn as_go_writes_them<S: serde::Serializer>(rows: &[Vec<Value>], s: S) -> Result<S::Ok, S::Error> {
+    struct Row<'a>(&'a [Value]);
+    struct Cell<'a>(&'a Value);
+    impl Serialize for Row<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.collect_seq(self.0.iter().map(Cell))
+        }
+    }
+    impl Serialize for Cell<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            match self.0.as_f64() {
+                // Go writes digits, not an exponent, below 1e21; i128 holds those exactly.
+                Some(f) if self.0.is_f64() && f.fract() == 0.0 && f.abs() < 1e21 => {
+                    s.serialize_i128(f as i128)
+                }
+                _ => self.0.serialize(s),
+            }
+        }
+    }
+    s.collect_seq(rows.iter().map(|row| Row(row)))
 }
 
 /// How times are written: `epoch=ns|u|µ|ms|s|m|h`, or RFC 3339 strings without it.
@@ -466,6 +492,29 @@ fn too_many_series() -> ExecError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whole_floats_are_written_without_a_fraction_and_keep_their_type() {
+        let series = Series {
+            name: Some("m".into()),
+            tags: None,
+            columns: vec!["time".into(), "v".into()],
+            values: vec![
+                vec![Value::from(1), Value::from(21.0)],
+                vec![Value::from(2), Value::from(21.5)],
+                vec![Value::from(3), Value::from(-4.0)],
+                vec![Value::from(4), Value::from(1e20)],
+                vec![Value::from(4), Value::from(1e21)],
+                vec![Value::from(5), Value::Null],
+                vec![Value::from(6), Value::from("x")],
+            ],
+        };
+        assert_eq!(
+            serde_json::to_string(&series).unwrap(),
+            r#"{"name":"m","columns":["time","v"],"values":[[1,21],[2,21.5],[3,-4],[4,100000000000000000000],[4,1e+21],[5,null],[6,"x"]]}"#
+        );
+        assert!(series.values[0][1].is_f64(), "the rows themselves stay floats");
+    }
 
     #[test]
     fn times_are_written_as_influxdb_writes_them() {

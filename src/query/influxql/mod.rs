@@ -103,20 +103,6 @@ impl Params {
     }
 }
 
-/// Go's JSON writes a whole float without a fraction (`21`, not `21.0`), and clients and tests
-/// written against InfluxDB compare the text; done last so that the values' types stay right
-/// for arithmetic and fill.
-fn whole_floats_as_go_writes_them(series: &mut Series) {
-    for v in series.values.iter_mut().flatten() {
-        if let Some(f) = v.as_f64().filter(|_| v.is_f64())
-            && f.fract() == 0.0
-            && f.abs() < 1e15
-        {
-            *v = serde_json::Value::from(f as i64);
-        }
-    }
-}
-
 /// A 200 with its JSON body and InfluxDB's headers.
 fn ok_response(body: Vec<u8>) -> Response {
     let mut r = ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body)
@@ -182,10 +168,7 @@ pub async fn query(
         let deadline = std::time::Instant::now() + state.limits.statement_time;
         let ctx = Ctx { state: &state, now_ns, epoch, deadline, kept: Default::default() };
         let (series, error) = match ctx.run(statement).await {
-            Ok(mut series) => {
-                series.iter_mut().for_each(whole_floats_as_go_writes_them);
-                (series, None)
-            }
+            Ok(series) => (series, None),
             Err(e) => (Vec::new(), Some(e.0)),
         };
         let messages =
