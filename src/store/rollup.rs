@@ -98,12 +98,7 @@ impl FieldStats {
             self.sum = values.iter().fold(self.sum, |sum, v| sum + v);
         }
         if need.extremes {
-            let (mut min, mut max) = (self.min, self.max);
-            for &v in values {
-                min = min.min(v);
-                max = max.max(v);
-            }
-            (self.min, self.max) = (min, max);
+            (self.min, self.max) = extremes(values, (self.min, self.max));
         }
         if need.edges {
             self.push_edges(ts, values);
@@ -115,17 +110,13 @@ impl FieldStats {
     pub fn push_run(&mut self, ts: &[TimestampMs], values: &[f64]) {
         debug_assert!(!ts.is_empty() && ts.len() == values.len());
         debug_assert!(ts.windows(2).all(|w| w[0] <= w[1]));
-        let (mut sum, mut min, mut max) = (self.sum, self.min, self.max);
-        for &v in values {
-            sum += v;
-            min = min.min(v);
-            max = max.max(v);
-        }
-        (self.sum, self.min, self.max) = (sum, min, max);
+        self.sum = values.iter().fold(self.sum, |sum, v| sum + v);
+        (self.min, self.max) = extremes(values, (self.min, self.max));
         self.count += values.len() as u64;
         self.push_edges(ts, values);
     }
 
+    #[inline]
     fn push_edges(&mut self, ts: &[TimestampMs], values: &[f64]) {
         // Of the values at the earliest time, the smallest comes first; at the latest time,
         // the largest last.
@@ -142,6 +133,28 @@ impl FieldStats {
     pub fn mean(&self) -> f64 {
         self.sum / self.count as f64
     }
+}
+
+/// The smallest and largest of `values` and `(min, max)`. Stored values are finite (writes
+/// refuse NaN and infinities), so a plain comparison serves: kept in four lanes, the compiler
+/// compares two values at a time, where `f64::min` and `max`, which step over NaN, went one by
+/// one and were most of a window's fold.
+#[inline]
+fn extremes(values: &[f64], (min, max): (f64, f64)) -> (f64, f64) {
+    const LANES: usize = 4;
+    let (mut lo, mut hi) = ([min; LANES], [max; LANES]);
+    let mut quads = values.chunks_exact(LANES);
+    for quad in &mut quads {
+        for i in 0..LANES {
+            lo[i] = if quad[i] < lo[i] { quad[i] } else { lo[i] };
+            hi[i] = if quad[i] > hi[i] { quad[i] } else { hi[i] };
+        }
+    }
+    let fold = |(min, max): (f64, f64), (l, h): (f64, f64)| {
+        (if l < min { l } else { min }, if h > max { h } else { max })
+    };
+    let lanes = lo.into_iter().zip(hi).fold((min, max), fold);
+    quads.remainder().iter().map(|&v| (v, v)).fold(lanes, fold)
 }
 
 /// Whether `a` comes strictly before `b` in the order of [`FieldStats::first`] and
@@ -271,4 +284,24 @@ fn field_of<'f, T>(fields: &'f mut Vec<(String, Vec<T>)>, name: &str) -> &'f mut
         }
     };
     &mut fields[i].1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn extremes_in_lanes_are_those_of_one_by_one(
+            values in prop::collection::vec(-1e6f64..1e6, 0..40),
+            start in -1e6f64..1e6,
+        ) {
+            let want = values.iter().fold((start, start), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+            prop_assert_eq!(extremes(&values, (start, start)), want);
+            let open = (f64::INFINITY, f64::NEG_INFINITY);
+            let want = values.iter().fold(open, |(lo, hi), &v| (lo.min(v), hi.max(v)));
+            prop_assert_eq!(extremes(&values, open), want);
+        }
+    }
 }
