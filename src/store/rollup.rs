@@ -137,8 +137,8 @@ impl FieldStats {
 
 /// The smallest and largest of `values` and `(min, max)`. Stored values are finite (writes
 /// refuse NaN and infinities), so a plain comparison serves: kept in four lanes, the compiler
-/// compares two values at a time, where `f64::min` and `max`, which step over NaN, went one by
-/// one and were most of a window's fold.
+/// compares two values at a time, where `f64::min` and `max`, which step over NaN, kept the
+/// loop to one value at a time, each waiting for the one before.
 #[inline]
 fn extremes(values: &[f64], (min, max): (f64, f64)) -> (f64, f64) {
     const LANES: usize = 4;

@@ -7,8 +7,8 @@ use crate::query::influxql::agg::Acc;
 
 /// A group's windows of one call and field. A group of one series answered from the store's
 /// rollups (`GROUP BY` every tag) gets its windows at once and in order, and keeps them as
-/// they came: building a map of them moved every accumulator once more and was a tenth of
-/// such a panel's time. Anything that adds windows one by one turns them into a map first.
+/// they came: building a map of them moved every accumulator once more, for nothing. Anything
+/// that adds windows one by one turns them into a map first.
 pub(super) enum Windows {
     Sorted(Vec<(TimestampMs, Acc)>),
     Map(BTreeMap<TimestampMs, Acc>),
