@@ -369,15 +369,16 @@ impl Ctx<'_> {
     }
 
     /// The same for a probe that decides how to answer (field types), not what: a cut range
-    /// is not noted.
+    /// is not noted. A probe reads a few readings: without `limit`, the store's reader reads
+    /// ahead a batch of chunks before it learns that the stream was dropped.
     pub fn probe(
         &self,
         key: &str,
-        from: TimestampMs,
-        to: TimestampMs,
+        (from, to): (TimestampMs, TimestampMs),
         order: Order,
+        limit: usize,
     ) -> BoxStream<'static, Result<Reading, StoreError>> {
-        self.readings_noted(key, from, to, (order, None), &Arc::default())
+        self.readings_noted(key, from, to, (order, Some(limit)), &Arc::default())
     }
 
     /// `(order, limit)`: a limit bounds what the store reads, not what the buffers add.
@@ -457,15 +458,7 @@ impl Ctx<'_> {
         range: super::cond::TimeRange,
     ) -> Result<Option<HashMap<String, FieldKind>>, ExecError> {
         use futures::StreamExt;
-        // One reading is read: without the limit, the store's reader reads ahead a batch of
-        // chunks before it learns that the stream was dropped, for every series asked.
-        let mut latest = self.readings_noted(
-            &info.key,
-            range.from,
-            range.to,
-            (Order::Desc, Some(1)),
-            &Arc::default(),
-        );
+        let mut latest = self.probe(&info.key, (range.from, range.to), Order::Desc, 1);
         Ok(latest
             .next()
             .await

@@ -211,15 +211,15 @@ pub fn series_key(s: &SensorInfo) -> String {
 }
 
 /// Field names and types seen in the first and last [`FIELD_PROBE`] readings of a series.
-/// The fields (with their types) of the first and last readings of a series.
 pub(super) async fn probe_fields(
     ctx: &Ctx<'_>,
     s: &SensorInfo,
 ) -> Result<HashMap<String, FieldKind>, ExecError> {
     let mut kinds = HashMap::new();
     for order in [Order::Asc, Order::Desc] {
-        let mut readings =
-            ctx.probe(&s.key, MIN_TIMESTAMP_MS, MAX_TIMESTAMP_MS + 1, order).take(FIELD_PROBE);
+        let range = (MIN_TIMESTAMP_MS, MAX_TIMESTAMP_MS + 1);
+        // The buffers' readings come beside the store's limited ones.
+        let mut readings = ctx.probe(&s.key, range, order, FIELD_PROBE).take(FIELD_PROBE);
         while let Some(r) = readings.next().await {
             for (name, v) in &r?.fields {
                 kinds.entry(name.to_string()).or_insert_with(|| FieldKind::of(v));
