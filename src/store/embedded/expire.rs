@@ -105,7 +105,7 @@ pub(super) fn step(
         report.done = !stopped && !more_series;
         *cursor = if report.done { None } else { finished.or_else(|| cursor.clone()) };
     }
-    txn.commit()?;
+    super::commit(db, txn)?;
     Ok(report)
 }
 

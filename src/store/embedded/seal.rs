@@ -75,7 +75,7 @@ pub(super) fn step(
         }
         report.left = chunks.by_write.len()?;
     }
-    txn.commit()?;
+    super::commit(db, txn)?;
     Ok(report)
 }
 

@@ -139,7 +139,7 @@ fn commit(
             c.landed
         )));
     }
-    txn.commit()?;
+    super::commit(db, txn)?;
     Ok(results)
 }
 
