@@ -26,8 +26,8 @@ require_tools() {
 build_release() {
   echo "building release binaries..." >&2
   cargo build --release --quiet --workspace --bins
-  BUCKETD=$PWD/target/release/bucketd
-  LOADTEST=$PWD/target/release/loadtest
+  BUCKETD=${CARGO_TARGET_DIR:-$PWD/target}/release/bucketd
+  LOADTEST=${CARGO_TARGET_DIR:-$PWD/target}/release/loadtest
 }
 
 # stop_pids: kills every process in the array PIDS, then waits for each (for exit traps).
