@@ -340,6 +340,11 @@ fn windows_of<'g>(
     i: usize,
     name: &str,
 ) -> &'g mut BTreeMap<TimestampMs, Acc> {
+    windows_entry(g, scan, i, name).map()
+}
+
+/// [`windows_of`], as the windows are held.
+fn windows_entry<'g>(g: &'g mut Group, scan: &mut Scan, i: usize, name: &str) -> &'g mut Windows {
     if !scan.fields_seen[i].contains(name) {
         scan.fields_seen[i].insert(name.to_owned());
     }
@@ -347,7 +352,7 @@ fn windows_of<'g>(
     if !g.accs[i].contains_key(name) {
         g.accs[i].insert(name.to_owned(), Windows::default());
     }
-    g.accs[i].get_mut(name).expect("just made").map()
+    g.accs[i].get_mut(name).expect("just made")
 }
 
 /// The call's error for a value it does not take, unless it takes every field (`mean(*)`
@@ -514,7 +519,7 @@ async fn by_slices(
         let in_slice = (scan.held - held) as i128;
         for (call, fields) in st.plan.calls.iter().zip(g.accs.iter_mut()) {
             for windows in fields.values_mut() {
-                for (_, acc) in windows.map().range_mut(first..) {
+                for acc in windows.since(first) {
                     scan.held -= acc.seal(call.func);
                 }
             }
@@ -602,18 +607,32 @@ fn fold_steps(
     integer: bool,
     cells: &mut Cells,
 ) -> Result<(), ExecError> {
+    merge_in_order(windows, steps, func, cells, |acc, stats, start| {
+        acc.push_stats(stats, integer, start);
+    })
+}
+
+/// Adds each of a series' `steps` (ascending) to its window with `add`, walking the windows
+/// and the steps together: only a step whose window the group has not made yet is looked up.
+fn merge_in_order<T>(
+    windows: &mut BTreeMap<TimestampMs, Acc>,
+    steps: &[(TimestampMs, T)],
+    func: Func,
+    cells: &mut Cells,
+    mut add: impl FnMut(&mut Acc, &T, TimestampMs),
+) -> Result<(), ExecError> {
     let (Some(first), Some(last)) = (steps.first(), steps.last()) else { return Ok(()) };
     let mut missing = Vec::new();
     let mut have = windows.range_mut(first.0..=last.0).peekable();
-    for (start, stats) in steps {
+    for (start, step) in steps {
         while have.next_if(|(at, _)| **at < *start).is_some() {}
         match have.peek_mut() {
-            Some((at, acc)) if **at == *start => acc.push_stats(stats, integer, *start),
-            _ => missing.push((*start, stats)),
+            Some((at, acc)) if **at == *start => add(acc, step, *start),
+            _ => missing.push((*start, step)),
         }
     }
-    for (start, stats) in missing {
-        cells.acc(windows, start, func)?.push_stats(stats, integer, start);
+    for (start, step) in missing {
+        add(cells.acc(windows, start, func)?, step, start);
     }
     Ok(())
 }
@@ -669,18 +688,39 @@ async fn fold_step_values(
         scan.held = scan.held.saturating_add(most).saturating_add(1);
         return Err(too_many_points(limit));
     };
-    for (name, steps) in &values.fields {
-        for (i, call) in st.plan.calls.iter().enumerate() {
-            if call.field.as_ref().is_some_and(|f| f != name) || steps.is_empty() {
+    for (name, mut steps) in values.fields {
+        let calls: Vec<usize> = (0..st.plan.calls.len())
+            .filter(|&i| st.plan.calls[i].field.as_ref().is_none_or(|f| *f == name))
+            .collect();
+        for (k, &i) in calls.iter().enumerate() {
+            if steps.is_empty() {
+                break;
+            }
+            let func = st.plan.calls[i].func;
+            scan.held += steps.iter().map(|(_, held)| held.len()).sum::<usize>();
+            let windows = windows_entry(g, scan, i, &name);
+            if !windows.is_empty() {
+                merge_in_order(windows.map(), &steps, func, &mut scan.cells, |acc, held, _| {
+                    if let Acc::Floats(all) = acc {
+                        all.extend_from_slice(held);
+                    }
+                })?;
                 continue;
             }
-            let windows = windows_of(g, scan, i, name);
-            for (start, held) in steps {
-                if let Acc::Floats(all) = scan.cells.acc(windows, *start, call.func)? {
-                    all.extend_from_slice(held);
+            // The group's first series (the only one under `GROUP BY` every tag): its steps
+            // come in order and their values become the windows' own, neither copied nor
+            // inserted one by one. The last call that reads the field takes them.
+            let taken =
+                if k + 1 == calls.len() { std::mem::take(&mut steps) } else { steps.clone() };
+            scan.cells.count(taken.len())?;
+            let made = taken.into_iter().map(|(start, held)| {
+                let mut acc = Acc::new(func);
+                if let Acc::Floats(all) = &mut acc {
+                    *all = held;
                 }
-                scan.held += held.len();
-            }
+                (start, acc)
+            });
+            *windows = Windows::sorted(made.collect());
         }
     }
     if scan.held > limit {

@@ -61,6 +61,17 @@ impl Windows {
         }
     }
 
+    /// The accumulators of the windows that start at `first` or later, ascending.
+    pub(super) fn since(&mut self, first: TimestampMs) -> Box<dyn Iterator<Item = &mut Acc> + '_> {
+        match self {
+            Windows::Sorted(v) => {
+                let at = v.partition_point(|(start, _)| *start < first);
+                Box::new(v[at..].iter_mut().map(|(_, acc)| acc))
+            }
+            Windows::Map(m) => Box::new(m.range_mut(first..).map(|(_, acc)| acc)),
+        }
+    }
+
     pub(super) fn get(&self, start: TimestampMs) -> Option<&Acc> {
         match self {
             Windows::Sorted(v) => {
@@ -89,6 +100,8 @@ mod tests {
             assert_eq!(w.starts().collect::<Vec<_>>(), starts);
             assert_eq!(w.iter_mut().map(|(s, _)| s).collect::<Vec<_>>(), starts);
             assert!(w.get(60_000).is_some());
+            assert_eq!(w.since(60_000).count(), 2);
+            assert_eq!(w.since(60_001).count(), 1);
             assert!(w.get(120_000).is_none());
         }
         sorted.map().insert(120_000, Acc::new(Func::Count));
