@@ -536,6 +536,25 @@ pub trait Store: Send + Sync + 'static {
         Ok(Some(out))
     }
 
+    /// [`Store::step_values`] of several series at once, in the order asked; `None` as soon as
+    /// they hold more than `most` together. The default asks for each in turn; a store that
+    /// runs its reads on other threads reads them all in one go.
+    async fn step_values_of(
+        &self,
+        queries: Vec<RollupQuery>,
+        most: usize,
+    ) -> Result<Option<Vec<StepValues>>, StoreError> {
+        let (mut out, mut held) = (Vec::with_capacity(queries.len()), 0usize);
+        for query in queries {
+            let Some(values) = self.step_values(query, most - held).await? else {
+                return Ok(None);
+            };
+            held += values.held();
+            out.push(values);
+        }
+        Ok(Some(out))
+    }
+
     async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError>;
 
     /// Deletes, in one bounded step of at most about `budget` buckets, raw readings of hours

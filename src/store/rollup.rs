@@ -207,6 +207,11 @@ pub struct StepValues {
 pub type StepOfValues = (TimestampMs, Vec<f64>);
 
 impl StepValues {
+    /// How many values it holds.
+    pub fn held(&self) -> usize {
+        self.fields.iter().flat_map(|(_, steps)| steps).map(|(_, values)| values.len()).sum()
+    }
+
     /// Adds `values`, all of step `start`, to field `name`'s.
     pub fn add(&mut self, name: &str, start: TimestampMs, values: &[f64]) {
         add_to_step(field_of(&mut self.fields, name), start, values);

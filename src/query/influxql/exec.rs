@@ -436,17 +436,39 @@ impl Ctx<'_> {
         let Some(mut values) = self.kept.step_values(&*self.state.store, query, most).await? else {
             return Ok(None);
         };
-        for r in unflushed {
-            let start = r.ts.div_euclid(step_ms) * step_ms;
-            for (name, value) in &r.fields {
-                if let Some(v) = value.as_f64()
-                    && fields.is_none_or(|f| f.iter().any(|w| name == w))
-                {
-                    values.add(name, start, &[v]);
-                }
-            }
-        }
+        add_unflushed(&mut values, unflushed, step_ms, fields);
         Ok(Some(values))
+    }
+
+    /// [`Ctx::step_values`] of several series over one range, read from the store in one
+    /// call. `None` when they hold more than `most` together, and when the store answers with
+    /// any error (a range past the retention among them): asked one by one, each series then
+    /// gets its own answer or error.
+    pub async fn step_values_of(
+        &self,
+        keys: &[&str],
+        (from, to): (TimestampMs, TimestampMs),
+        step_ms: i64,
+        fields: Option<&[String]>,
+        most: usize,
+    ) -> Option<Vec<StepValues>> {
+        let unflushed: Vec<_> =
+            keys.iter().map(|key| self.state.unflushed.unflushed(key, from, to)).collect();
+        let queries = keys
+            .iter()
+            .map(|key| RollupQuery {
+                sensor: (*key).to_owned(),
+                from,
+                to,
+                step_ms,
+                fields: fields.map(<[String]>::to_vec),
+            })
+            .collect();
+        let mut all = self.state.store.step_values_of(queries, most).await.ok()??;
+        for (values, unflushed) in all.iter_mut().zip(unflushed) {
+            add_unflushed(values, unflushed, step_ms, fields);
+        }
+        Some(all)
     }
 
     /// The types of the fields of a series' latest reading in range: what decides whether
@@ -464,6 +486,26 @@ impl Ctx<'_> {
             .await
             .transpose()?
             .map(|r| r.fields.iter().map(|(k, v)| (k.to_string(), FieldKind::of(v))).collect()))
+    }
+}
+
+/// Adds the `unflushed` readings' values of `fields` (all numeric ones when `None`) to
+/// `values`, step by step of `step_ms`.
+fn add_unflushed(
+    values: &mut StepValues,
+    unflushed: Vec<Reading>,
+    step_ms: i64,
+    fields: Option<&[String]>,
+) {
+    for r in unflushed {
+        let start = r.ts.div_euclid(step_ms) * step_ms;
+        for (name, value) in &r.fields {
+            if let Some(v) = value.as_f64()
+                && fields.is_none_or(|f| f.iter().any(|w| name == w))
+            {
+                values.add(name, start, &[v]);
+            }
+        }
     }
 }
 

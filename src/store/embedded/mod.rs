@@ -518,6 +518,15 @@ impl Store for EmbeddedStore {
         self.blocking(move |db| read::step_values(db, &query, most)).await
     }
 
+    async fn step_values_of(
+        &self,
+        queries: Vec<RollupQuery>,
+        most: usize,
+    ) -> Result<Option<Vec<StepValues>>, StoreError> {
+        queries.iter().try_for_each(positive_step)?;
+        self.blocking(move |db| read::step_values_of(db, &queries, most)).await
+    }
+
     async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError> {
         self.blocking(move |db| read::sensors(db, &query)).await
     }

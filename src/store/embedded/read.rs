@@ -555,15 +555,38 @@ pub(super) fn step_values(
     q: &RollupQuery,
     most: usize,
 ) -> Result<Option<StepValues>, EmbeddedError> {
+    step_values_in(&db.begin_read()?, q, most)
+}
+
+/// [`Store::step_values_of`](crate::store::Store::step_values_of) in one read transaction.
+pub(super) fn step_values_of(
+    db: &Database,
+    queries: &[RollupQuery],
+    most: usize,
+) -> Result<Option<Vec<StepValues>>, EmbeddedError> {
     let txn = db.begin_read()?;
-    let Some(series) = series_record(&txn, &q.sensor)? else {
+    let (mut out, mut held) = (Vec::with_capacity(queries.len()), 0usize);
+    for q in queries {
+        let Some(values) = step_values_in(&txn, q, most - held)? else { return Ok(None) };
+        held += values.held();
+        out.push(values);
+    }
+    Ok(Some(out))
+}
+
+fn step_values_in(
+    txn: &ReadTransaction,
+    q: &RollupQuery,
+    most: usize,
+) -> Result<Option<StepValues>, EmbeddedError> {
+    let Some(series) = series_record(txn, &q.sensor)? else {
         return Ok(Some(StepValues::default()));
     };
-    check_live(&txn, series.id, q.from, q.to)?;
+    check_live(txn, series.id, q.from, q.to)?;
     let (from, to) = (q.from.max(MIN_TIMESTAMP_MS), q.to.min(MAX_TIMESTAMP_MS + 1));
     let mut sink = StepSink::new(q.step_ms, q.fields.as_deref());
     let over = |sink: &StepSink<'_>| sink.held > most;
-    let flow = scan_chunks(&txn, series.id, (from, to), &mut sink, |_, _| Ok(false), over)?;
+    let flow = scan_chunks(txn, series.id, (from, to), &mut sink, |_, _| Ok(false), over)?;
     Ok(flow.is_continue().then(|| sink.finish()))
 }
 

@@ -173,6 +173,15 @@ async fn unflushed_readings_are_answered_on_both_paths() {
             "{extra}"
         );
     }
+    // Every site together: the step values of a group's series are read in one store call,
+    // and must answer as the readings do, the unflushed one among them.
+    let median = |extra: &str| {
+        format!("SELECT median(v) FROM temp WHERE {}{extra} GROUP BY time(30m)", range(5, 7))
+    };
+    let (_, by_steps) = q(&app, &median("")).await;
+    let (_, by_readings) = q(&app, &median(" AND v > -1000")).await;
+    assert!(by_steps["results"][0]["series"][0]["values"].as_array().is_some_and(|v| v.len() == 4));
+    assert_eq!(by_steps, by_readings);
     let (_, body) = q(&app, "SHOW TAG VALUES FROM temp WITH KEY = \"site\"").await;
     assert_eq!(
         body["results"][0]["series"][0]["values"],

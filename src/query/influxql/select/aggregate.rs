@@ -19,7 +19,7 @@ use crate::model::{FieldValue, HOUR_MS, Reading, TimestampMs};
 use crate::query::influxql::agg::{Acc, Func, arrange_modes, float};
 use crate::query::influxql::ast::Fill;
 use crate::query::influxql::exec::{Ctx, ExecError, FieldKind, Series};
-use crate::store::{FieldStats, Need, Order, Run, SensorInfo, StoreError};
+use crate::store::{FieldStats, Need, Order, Run, SensorInfo, StepValues, StoreError};
 
 /// A function's value in one window, with the time of the reading a selector picked; `None`
 /// when the window had nothing it counts (so fill applies).
@@ -78,6 +78,7 @@ pub(super) async fn run(
         cells: Cells { made: 0, limit: ctx.state.limits.max_cells },
         fields_seen: vec![BTreeSet::new(); plan.calls.len()],
         numeric: HashMap::new(),
+        prefetched: HashMap::new(),
     };
     let slices = st.window.filter(|_| answered_by_slice(plan));
     let mut scanned: Vec<Vec<Group>> = Vec::new();
@@ -251,6 +252,9 @@ struct Scan {
     /// Per series (by key), whether the fields the calls read are numbers: asked once a
     /// statement, not once a slice.
     numeric: HashMap<String, bool>,
+    /// A slice's step values, by series key, read for all its series at once
+    /// ([`prefetch`]): what [`fold_step_values`] takes before it asks the store.
+    prefetched: HashMap<String, StepValues>,
 }
 
 /// Folds one series' readings in `from..to` into its group: column by column from the store's
@@ -487,6 +491,7 @@ async fn by_slices(
             },
         };
         let (held, made) = (scan.held, scan.cells.made);
+        prefetch(ctx, st, m, members, (from, to), scan).await;
         let mut read = Ok(());
         let mut done = 0usize;
         for (series, info) in members.iter().enumerate() {
@@ -496,6 +501,7 @@ async fn by_slices(
             }
             done += 1;
         }
+        scan.prefetched.clear();
         if let Err(e) = read {
             if scan.held <= limit || to <= first_end {
                 return Err(e);
@@ -532,6 +538,49 @@ async fn by_slices(
         from = to;
     }
     Ok(())
+}
+
+/// Reads the step values of a slice's series in one store call, for [`fold_step_values`]
+/// to take: asked one series at a time, the handoffs to the store's threads were the larger
+/// part of a median of many series over many slices. A series whose readings are read
+/// whole (a condition on its fields, fields picked beside the calls) is left out. Nothing
+/// is read ahead when the store's answer is not whole (more than the values left to hold,
+/// an error): each series is then asked alone, as before.
+async fn prefetch(
+    ctx: &Ctx<'_>,
+    st: &Statement<'_>,
+    m: &Measurement,
+    members: &[Arc<SensorInfo>],
+    range: (TimestampMs, TimestampMs),
+    scan: &mut Scan,
+) {
+    scan.prefetched.clear();
+    let Some(w) = step_values_window(st).filter(|_| !st.plan.aux) else { return };
+    let keys: Vec<&str> = members
+        .iter()
+        .filter(|info| st.condition.is_none_or(|c| c.series_matches(&info.tags, &m.tag_keys)))
+        .map(|info| info.key.as_str())
+        .collect();
+    if keys.len() < 2 {
+        return;
+    }
+    let most = ctx.state.limits.max_held.saturating_sub(scan.held);
+    let named = named_fields(st);
+    if let Some(all) = ctx.step_values_of(&keys, range, w.interval, named.as_deref(), most).await {
+        scan.prefetched = keys.into_iter().map(str::to_owned).zip(all).collect();
+    }
+}
+
+/// The window of a statement whose every call is a median (which needs a window's values,
+/// not their order) over windows of whole steps since the epoch: what step values answer.
+fn step_values_window(st: &Statement<'_>) -> Option<super::Window> {
+    let all_medians = st.plan.calls.iter().all(|c| c.func == Func::Median);
+    st.window.filter(|w| w.zone.is_none() && w.offset == 0 && all_medians)
+}
+
+/// The fields the calls name, or `None` when one takes every field.
+fn named_fields(st: &Statement<'_>) -> Option<Vec<String>> {
+    st.plan.calls.iter().map(|c| c.field.as_ref().map(|f| f.to_string())).collect()
 }
 
 /// Folds one series' rollups from the store into the group, when they can answer: numeric
@@ -661,12 +710,9 @@ async fn fold_step_values(
     g: &mut Group,
     scan: &mut Scan,
 ) -> Result<bool, ExecError> {
-    let Some(w) = st.window.filter(|w| w.zone.is_none() && w.offset == 0) else {
+    let Some(w) = step_values_window(st) else {
         return Ok(false);
     };
-    if !st.plan.calls.iter().all(|c| c.func == Func::Median) {
-        return Ok(false);
-    }
     let numeric = match scan.numeric.get(&info.key) {
         Some(numeric) => *numeric,
         None => {
@@ -679,10 +725,13 @@ async fn fold_step_values(
         return Ok(false);
     }
     let limit = ctx.state.limits.max_held;
-    let named: Option<Vec<String>> =
-        st.plan.calls.iter().map(|c| c.field.as_ref().map(|f| f.to_string())).collect();
     let most = limit.saturating_sub(scan.held);
-    let values = ctx.step_values(&info.key, range, w.interval, named.as_deref(), most).await?;
+    let values = match scan.prefetched.remove(&info.key) {
+        Some(values) => Some(values),
+        None => {
+            ctx.step_values(&info.key, range, w.interval, named_fields(st).as_deref(), most).await?
+        }
+    };
     let Some(values) = values else {
         // Counted as more than the limit, so that a slice is read again shorter.
         scan.held = scan.held.saturating_add(most).saturating_add(1);

@@ -980,8 +980,16 @@ proptest! {
         let want = model_step_values(&written, &q);
         prop_assert_eq!(&got_sorted, &want);
         let total: usize = want.values().map(Vec::len).sum();
+        // Asked with an unknown series beside it, in one call: the same answer in its place.
+        let other = RollupQuery { sensor: "none".into(), ..q.clone() };
+        let both = rt.block_on(store.step_values_of(vec![other.clone(), q.clone()], total));
+        let both = both.unwrap().expect("exactly the values of both");
+        let alone = rt.block_on(store.step_values(q.clone(), usize::MAX)).unwrap().unwrap();
+        prop_assert_eq!(both, vec![StepValues::default(), alone]);
         if total > 0 {
-            let bounded = rt.block_on(store.step_values(q, total - 1)).unwrap();
+            let bounded = rt.block_on(store.step_values(q.clone(), total - 1)).unwrap();
+            prop_assert!(bounded.is_none());
+            let bounded = rt.block_on(store.step_values_of(vec![q, other], total - 1)).unwrap();
             prop_assert!(bounded.is_none());
         }
     }
