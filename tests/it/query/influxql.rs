@@ -173,8 +173,8 @@ async fn unflushed_readings_are_answered_on_both_paths() {
             "{extra}"
         );
     }
-    // Every site together: the step values of a group's series are read in one store call,
-    // and must answer as the readings do, the unflushed one among them.
+    // Every site together: a group's step values must answer as the readings do, the
+    // unflushed one among them.
     let median = |extra: &str| {
         format!("SELECT median(v) FROM temp WHERE {}{extra} GROUP BY time(30m)", range(5, 7))
     };
@@ -588,6 +588,17 @@ async fn kept_values_are_bounded_per_window_not_per_statement() {
         assert!(a["results"][0]["series"].as_array().is_some_and(|s| !s.is_empty()), "{a}");
         assert_eq!(a, b, "{tail}");
     }
+    // Medians alone come from the store's step values, read a slice's series at a time when
+    // sliced, and with an unflushed reading among them answer as the readings do.
+    let a = series("temp,site=a", "temp", &[("site", "a")]);
+    unflushed.push(&a, reading(BASE + 4 * HOUR_MS + 7, vec![("v", FieldValue::Float(100.0))]));
+    let median = |extra: &str| {
+        format!("SELECT median(v) FROM temp WHERE {}{extra} GROUP BY time(5m)", range(0, 6))
+    };
+    let (_, by_readings) = q(&whole, &median(" AND v > -1000")).await;
+    assert!(by_readings["results"][0]["series"].as_array().is_some_and(|s| !s.is_empty()));
+    assert_eq!(q(&whole, &median("")).await.1, by_readings);
+    assert_eq!(q(&small, &median("")).await.1, by_readings);
     let statement =
         format!("SELECT percentile(v, 90) FROM temp WHERE {} GROUP BY time(5m)", range(0, 6));
     assert_eq!(q(&whole, &statement).await, q(&small, &statement).await);

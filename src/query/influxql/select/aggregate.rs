@@ -491,7 +491,11 @@ async fn by_slices(
             },
         };
         let (held, made) = (scan.held, scan.cells.made);
-        prefetch(ctx, st, m, members, (from, to), scan).await;
+        // The first slice is the whole range, and a group too large for it is found so as
+        // its series are read one by one: read ahead as well, it would be read twice.
+        if (from, to) != (st.range.from, st.range.to) {
+            prefetch(ctx, st, m, members, (from, to), scan).await;
+        }
         let mut read = Ok(());
         let mut done = 0usize;
         for (series, info) in members.iter().enumerate() {
