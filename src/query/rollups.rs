@@ -16,6 +16,7 @@ use super::error::QueryError;
 use super::kept::Kept;
 use super::params::{Params, parse_step, parse_time, resolve_range};
 use super::{QueryState, now_ms, sensor_known};
+use crate::model::Reading;
 use crate::store::{FieldStats, Need, RollupQuery, RollupSteps, StoreError};
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -167,15 +168,26 @@ pub async fn merged_rollups(
     let unflushed = state.unflushed.unflushed(&query.sensor, query.from, query.to);
     let (step_ms, fields) = (query.step_ms, query.fields.clone());
     let mut merged = kept.rollups(&*state.store, query, need).await?;
+    merge_unflushed(&mut merged, unflushed, step_ms, fields.as_deref());
+    Ok(merged)
+}
+
+/// Merges the `unflushed` readings' values of `fields` (all numeric ones when `None`) into
+/// `merged`, step by step of `step_ms`.
+pub fn merge_unflushed(
+    merged: &mut RollupSteps,
+    unflushed: Vec<Reading>,
+    step_ms: i64,
+    fields: Option<&[String]>,
+) {
     for reading in unflushed {
         let start = reading.ts.div_euclid(step_ms) * step_ms;
         for (name, value) in &reading.fields {
             let Some(v) = value.as_f64() else { continue };
-            if fields.as_ref().is_some_and(|f| !f.iter().any(|w| name == w)) {
+            if fields.is_some_and(|f| !f.iter().any(|w| name == w)) {
                 continue;
             }
             merged.merge(name, start, &FieldStats::of(reading.ts, v));
         }
     }
-    Ok(merged)
 }

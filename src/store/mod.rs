@@ -501,6 +501,36 @@ pub trait Store: Send + Sync + 'static {
         Ok(RollupSteps::of_rows(self.rollups(query).await?))
     }
 
+    /// [`Store::rollup_steps`] of several series, in the order asked. The default asks for
+    /// each in turn; a store that runs its reads on other threads reads them all in one go.
+    async fn rollup_steps_of(
+        &self,
+        queries: Vec<RollupQuery>,
+        need: Need,
+    ) -> Result<Vec<RollupSteps>, StoreError> {
+        let mut out = Vec::with_capacity(queries.len());
+        for query in queries {
+            out.push(self.rollup_steps(query, need).await?);
+        }
+        Ok(out)
+    }
+
+    /// The latest reading in `from..to` of each of `sensors`, in the order asked: what
+    /// [`Store::readings`] gives first in descending order. The default asks for each in turn.
+    async fn latest_of(
+        &self,
+        sensors: Vec<String>,
+        (from, to): (TimestampMs, TimestampMs),
+    ) -> Result<Vec<Option<Reading>>, StoreError> {
+        use futures::StreamExt;
+        let mut out = Vec::with_capacity(sensors.len());
+        for sensor in sensors {
+            let query = RangeQuery { sensor, from, to, order: Order::Desc, limit: Some(1) };
+            out.push(self.readings(query).next().await.transpose()?);
+        }
+        Ok(out)
+    }
+
     /// The values of the numeric fields of `query` (the wanted ones), step by step; `None` as
     /// soon as there are more than `most`. The default reads the readings.
     async fn step_values(

@@ -14,7 +14,7 @@ use crate::model::{FieldValue, Reading, TimestampMs};
 use crate::query::QueryState;
 use crate::query::kept::Kept;
 use crate::query::merge::merge;
-use crate::query::rollups::merged_rollups;
+use crate::query::rollups::{merge_unflushed, merged_rollups};
 use crate::store::{
     Need, Order, RangeQuery, RollupQuery, RollupSteps, Run, SensorInfo, SensorQuery, StepValues,
     StoreError,
@@ -414,6 +414,64 @@ impl Ctx<'_> {
         Ok(merged_rollups(self.state, &self.kept, query, need).await?)
     }
 
+    /// [`Ctx::rollups`] of several series over one range, read from the store in one call.
+    /// `None` when the store answers with any error (a range past the retention among them):
+    /// asked one by one, each series then gets its own answer or error.
+    pub async fn rollups_of(
+        &self,
+        keys: &[&str],
+        range: super::cond::TimeRange,
+        step_ms: i64,
+        fields: Option<&[String]>,
+        need: Need,
+    ) -> Option<Vec<RollupSteps>> {
+        // Buffers before the store, as for one series.
+        let unflushed: Vec<_> = keys
+            .iter()
+            .map(|key| self.state.unflushed.unflushed(key, range.from, range.to))
+            .collect();
+        let queries = keys
+            .iter()
+            .map(|key| RollupQuery {
+                sensor: (*key).to_owned(),
+                from: range.from,
+                to: range.to,
+                step_ms,
+                fields: fields.map(<[String]>::to_vec),
+            })
+            .collect();
+        let mut all = self.state.store.rollup_steps_of(queries, need).await.ok()?;
+        for (steps, unflushed) in all.iter_mut().zip(unflushed) {
+            merge_unflushed(steps, unflushed, step_ms, fields);
+        }
+        Some(all)
+    }
+
+    /// [`Ctx::field_kinds`] of several series, the stored readings read in one store call.
+    /// `None` when the store answers with any error, as [`Ctx::rollups_of`].
+    pub async fn field_kinds_of(
+        &self,
+        infos: &[&SensorInfo],
+        range: super::cond::TimeRange,
+    ) -> Option<Vec<Option<HashMap<String, FieldKind>>>> {
+        // Buffers before the store, as for one series. A series with an unflushed reading in
+        // range is asked as one series is, since that reading may be the latest.
+        let buffered: Vec<bool> = infos
+            .iter()
+            .map(|info| !self.state.unflushed.unflushed(&info.key, range.from, range.to).is_empty())
+            .collect();
+        let keys = infos.iter().map(|info| info.key.clone()).collect();
+        let latest = self.state.store.latest_of(keys, (range.from, range.to)).await.ok()?;
+        let mut out = Vec::with_capacity(infos.len());
+        for ((info, stored), buffered) in infos.iter().zip(latest).zip(buffered) {
+            out.push(match buffered {
+                false => stored.map(|r| kinds_of(&r)),
+                true => self.field_kinds(info, range).await.ok()?,
+            });
+        }
+        Some(out)
+    }
+
     /// The values of `fields` (all numeric ones when `None`) in `range`, window by window of
     /// `step_ms`, the unflushed ones among them; `None` when there are more than `most`.
     pub async fn step_values(
@@ -481,12 +539,12 @@ impl Ctx<'_> {
     ) -> Result<Option<HashMap<String, FieldKind>>, ExecError> {
         use futures::StreamExt;
         let mut latest = self.probe(&info.key, (range.from, range.to), Order::Desc, 1);
-        Ok(latest
-            .next()
-            .await
-            .transpose()?
-            .map(|r| r.fields.iter().map(|(k, v)| (k.to_string(), FieldKind::of(v))).collect()))
+        Ok(latest.next().await.transpose()?.map(|r| kinds_of(&r)))
     }
+}
+
+fn kinds_of(r: &Reading) -> HashMap<String, FieldKind> {
+    r.fields.iter().map(|(k, v)| (k.to_string(), FieldKind::of(v))).collect()
 }
 
 /// Adds the `unflushed` readings' values of `fields` (all numeric ones when `None`) to

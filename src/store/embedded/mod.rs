@@ -509,6 +509,23 @@ impl Store for EmbeddedStore {
         self.blocking(move |db| read::rollup_steps(db, &query, need)).await
     }
 
+    async fn rollup_steps_of(
+        &self,
+        queries: Vec<RollupQuery>,
+        need: Need,
+    ) -> Result<Vec<RollupSteps>, StoreError> {
+        queries.iter().try_for_each(positive_step)?;
+        self.blocking(move |db| read::rollup_steps_of(db, &queries, need)).await
+    }
+
+    async fn latest_of(
+        &self,
+        sensors: Vec<String>,
+        range: (TimestampMs, TimestampMs),
+    ) -> Result<Vec<Option<Reading>>, StoreError> {
+        self.blocking(move |db| read::latest_of(db, &sensors, range)).await
+    }
+
     async fn step_values(
         &self,
         query: RollupQuery,

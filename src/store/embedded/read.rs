@@ -126,27 +126,36 @@ struct Running {
 impl Running {
     /// A piece's readings within the range, in the query's order, at most `left` of them.
     fn run_of(&mut self, piece: Piece) -> Result<Run, EmbeddedError> {
-        let mut run = match piece {
-            Piece::Chunk { hour, bytes } => match codec::decode_chunk_columns(&bytes, hour)?.1 {
-                Decoded::Columns(mut c) => {
-                    // Only the first and last chunks of a range can hold readings outside it.
-                    c.keep(self.from, self.to);
-                    Run::Columns(c)
-                }
-                Decoded::Readings(mut readings) => {
-                    readings.retain(|r| r.ts >= self.from && r.ts < self.to);
-                    if self.order == Order::Desc {
-                        readings.reverse();
-                    }
-                    Run::Readings(readings)
-                }
-            },
-            Piece::Readings(readings) => Run::Readings(readings),
-        };
+        let mut run = run_in(piece, (self.from, self.to), self.order)?;
         run.keep_first(self.left, self.order);
         self.left -= run.len();
         Ok(run)
     }
+}
+
+/// A piece's readings within `from..to`, in `order`.
+fn run_in(
+    piece: Piece,
+    (from, to): (TimestampMs, TimestampMs),
+    order: Order,
+) -> Result<Run, EmbeddedError> {
+    Ok(match piece {
+        Piece::Chunk { hour, bytes } => match codec::decode_chunk_columns(&bytes, hour)?.1 {
+            Decoded::Columns(mut c) => {
+                // Only the first and last chunks of a range can hold readings outside it.
+                c.keep(from, to);
+                Run::Columns(c)
+            }
+            Decoded::Readings(mut readings) => {
+                readings.retain(|r| r.ts >= from && r.ts < to);
+                if order == Order::Desc {
+                    readings.reverse();
+                }
+                Run::Readings(readings)
+            }
+        },
+        Piece::Readings(readings) => Run::Readings(readings),
+    })
 }
 
 impl Stream for RangeStream {
@@ -315,6 +324,56 @@ fn produce(db: &Database, query: &RangeQuery, tx: &mpsc::Sender<Msg>) {
     }
 }
 
+/// [`Store::latest_of`](crate::store::Store::latest_of) in one read transaction.
+pub(super) fn latest_of(
+    db: &Database,
+    sensors: &[String],
+    (from, to): (TimestampMs, TimestampMs),
+) -> Result<Vec<Option<Reading>>, EmbeddedError> {
+    let txn = db.begin_read()?;
+    let (buckets, chunks) = (txn.open_table(BUCKETS)?, chunks::open_read(&txn)?);
+    let mut out = Vec::with_capacity(sensors.len());
+    for sensor in sensors {
+        let Some(series) = series_record(&txn, sensor)? else {
+            out.push(None);
+            continue;
+        };
+        check_live(&txn, series.id, from, to)?;
+        let mut latest = Latest { range: (from, to), found: None };
+        let _: ControlFlow<()> =
+            visit_range(&buckets, &chunks, series.id, from, to, Order::Desc, &mut latest)?;
+        out.push(latest.found);
+    }
+    Ok(out)
+}
+
+/// Stops a descending scan at its first reading in range, as a stream of it with a limit of
+/// one would.
+struct Latest {
+    range: (TimestampMs, TimestampMs),
+    found: Option<Reading>,
+}
+
+impl Visit for Latest {
+    fn chunk(
+        &mut self,
+        hour: TimestampMs,
+        bytes: &[u8],
+        _: ChunkSummary,
+    ) -> Result<ControlFlow<()>, EmbeddedError> {
+        let piece = Piece::Chunk { hour, bytes: bytes.to_vec() };
+        let mut run = run_in(piece, self.range, Order::Desc)?;
+        run.keep_first(1, Order::Desc);
+        self.found = run.into_readings(Order::Desc).into_iter().next();
+        Ok(if self.found.is_some() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
+    }
+
+    fn reading(&mut self, r: Reading) -> ControlFlow<()> {
+        self.found = Some(r);
+        ControlFlow::Break(())
+    }
+}
+
 /// What a range scan hands over: whole chunks of the hours written in timestamp order, single
 /// readings (already in range and sorted) of the others; both in the scan's order.
 trait Visit {
@@ -465,15 +524,32 @@ pub(super) fn rollup_steps(
     q: &RollupQuery,
     need: Need,
 ) -> Result<RollupSteps, EmbeddedError> {
+    rollup_steps_in(&db.begin_read()?, q, need)
+}
+
+/// [`Store::rollup_steps_of`](crate::store::Store::rollup_steps_of) in one read transaction.
+pub(super) fn rollup_steps_of(
+    db: &Database,
+    queries: &[RollupQuery],
+    need: Need,
+) -> Result<Vec<RollupSteps>, EmbeddedError> {
     let txn = db.begin_read()?;
-    let Some(series) = series_record(&txn, &q.sensor)? else {
+    queries.iter().map(|q| rollup_steps_in(&txn, q, need)).collect()
+}
+
+fn rollup_steps_in(
+    txn: &ReadTransaction,
+    q: &RollupQuery,
+    need: Need,
+) -> Result<RollupSteps, EmbeddedError> {
+    let Some(series) = series_record(txn, &q.sensor)? else {
         return Ok(RollupSteps::default());
     };
     if from_stats(q) {
-        return Ok(RollupSteps::of_rows(hour_rows(&txn, series.id, q)?));
+        return Ok(RollupSteps::of_rows(hour_rows(txn, series.id, q)?));
     }
-    check_live(&txn, series.id, q.from, q.to)?;
-    fold_steps(&txn, series.id, q, need)
+    check_live(txn, series.id, q.from, q.to)?;
+    fold_steps(txn, series.id, q, need)
 }
 
 /// Whole-hour steps over whole hours: the buckets' and the kept hours' statistics answer.

@@ -182,6 +182,22 @@ async fn unflushed_readings_are_answered_on_both_paths() {
     let (_, by_readings) = q(&app, &median(" AND v > -1000")).await;
     assert!(by_steps["results"][0]["series"][0]["values"].as_array().is_some_and(|v| v.len() == 4));
     assert_eq!(by_steps, by_readings);
+    // So must the statistics of the sites' steps, read for every site at once.
+    for by in ["", ", site"] {
+        let stats = |extra: &str| {
+            format!(
+                "SELECT mean(v), max(v), count(v), last(v) FROM temp WHERE {}{extra} \
+                 GROUP BY time(30m){by}",
+                range(5, 7)
+            )
+        };
+        let (_, by_steps) = q(&app, &stats("")).await;
+        let (_, by_readings) = q(&app, &stats(" AND v > -1000")).await;
+        let series = by_steps["results"][0]["series"].as_array().unwrap();
+        assert_eq!(series.len(), if by.is_empty() { 1 } else { 3 }, "{by_steps}");
+        assert!(by_steps.to_string().contains("100"), "the unflushed reading: {by_steps}");
+        assert_eq!(by_steps, by_readings, "{by}");
+    }
     let (_, body) = q(&app, "SHOW TAG VALUES FROM temp WITH KEY = \"site\"").await;
     assert_eq!(
         body["results"][0]["series"][0]["values"],

@@ -10,20 +10,17 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde_json::Value;
 
+use super::fill::{Cell, fill};
 use super::windows::Windows;
 use super::{
     ColExpr, Kind, Measurement, NS_PER_MS, Plan, Statement, arith, dedupe, readings_of,
     too_many_points, too_many_rows,
 };
 use crate::model::{FieldValue, HOUR_MS, Reading, TimestampMs};
-use crate::query::influxql::agg::{Acc, Func, arrange_modes, float};
+use crate::query::influxql::agg::{Acc, Func, arrange_modes};
 use crate::query::influxql::ast::Fill;
 use crate::query::influxql::exec::{Ctx, ExecError, FieldKind, Series};
-use crate::store::{FieldStats, Need, Order, Run, SensorInfo, StepValues, StoreError};
-
-/// A function's value in one window, with the time of the reading a selector picked; `None`
-/// when the window had nothing it counts (so fill applies).
-type Cell = Option<(Value, Option<TimestampMs>)>;
+use crate::store::{FieldStats, Need, Order, RollupSteps, Run, SensorInfo, StepValues, StoreError};
 
 /// A group's cells per (call, field), over its windows. A statement has few of them, so they
 /// are found by a scan that makes nothing, once per row and column.
@@ -79,11 +76,17 @@ pub(super) async fn run(
         fields_seen: vec![BTreeSet::new(); plan.calls.len()],
         numeric: HashMap::new(),
         prefetched: HashMap::new(),
+        rollups_ahead: HashMap::new(),
+        rollups_alone: false,
     };
     let slices = st.window.filter(|_| answered_by_slice(plan));
     let mut scanned: Vec<Vec<Group>> = Vec::new();
     for m in measurements {
         let by_rollups = rollups_ok && st.condition.is_none_or(|c| c.only_tags(&m.tag_keys));
+        // Every series of the measurement, in the order they are folded.
+        let queue: Vec<&Arc<SensorInfo>> =
+            m.groups.iter().flat_map(|(_, members)| members.iter()).collect();
+        let mut next = 0;
         let mut groups = Vec::new();
         for (_, members) in &m.groups {
             let mut g = Group {
@@ -96,11 +99,15 @@ pub(super) async fn run(
                 continue;
             }
             for (series, info) in members.iter().enumerate() {
-                if by_rollups
-                    && from_rollups(ctx, st, info, &mut g, &mut scan.fields_seen, &mut scan.cells)
-                        .await?
-                {
-                    continue;
+                next += 1;
+                if by_rollups {
+                    if !scan.rollups_ahead.contains_key(&info.key) {
+                        read_rollups_ahead(ctx, st, &queue[next - 1..], &mut scan).await;
+                    }
+                    let ahead = scan.rollups_ahead.remove(&info.key);
+                    if from_rollups(ctx, st, info, ahead, &mut g, &mut scan).await? {
+                        continue;
+                    }
                 }
                 let range = (st.range.from, st.range.to);
                 fold_readings(ctx, st, m, (series, info), range, &mut g, &mut scan).await?;
@@ -255,6 +262,11 @@ struct Scan {
     /// A slice's step values, by series key, read for all its series at once
     /// ([`prefetch`]): what [`fold_step_values`] takes before it asks the store.
     prefetched: HashMap<String, StepValues>,
+    /// Rollups read ahead for the series to come ([`read_rollups_ahead`]), by series key,
+    /// with the field types of each series' latest reading in range.
+    rollups_ahead: HashMap<String, (Option<HashMap<String, FieldKind>>, RollupSteps)>,
+    /// The store did not answer a read ahead whole: each series is asked alone.
+    rollups_alone: bool,
 }
 
 /// Folds one series' readings in `from..to` into its group: column by column from the store's
@@ -587,29 +599,81 @@ fn named_fields(st: &Statement<'_>) -> Option<Vec<String>> {
     st.plan.calls.iter().map(|c| c.field.as_ref().map(|f| f.to_string())).collect()
 }
 
-/// Folds one series' rollups from the store into the group, when they can answer: numeric
-/// fields, and statistics that know what is asked (first/last are unknown in whole-hour steps
-/// over buckets written before schema 3). `false`: read its readings here instead.
+/// Rollup steps held at once by a read ahead: bounds what the series read ahead hold before
+/// they are folded.
+const AHEAD_STEPS: i64 = 1 << 16;
+
+/// Reads the rollups of the next series of `queue` (the first one's on), as many as
+/// [`AHEAD_STEPS`] allows, with their field types, in one store call each: asked one series
+/// at a time, the handoffs to the store's threads were the larger part of a panel of many
+/// series. Nothing is read ahead after the store's answer was not whole (an error, a range
+/// past the retention): each series is then asked alone.
+async fn read_rollups_ahead(
+    ctx: &Ctx<'_>,
+    st: &Statement<'_>,
+    queue: &[&Arc<SensorInfo>],
+    scan: &mut Scan,
+) {
+    let Some(w) = st.window.filter(|_| !scan.rollups_alone && queue.len() > 1) else { return };
+    let per_series = ((st.range.to - st.range.from) / w.interval).saturating_add(2);
+    let n = usize::try_from(AHEAD_STEPS / per_series.max(1)).unwrap_or(1).clamp(1, queue.len());
+    if n < 2 {
+        return;
+    }
+    let infos: Vec<&SensorInfo> = queue[..n].iter().map(|info| info.as_ref()).collect();
+    let keys: Vec<&str> = infos.iter().map(|info| info.key.as_str()).collect();
+    let named = named_fields(st);
+    let Some(kinds) = ctx.field_kinds_of(&infos, st.range).await else {
+        scan.rollups_alone = true;
+        return;
+    };
+    let Some(steps) =
+        ctx.rollups_of(&keys, st.range, w.interval, named.as_deref(), need_of(st)).await
+    else {
+        scan.rollups_alone = true;
+        return;
+    };
+    let ahead = keys.into_iter().map(str::to_owned).zip(kinds.into_iter().zip(steps));
+    scan.rollups_ahead.extend(ahead);
+}
+
+/// What the statement's calls need of the statistics.
+fn need_of(st: &Statement<'_>) -> Need {
+    st.plan.calls.iter().fold(Need::COUNT, |need, c| need.and(c.func.needs()))
+}
+
+/// Folds one series' rollups from the store (or `ahead`, read before) into the group, when
+/// they can answer: numeric fields, and statistics that know what is asked (first/last are
+/// unknown in whole-hour steps over buckets written before schema 3). `false`: read its
+/// readings here instead.
 async fn from_rollups(
     ctx: &Ctx<'_>,
     st: &Statement<'_>,
     info: &Arc<SensorInfo>,
+    ahead: Option<(Option<HashMap<String, FieldKind>>, RollupSteps)>,
     g: &mut Group,
-    fields_seen: &mut [BTreeSet<String>],
-    cells: &mut Cells,
+    scan: &mut Scan,
 ) -> Result<bool, ExecError> {
     let Some(w) = st.window else { return Ok(false) };
-    // Without a kept reading in range (none, or all past --retention) the types are unknown:
-    // the statistics hold numeric fields only, so what they hold is taken as floats.
-    let kinds = ctx.field_kinds(info, st.range).await?;
+    let (kinds, steps) = match ahead {
+        Some((kinds, steps)) => (kinds, Some(steps)),
+        // Without a kept reading in range (none, or all past --retention) the types are
+        // unknown: the statistics hold numeric fields only, so what they hold is taken as
+        // floats.
+        None => (ctx.field_kinds(info, st.range).await?, None),
+    };
     if !all_numeric(st, kinds.as_ref()) {
         return Ok(false);
     }
-    // Only the fields named, unless a wildcard call takes them all.
-    let named: Option<Vec<String>> =
-        st.plan.calls.iter().map(|c| c.field.as_ref().map(|f| f.to_string())).collect();
-    let need = st.plan.calls.iter().fold(Need::COUNT, |need, c| need.and(c.func.needs()));
-    let steps = ctx.rollups(&info.key, st.range, w.interval, named.as_deref(), need).await?;
+    let steps = match steps {
+        Some(steps) => steps,
+        // Only the fields named, unless a wildcard call takes them all.
+        None => {
+            let named = named_fields(st);
+            ctx.rollups(&info.key, st.range, w.interval, named.as_deref(), need_of(st)).await?
+        }
+    };
+    let (fields_seen, cells) = (&mut scan.fields_seen, &mut scan.cells);
     let edges = st.plan.calls.iter().any(|c| matches!(c.func, Func::First | Func::Last));
     let unknown_edge = |(_, s): &(TimestampMs, FieldStats)| s.first.is_none() || s.last.is_none();
     if edges && steps.fields.iter().any(|(_, steps)| steps.iter().any(unknown_edge)) {
@@ -887,89 +951,4 @@ fn distinct_rows(
         }
     }
     rows
-}
-
-/// `fill(…)` over one function's windows. `count` answers 0 for an empty window under
-/// `fill(null)`, and `fill(previous)` follows the order rows are answered in (`descending`:
-/// from the latest window back), as InfluxDB does.
-fn fill(col: &mut [Cell], starts: &[TimestampMs], fill: Fill, is_count: bool, descending: bool) {
-    match fill {
-        Fill::None => {}
-        Fill::Null => {
-            if is_count {
-                for v in col.iter_mut().filter(|v| v.is_none()) {
-                    *v = Some((Value::from(0), None));
-                }
-            }
-        }
-        Fill::Number(n) => {
-            let value =
-                if n.fract() == 0.0 && n.abs() < 9.0e15 { Value::from(n as i64) } else { float(n) };
-            for v in col.iter_mut().filter(|v| v.is_none()) {
-                *v = Some((value.clone(), None));
-            }
-        }
-        Fill::Previous => {
-            let mut prev: Option<Value> = None;
-            let cells: Box<dyn Iterator<Item = &mut Cell>> =
-                if descending { Box::new(col.iter_mut().rev()) } else { Box::new(col.iter_mut()) };
-            for v in cells {
-                match v {
-                    Some((value, _)) => prev = Some(value.clone()),
-                    None => *v = prev.clone().map(|p| (p, None)),
-                }
-            }
-        }
-        Fill::Linear => {
-            // As InfluxDB's fill iterator: an empty window is drawn between the last window
-            // before it and the next after it (in output order) that have a row. A null row (a
-            // `stddev` of one value) on either side leaves it null.
-            let all_int = col.iter().flatten().all(|(v, _)| v.is_i64() || v.is_null());
-            let order: Vec<usize> =
-                if descending { (0..col.len()).rev().collect() } else { (0..col.len()).collect() };
-            let mut prev: Option<(usize, Option<f64>)> = None;
-            for (at, &k) in order.iter().enumerate() {
-                if let Some((v, _)) = &col[k] {
-                    prev = Some((k, v.as_f64()));
-                    continue;
-                }
-                let Some((a, Some(va))) = prev else { continue };
-                let Some(&b) = order[at + 1..].iter().find(|&&j| col[j].is_some()) else {
-                    continue;
-                };
-                let Some(vb) = col[b].as_ref().and_then(|(v, _)| v.as_f64()) else { continue };
-                let frac = (starts[k] - starts[a]) as f64 / (starts[b] - starts[a]) as f64;
-                let v = va + (vb - va) * frac;
-                col[k] = Some((if all_int { Value::from(v as i64) } else { float(v) }, None));
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `fill(linear)` draws an empty window between the rows around it; a null row (`stddev` of
-    /// one value) is a row, not filled, and one beside an empty window leaves it null. InfluxDB
-    /// 1.6 answers `stddev(v) … GROUP BY time(10s) fill(linear)` over 1, 3 at 0–1 s, 7 at 20 s,
-    /// 2, 8 at 40–41 s and 5, 9 at 60–61 s with 1.41, null, null, null, 4.24, 3.54, 2.83.
-    #[test]
-    fn linear_fill_skips_null_rows_as_influxdb_does() {
-        let starts = [0, 10, 20, 30, 40];
-        let mut col: Vec<Cell> = vec![
-            Some((float(1.0), None)),
-            None,
-            Some((Value::Null, None)),
-            None,
-            Some((float(5.0), None)),
-        ];
-        fill(&mut col, &starts, Fill::Linear, false, false);
-        assert_eq!(col[1], None);
-        assert_eq!(col[2], Some((Value::Null, None)));
-        assert_eq!(col[3], None);
-        let mut col: Vec<Cell> = vec![Some((float(2.0), None)), None, Some((float(4.0), None))];
-        fill(&mut col, &[0, 10, 20], Fill::Linear, false, true);
-        assert_eq!(col[1], Some((float(3.0), None)));
-    }
 }

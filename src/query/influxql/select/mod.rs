@@ -13,6 +13,7 @@
 //! over all of them, as in InfluxDB.
 
 mod aggregate;
+mod fill;
 mod raw;
 mod transform;
 mod windows;

@@ -14,6 +14,7 @@ use crate::store::approx_reading_bytes;
 use crate::store::{FieldStats, Order};
 
 mod sealing;
+mod step_values;
 mod upgrade;
 
 const BIG: BucketLimits = BucketLimits { max_readings: 1000, max_bytes: 1 << 20 };
@@ -858,6 +859,17 @@ proptest! {
                 let q = RangeQuery { sensor: "s".into(), from, to, order, limit };
                 prop_assert_eq!(collect(&store, q.clone()).await, model_range(&written, &q));
             }
+            // Several series in one call: each as its stream would begin, an unknown one empty.
+            let latest = store.latest_of(vec!["none".into(), "s".into()], (from, from + len));
+            let q = RangeQuery {
+                sensor: "s".into(),
+                from,
+                to: from + len,
+                order: Order::Desc,
+                limit: Some(1),
+            };
+            let want = collect(&store, q).await.into_iter().next();
+            prop_assert_eq!(latest.await.unwrap(), vec![None, want]);
             for step_ms in [HOUR_MS, 2 * HOUR_MS, 600_000] {
                 let q = RollupQuery {
                     sensor: "s".into(),
@@ -870,6 +882,10 @@ proptest! {
                 assert_rollups_match(&store.rollups(q.clone()).await.unwrap(), &want);
                 let counts = store.rollup_steps(q.clone(), Need::COUNT).await.unwrap();
                 prop_assert_eq!(step_counts(counts), counts_of(&want));
+                let other = RollupQuery { sensor: "none".into(), ..q.clone() };
+                let both = store.rollup_steps_of(vec![other, q.clone()], Need::ALL).await.unwrap();
+                let alone = store.rollup_steps(q, Need::ALL).await.unwrap();
+                prop_assert_eq!(both, vec![RollupSteps::default(), alone]);
             }
             for (_, _, h) in headers(&store, "s") {
                 prop_assert!(h.count >= 1 && h.count <= max_readings);
@@ -915,82 +931,4 @@ fn counts_of(
         .collect();
     out.sort();
     out
-}
-
-/// Per field and step, the values of `written` in the query's range, sorted: what
-/// `step_values` holds, in no set order.
-fn model_step_values(written: &[Reading], q: &RollupQuery) -> BTreeMap<(String, i64), Vec<f64>> {
-    let mut out: BTreeMap<(String, i64), Vec<f64>> = BTreeMap::new();
-    for r in written.iter().filter(|r| r.ts >= q.from && r.ts < q.to) {
-        for (name, v) in &r.fields {
-            let wanted = q.fields.as_ref().is_none_or(|f| f.iter().any(|w| w == name.as_str()));
-            if let Some(v) = v.as_f64().filter(|_| wanted) {
-                let start = r.ts.div_euclid(q.step_ms) * q.step_ms;
-                out.entry((name.to_string(), start)).or_default().push(v);
-            }
-        }
-    }
-    out.values_mut().for_each(|vs| vs.sort_by(f64::total_cmp));
-    out
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
-
-    /// A series' step values are its readings' numbers per step, whatever the spills and the
-    /// order written, and a bound below them is met with `None`.
-    #[test]
-    fn step_values_are_the_readings_numbers_per_step(
-        points in proptest::collection::vec((0i64..3 * 3600, -50i32..50, any::<bool>()), 1..200),
-        step_s in prop_oneof![Just(60i64), Just(420), Just(1800), Just(7200)],
-        only_a in any::<bool>(),
-    ) {
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let store = open(dir.path(), BucketLimits { max_readings: 16, max_bytes: 1 << 20 });
-        let s = meta("s", "m", &[]);
-        let written: Vec<Reading> = points
-            .iter()
-            .map(|&(sec, v, with_b)| {
-                let mut fields = smallvec::smallvec![("a".into(), FieldValue::Float(f64::from(v) / 4.0))];
-                if with_b {
-                    fields.push(("b".into(), FieldValue::Int(i64::from(v))));
-                    fields.push(("s".into(), FieldValue::Str("x".into())));
-                }
-                Reading { ts: sec * 1000, fields }
-            })
-            .collect();
-        rt.block_on(write_ok(&store, &batches(&s, &written)));
-        let q = RollupQuery {
-            sensor: "s".into(),
-            from: 600_000,
-            to: 2 * HOUR_MS + 1234,
-            step_ms: step_s * 1000,
-            fields: only_a.then(|| vec!["a".into()]),
-        };
-        let got = rt.block_on(store.step_values(q.clone(), usize::MAX)).unwrap().unwrap();
-        let mut got_sorted = BTreeMap::new();
-        for (name, steps) in got.fields {
-            prop_assert!(steps.windows(2).all(|w| w[0].0 < w[1].0), "steps ascend");
-            for (start, mut vs) in steps {
-                vs.sort_by(f64::total_cmp);
-                got_sorted.insert((name.clone(), start), vs);
-            }
-        }
-        let want = model_step_values(&written, &q);
-        prop_assert_eq!(&got_sorted, &want);
-        let total: usize = want.values().map(Vec::len).sum();
-        // Asked with an unknown series beside it, in one call: the same answer in its place.
-        let other = RollupQuery { sensor: "none".into(), ..q.clone() };
-        let both = rt.block_on(store.step_values_of(vec![other.clone(), q.clone()], total));
-        let both = both.unwrap().expect("exactly the values of both");
-        let alone = rt.block_on(store.step_values(q.clone(), usize::MAX)).unwrap().unwrap();
-        prop_assert_eq!(both, vec![StepValues::default(), alone]);
-        if total > 0 {
-            let bounded = rt.block_on(store.step_values(q.clone(), total - 1)).unwrap();
-            prop_assert!(bounded.is_none());
-            let bounded = rt.block_on(store.step_values_of(vec![q, other], total - 1)).unwrap();
-            prop_assert!(bounded.is_none());
-        }
-    }
 }
