@@ -604,9 +604,9 @@ fn named_fields(st: &Statement<'_>) -> Option<Vec<String>> {
 const AHEAD_STEPS: i64 = 1 << 16;
 
 /// Reads the rollups of the next series of `queue` (the first one's on), as many as
-/// [`AHEAD_STEPS`] allows, with their field types, in one store call each: asked one series
-/// at a time, the handoffs to the store's threads were the larger part of a panel of many
-/// series. Nothing is read ahead after the store's answer was not whole (an error, a range
+/// [`AHEAD_STEPS`] allows and one at least, with their field types, in one store call each:
+/// asked one series at a time, the handoffs to the store's threads were the larger part of a
+/// panel of many series, and a series' latest reading was read as a stream. Nothing is read ahead after the store's answer was not whole (an error, a range
 /// past the retention): each series is then asked alone.
 async fn read_rollups_ahead(
     ctx: &Ctx<'_>,
@@ -614,12 +614,9 @@ async fn read_rollups_ahead(
     queue: &[&Arc<SensorInfo>],
     scan: &mut Scan,
 ) {
-    let Some(w) = st.window.filter(|_| !scan.rollups_alone && queue.len() > 1) else { return };
+    let Some(w) = st.window.filter(|_| !scan.rollups_alone && !queue.is_empty()) else { return };
     let per_series = ((st.range.to - st.range.from) / w.interval).saturating_add(2);
     let n = usize::try_from(AHEAD_STEPS / per_series.max(1)).unwrap_or(1).clamp(1, queue.len());
-    if n < 2 {
-        return;
-    }
     let infos: Vec<&SensorInfo> = queue[..n].iter().map(|info| info.as_ref()).collect();
     let keys: Vec<&str> = infos.iter().map(|info| info.key.as_str()).collect();
     let named = named_fields(st);
