@@ -5,6 +5,7 @@
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -78,6 +79,7 @@ pub(super) async fn run(
         prefetched: HashMap::new(),
         rollups_ahead: HashMap::new(),
         rollups_alone: false,
+        ahead_pace: None,
     };
     let slices = st.window.filter(|_| answered_by_slice(plan));
     let mut scanned: Vec<Vec<Group>> = Vec::new();
@@ -267,6 +269,8 @@ struct Scan {
     rollups_ahead: HashMap<String, (Option<HashMap<String, FieldKind>>, RollupSteps)>,
     /// The store did not answer a read ahead whole: each series is asked alone.
     rollups_alone: bool,
+    /// How long the last read ahead took per series.
+    ahead_pace: Option<Duration>,
 }
 
 /// Folds one series' readings in `from..to` into its group: column by column from the store's
@@ -603,11 +607,16 @@ fn named_fields(st: &Statement<'_>) -> Option<Vec<String>> {
 /// they are folded.
 const AHEAD_STEPS: i64 = 1 << 16;
 
-/// Reads the rollups of the next series of `queue` (the first one's on), as many as
-/// [`AHEAD_STEPS`] allows and one at least, with their field types, in one store call each:
-/// asked one series at a time, the handoffs to the store's threads were the larger part of a
-/// panel of many series, and a series' latest reading was read as a stream. Nothing is read ahead after the store's answer was not whole (an error, a range
-/// past the retention): each series is then asked alone.
+/// About how long one read ahead may take: the statement's time budget is checked between
+/// store calls, so a call must not gather many slow series.
+const AHEAD_TIME: Duration = Duration::from_millis(50);
+
+/// Reads the rollups of the next series of `queue` (the first one's on), with their field
+/// types, in one store call each: asked one series at a time, the handoffs to the store's
+/// threads were the larger part of a panel of many series. The first read ahead takes one
+/// series; the next take as many as [`AHEAD_STEPS`] allows and as the last one's pace fits in
+/// [`AHEAD_TIME`]. Nothing is read ahead after the store's answer was not whole (an error, a
+/// range past the retention): each series is then asked alone.
 async fn read_rollups_ahead(
     ctx: &Ctx<'_>,
     st: &Statement<'_>,
@@ -616,10 +625,18 @@ async fn read_rollups_ahead(
 ) {
     let Some(w) = st.window.filter(|_| !scan.rollups_alone && !queue.is_empty()) else { return };
     let per_series = ((st.range.to - st.range.from) / w.interval).saturating_add(2);
-    let n = usize::try_from(AHEAD_STEPS / per_series.max(1)).unwrap_or(1).clamp(1, queue.len());
+    let by_steps = usize::try_from(AHEAD_STEPS / per_series.max(1)).unwrap_or(1);
+    let by_time = match scan.ahead_pace {
+        None => 1,
+        Some(pace) => {
+            usize::try_from(AHEAD_TIME.as_nanos() / pace.as_nanos().max(1)).unwrap_or(usize::MAX)
+        }
+    };
+    let n = by_steps.min(by_time).clamp(1, queue.len());
     let infos: Vec<&SensorInfo> = queue[..n].iter().map(|info| info.as_ref()).collect();
     let keys: Vec<&str> = infos.iter().map(|info| info.key.as_str()).collect();
     let named = named_fields(st);
+    let began = Instant::now();
     let Some(kinds) = ctx.field_kinds_of(&infos, st.range).await else {
         scan.rollups_alone = true;
         return;
@@ -630,6 +647,7 @@ async fn read_rollups_ahead(
         scan.rollups_alone = true;
         return;
     };
+    scan.ahead_pace = Some(began.elapsed() / u32::try_from(n).unwrap_or(u32::MAX));
     let ahead = keys.into_iter().map(str::to_owned).zip(kinds.into_iter().zip(steps));
     scan.rollups_ahead.extend(ahead);
 }
