@@ -16,7 +16,7 @@ use super::error::QueryError;
 use super::kept::Kept;
 use super::params::{Params, parse_step, parse_time, resolve_range};
 use super::{QueryState, now_ms, sensor_known};
-use crate::model::Reading;
+use crate::model::{Reading, TimestampMs};
 use crate::store::{FieldStats, Need, RollupQuery, RollupSteps, StoreError};
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -168,7 +168,7 @@ pub async fn merged_rollups(
     let unflushed = state.unflushed.unflushed(&query.sensor, query.from, query.to);
     let (step_ms, fields) = (query.step_ms, query.fields.clone());
     let mut merged = kept.rollups(&*state.store, query, need).await?;
-    merge_unflushed(&mut merged, unflushed, step_ms, fields.as_deref());
+    merge_unflushed(&mut merged, &unflushed, step_ms, fields.as_deref());
     Ok(merged)
 }
 
@@ -176,18 +176,31 @@ pub async fn merged_rollups(
 /// `merged`, step by step of `step_ms`.
 pub fn merge_unflushed(
     merged: &mut RollupSteps,
-    unflushed: Vec<Reading>,
+    unflushed: &[Reading],
     step_ms: i64,
     fields: Option<&[String]>,
 ) {
-    for reading in unflushed {
+    each_step_value(unflushed, step_ms, fields, |name, start, ts, v| {
+        merged.merge(name, start, &FieldStats::of(ts, v));
+    });
+}
+
+/// Hands `each` every numeric value of `fields` (all numeric ones when `None`) of `readings`,
+/// with the start of its step of `step_ms` and its time.
+pub fn each_step_value(
+    readings: &[Reading],
+    step_ms: i64,
+    fields: Option<&[String]>,
+    mut each: impl FnMut(&str, TimestampMs, TimestampMs, f64),
+) {
+    for reading in readings {
         let start = reading.ts.div_euclid(step_ms) * step_ms;
         for (name, value) in &reading.fields {
-            let Some(v) = value.as_f64() else { continue };
-            if fields.is_some_and(|f| !f.iter().any(|w| name == w)) {
-                continue;
+            if let Some(v) = value.as_f64()
+                && fields.is_none_or(|f| f.iter().any(|w| name == w))
+            {
+                each(name, start, reading.ts, v);
             }
-            merged.merge(name, start, &FieldStats::of(reading.ts, v));
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::model::{FieldValue, Reading, TimestampMs};
 use crate::query::QueryState;
 use crate::query::kept::Kept;
 use crate::query::merge::merge;
-use crate::query::rollups::{merge_unflushed, merged_rollups};
+use crate::query::rollups::{each_step_value, merge_unflushed, merged_rollups};
 use crate::store::{
     Need, Order, RangeQuery, RollupQuery, RollupSteps, Run, SensorInfo, SensorQuery, StepValues,
     StoreError,
@@ -414,60 +414,48 @@ impl Ctx<'_> {
         Ok(merged_rollups(self.state, &self.kept, query, need).await?)
     }
 
-    /// [`Ctx::rollups`] of several series over one range, read from the store in one call.
-    /// `None` when the store answers with any error (a range past the retention among them):
-    /// asked one by one, each series then gets its own answer or error.
+    /// [`Ctx::rollups`] of several series over one range, each with [`Ctx::field_kinds`], read
+    /// from the store in one call each. `None` when the store answers with any error (a range
+    /// past the retention among them): asked one by one, each series then gets its own answer
+    /// or error.
     pub async fn rollups_of(
         &self,
-        keys: &[&str],
+        infos: &[&SensorInfo],
         range: super::cond::TimeRange,
         step_ms: i64,
         fields: Option<&[String]>,
         need: Need,
-    ) -> Option<Vec<RollupSteps>> {
+    ) -> Option<Vec<(Option<HashMap<String, FieldKind>>, RollupSteps)>> {
         // Buffers before the store, as for one series.
-        let unflushed: Vec<_> = keys
+        let unflushed: Vec<_> = infos
             .iter()
-            .map(|key| self.state.unflushed.unflushed(key, range.from, range.to))
+            .map(|info| self.state.unflushed.unflushed(&info.key, range.from, range.to))
             .collect();
-        let queries = keys
+        let keys = infos.iter().map(|info| info.key.clone()).collect();
+        let latest = self.state.store.latest_of(keys, (range.from, range.to)).await.ok()?;
+        let queries = infos
             .iter()
-            .map(|key| RollupQuery {
-                sensor: (*key).to_owned(),
+            .map(|info| RollupQuery {
+                sensor: info.key.clone(),
                 from: range.from,
                 to: range.to,
                 step_ms,
                 fields: fields.map(<[String]>::to_vec),
             })
             .collect();
-        let mut all = self.state.store.rollup_steps_of(queries, need).await.ok()?;
-        for (steps, unflushed) in all.iter_mut().zip(unflushed) {
-            merge_unflushed(steps, unflushed, step_ms, fields);
-        }
-        Some(all)
-    }
-
-    /// [`Ctx::field_kinds`] of several series, the stored readings read in one store call.
-    /// `None` when the store answers with any error, as [`Ctx::rollups_of`].
-    pub async fn field_kinds_of(
-        &self,
-        infos: &[&SensorInfo],
-        range: super::cond::TimeRange,
-    ) -> Option<Vec<Option<HashMap<String, FieldKind>>>> {
-        // Buffers before the store, as for one series. A series with an unflushed reading in
-        // range is asked as one series is, since that reading may be the latest.
-        let buffered: Vec<bool> = infos
-            .iter()
-            .map(|info| !self.state.unflushed.unflushed(&info.key, range.from, range.to).is_empty())
-            .collect();
-        let keys = infos.iter().map(|info| info.key.clone()).collect();
-        let latest = self.state.store.latest_of(keys, (range.from, range.to)).await.ok()?;
+        let all = self.state.store.rollup_steps_of(queries, need).await.ok()?;
         let mut out = Vec::with_capacity(infos.len());
-        for ((info, stored), buffered) in infos.iter().zip(latest).zip(buffered) {
-            out.push(match buffered {
-                false => stored.map(|r| kinds_of(&r)),
-                true => self.field_kinds(info, range).await.ok()?,
-            });
+        for (((info, stored), mut steps), unflushed) in
+            infos.iter().zip(latest).zip(all).zip(unflushed)
+        {
+            // A series with an unflushed reading in range is asked for its types as one series
+            // is, since that reading may be its latest.
+            let kinds = match unflushed.is_empty() {
+                true => stored.map(|r| kinds_of(&r)),
+                false => self.field_kinds(info, range).await.ok()?,
+            };
+            merge_unflushed(&mut steps, &unflushed, step_ms, fields);
+            out.push((kinds, steps));
         }
         Some(out)
     }
@@ -555,16 +543,7 @@ fn add_unflushed(
     step_ms: i64,
     fields: Option<&[String]>,
 ) {
-    for r in unflushed {
-        let start = r.ts.div_euclid(step_ms) * step_ms;
-        for (name, value) in &r.fields {
-            if let Some(v) = value.as_f64()
-                && fields.is_none_or(|f| f.iter().any(|w| name == w))
-            {
-                values.add(name, start, &[v]);
-            }
-        }
-    }
+    each_step_value(&unflushed, step_ms, fields, |name, start, _, v| values.add(name, start, &[v]));
 }
 
 fn over_time(budget: std::time::Duration) -> ExecError {

@@ -634,22 +634,16 @@ async fn read_rollups_ahead(
     };
     let n = by_steps.min(by_time).clamp(1, queue.len());
     let infos: Vec<&SensorInfo> = queue[..n].iter().map(|info| info.as_ref()).collect();
-    let keys: Vec<&str> = infos.iter().map(|info| info.key.as_str()).collect();
     let named = named_fields(st);
     let began = Instant::now();
-    let Some(kinds) = ctx.field_kinds_of(&infos, st.range).await else {
-        scan.rollups_alone = true;
-        return;
-    };
-    let Some(steps) =
-        ctx.rollups_of(&keys, st.range, w.interval, named.as_deref(), need_of(st)).await
+    let Some(ahead) =
+        ctx.rollups_of(&infos, st.range, w.interval, named.as_deref(), need_of(st)).await
     else {
         scan.rollups_alone = true;
         return;
     };
     scan.ahead_pace = Some(began.elapsed() / u32::try_from(n).unwrap_or(u32::MAX));
-    let ahead = keys.into_iter().map(str::to_owned).zip(kinds.into_iter().zip(steps));
-    scan.rollups_ahead.extend(ahead);
+    scan.rollups_ahead.extend(infos.iter().map(|info| info.key.clone()).zip(ahead));
 }
 
 /// What the statement's calls need of the statistics.
