@@ -33,6 +33,8 @@
 #[allow(dead_code)]
 #[path = "../tests/it/support/mongo_standin.rs"]
 mod mongo_standin;
+#[path = "../tests/it/support/venv.rs"]
+mod venv;
 // The Store suite's helpers for building and reading batches, shared rather than copied; the
 // bench uses a few of the suite's items, not its cases.
 #[allow(dead_code, unused_macros, unused_imports)]

@@ -7,6 +7,8 @@
 #     target/mongo-standin-venv from tests/mongo_standin/requirements.txt);
 #   - headless Chromium (Debian package `chromium`), which the web console's browser tests
 #     (tests/it/edge/console_browser.rs) drive, and a font for its screenshots.
+#   - curl and openssl, the real clients of the TLS tests (tests/it/edge/tls.rs), which also
+#     build a venv with InfluxDB's Python client.
 # Set BUCKETD_TEST_MONGODB_URI=mongodb://... to run the MongoDB tests against a real server
 # instead of the stand-in (e.g. after `docker compose up mongo`).
 set -euo pipefail
@@ -39,6 +41,12 @@ if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
   echo "scripts/test.sh: installing python3-venv for the MongoDB stand-in"
   apt_install python3-venv
 fi
+for tool in curl openssl; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "scripts/test.sh: installing $tool for the TLS tests"
+    apt_install "$tool"
+  fi
+done
 if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
   echo "scripts/test.sh: installing chromium for the web console's browser tests"
   apt_install chromium

@@ -294,6 +294,35 @@ pub struct Config {
     #[arg(long, env = "BUCKETD_TCP_ALLOW_UNAUTHENTICATED")]
     pub tcp_allow_unauthenticated: bool,
 
+    /// Serve TLS on the HTTP and raw TCP listeners with this certificate chain (PEM, leaf
+    /// first). Needs --tls-key. Both files are read again when they change (see
+    /// --tls-reload-interval): new connections use the new ones, open connections go on.
+    #[arg(long, env = "BUCKETD_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "BUCKETD_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// CA certificates (PEM) for mutual TLS: every client must present a certificate one of
+    /// them issued. The raw TCP listener is then authenticated, and runs beside auth tokens
+    /// without --tcp-allow-unauthenticated.
+    #[arg(long, env = "BUCKETD_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// The lowest TLS version a client may use.
+    #[arg(long, env = "BUCKETD_TLS_MIN_VERSION", value_enum, default_value = "1.2")]
+    pub tls_min_version: crate::tls::MinVersion,
+
+    /// A TLS handshake must be done within this time of the connection's accept, or the
+    /// connection is closed.
+    #[arg(long, env = "BUCKETD_TLS_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
+    pub tls_handshake_timeout: Duration,
+
+    /// How often the TLS files are compared with the ones in use.
+    #[arg(long, env = "BUCKETD_TLS_RELOAD_INTERVAL", default_value = "10s", value_parser = parse_positive_duration)]
+    pub tls_reload_interval: Duration,
+
     /// Log output format. The level comes from RUST_LOG (default `info`).
     #[arg(long, env = "BUCKETD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -416,6 +445,18 @@ impl Config {
         }
     }
 
+    /// The listeners' TLS, when --tls-cert is given.
+    pub fn tls_settings(&self) -> Option<crate::tls::TlsSettings> {
+        Some(crate::tls::TlsSettings {
+            cert: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+            client_ca: self.tls_client_ca.clone(),
+            min_version: self.tls_min_version,
+            handshake_timeout: self.tls_handshake_timeout,
+            reload_interval: self.tls_reload_interval,
+        })
+    }
+
     /// Every configured token: the flags' and the token file's. Reads the file; at start-up.
     pub fn auth_tokens(&self) -> anyhow::Result<Vec<Secret>> {
         let mut tokens = self.auth_token.clone();
@@ -434,11 +475,16 @@ impl Config {
                 anyhow::bail!("the token file {} holds no token", path.display());
             }
         }
-        if !tokens.is_empty() && self.tcp_addr.is_some() && !self.tcp_allow_unauthenticated {
+        let clients_verified = self.tls_client_ca.is_some();
+        if !tokens.is_empty()
+            && self.tcp_addr.is_some()
+            && !self.tcp_allow_unauthenticated
+            && !clients_verified
+        {
             anyhow::bail!(
                 "--tcp-addr serves line protocol without authentication, but auth tokens are \
-                 configured: drop --tcp-addr, or pass --tcp-allow-unauthenticated to run it anyway \
-                 (e.g. on a private network)"
+                 configured: drop --tcp-addr, require client certificates with --tls-client-ca, \
+                 or pass --tcp-allow-unauthenticated to run it anyway (e.g. on a private network)"
             );
         }
         Ok(tokens)
@@ -632,6 +678,37 @@ mod tests {
         .unwrap();
         assert_eq!(c.auth_tokens().unwrap().len(), 1);
         assert!(parse(&["--http-header-timeout", "0s"]).is_err());
+        // Client certificates authenticate the TCP listener.
+        let c = parse(&[
+            "--auth-token",
+            "t",
+            "--tcp-addr",
+            "127.0.0.1:0",
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+            "--tls-client-ca",
+            "ca.pem",
+        ])
+        .unwrap();
+        assert_eq!(c.auth_tokens().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn tls_flags_come_together() {
+        assert!(parse(&[]).unwrap().tls_settings().is_none());
+        assert!(parse(&["--tls-cert", "c.pem"]).is_err(), "a certificate needs its key");
+        assert!(parse(&["--tls-key", "k.pem"]).is_err());
+        assert!(parse(&["--tls-client-ca", "ca.pem"]).is_err(), "mutual TLS needs TLS");
+        assert!(parse(&["--tls-min-version", "1.1"]).is_err());
+        let c = parse(&["--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-min-version", "1.3"])
+            .unwrap();
+        let tls = c.tls_settings().unwrap();
+        assert_eq!((tls.cert.to_str(), tls.key.to_str()), (Some("c.pem"), Some("k.pem")));
+        assert_eq!(tls.min_version, crate::tls::MinVersion::Tls13);
+        assert_eq!(tls.handshake_timeout, Duration::from_secs(10));
+        assert!(tls.client_ca.is_none());
     }
 
     #[test]

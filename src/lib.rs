@@ -21,6 +21,8 @@
 //! - [`http`]: the HTTP edge kit, which knows nothing of the application: `ApiError` and the
 //!   one status table, InfluxDB's error shapes, token auth, the connection loop, route metrics.
 //! - [`listener`]: the accept loop both listeners share, with its connection limit.
+//! - [`tls`]: TLS for both listeners: certificates loaded, reloaded when their files change,
+//!   and handshakes bounded in time.
 //! - [`metrics`]: metric names and the Prometheus recorder.
 //! - [`alloc`]: the allocator's upkeep: freed memory given back when a thread goes idle.
 //! - [`wire`]: varints, zigzag, strings and a bounds-checked reader: the primitives of the
@@ -43,5 +45,6 @@ pub mod retention;
 pub mod seal;
 pub mod server;
 pub mod store;
+pub mod tls;
 pub mod wal;
 pub mod wire;

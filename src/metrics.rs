@@ -23,6 +23,8 @@ pub const HTTP_REQUEST_DURATION: &str = "bucketd_http_request_duration_seconds";
 pub const TCP_CONNECTIONS: &str = "bucketd_tcp_connections_total"; // {result}
 pub const TCP_CONNECTIONS_OPEN: &str = "bucketd_tcp_connections_open";
 pub const HTTP_CONNECTIONS: &str = "bucketd_http_connections_total"; // {result}
+pub const TLS_HANDSHAKES: &str = "bucketd_tls_handshakes_total"; // {listener, result}
+pub const TLS_RELOADS: &str = "bucketd_tls_reloads_total"; // {result}
 pub const SERIES_TRACKED: &str = "bucketd_series"; // gauge
 pub const READINGS_LANDED_DESPITE_ERROR: &str = "bucketd_readings_landed_despite_error_total";
 pub const WAL_BYTES: &str = "bucketd_wal_bytes"; // gauge
@@ -186,6 +188,16 @@ fn describe() {
         Unit::Count,
         "HTTP connections accepted, rejected (over the limit), and closed for a header_timeout \
          or idle_timeout."
+    );
+    describe_counter!(
+        TLS_HANDSHAKES,
+        Unit::Count,
+        "TLS handshakes, by listener (http, tcp) and result (ok, failed, timeout)."
+    );
+    describe_counter!(
+        TLS_RELOADS,
+        Unit::Count,
+        "Changes of the TLS files, by result (loaded, failed: the configuration before stays)."
     );
     describe_counter!(
         READINGS_LANDED_DESPITE_ERROR,

@@ -43,6 +43,7 @@ use crate::query::QueryState;
 use crate::store::Store;
 use crate::store::embedded::EmbeddedStore;
 use crate::store::mongo::{MongoConfig, MongoStore};
+use crate::tls::Tls;
 use crate::wal::identity::{self, Identity};
 use crate::wal::{Wal, refill};
 
@@ -111,7 +112,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let server = Server::bind(config, store).await?;
-    tracing::info!(http = %server.http_addr(), tcp = ?server.tcp_addr(), "bucketd listening");
+    tracing::info!(http = %server.http_addr(), tcp = ?server.tcp_addr(), tls = server.serves_tls(), "bucketd listening");
     let report = server.run(shutdown).await?;
     if report.unflushed > 0 && !report.kept_in_wal {
         anyhow::bail!(
@@ -197,6 +198,7 @@ pub struct Server {
     http_addr: SocketAddr,
     tcp: Option<(TcpListener, SocketAddr)>,
     auth: Option<Arc<AuthPolicy>>,
+    tls: Option<Arc<Tls>>,
     /// Open with `--ack=wal`, and with `--ack=buffered` when an earlier run left segments.
     wal: Option<Arc<Wal>>,
     /// Segments an earlier process left, to replay.
@@ -219,6 +221,7 @@ impl Server {
         if auth.is_none() && config.auth_metrics {
             anyhow::bail!("--auth-metrics needs --auth-token or --auth-token-file");
         }
+        let tls = config.tls_settings().map(Tls::load).transpose()?;
         let metrics = crate::metrics::install()?;
         let http = TcpListener::bind(&config.http_addr)
             .await
@@ -247,6 +250,7 @@ impl Server {
             http_addr,
             tcp,
             auth,
+            tls,
             wal,
             recovered,
             identity,
@@ -256,6 +260,11 @@ impl Server {
 
     pub fn http_addr(&self) -> SocketAddr {
         self.http_addr
+    }
+
+    /// Whether the listeners speak TLS (--tls-cert).
+    pub fn serves_tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     pub fn tcp_addr(&self) -> Option<SocketAddr> {
@@ -282,6 +291,7 @@ impl Server {
             http_addr: _,
             tcp,
             auth,
+            tls,
             wal,
             recovered,
             identity,
@@ -366,8 +376,16 @@ impl Server {
             header_timeout: config.http_header_timeout,
             idle_timeout: config.http_idle_timeout,
         };
-        let mut http_task =
-            tokio::spawn(crate::http::serve::serve(http, app, serve_config, stop.clone()));
+        if let Some(tls) = &tls {
+            tokio::spawn(tls.clone().watch(stop.clone()));
+        }
+        let mut http_task = tokio::spawn(crate::http::serve::serve(
+            http,
+            app,
+            serve_config,
+            tls.clone(),
+            stop.clone(),
+        ));
         let tcp_task = tcp.map(|(listener, _)| {
             let config = TcpConfig {
                 max_connections: config.max_tcp_connections,
@@ -380,7 +398,14 @@ impl Server {
                     .min(config.max_buffered_readings.unwrap_or(usize::MAX)),
                 memory: request_memory,
             };
-            tokio::spawn(tcp::serve(listener, intake.clone(), limits.clone(), config, stop.clone()))
+            tokio::spawn(tcp::serve(
+                listener,
+                intake.clone(),
+                limits.clone(),
+                config,
+                tls.clone(),
+                stop.clone(),
+            ))
         });
 
         // An HTTP server that ends by itself has failed; still drain what was accepted.

@@ -12,6 +12,9 @@
 //!
 //! Request bodies and responses are not bound here: write requests have `--request-timeout`.
 //!
+//! With TLS, a connection's handshake runs on its own task within the handshake timeout
+//! (`crate::tls`); the header and idle clocks start once it is done.
+//!
 //! Graceful shutdown: on `shutdown` the loop stops accepting, idle connections close, busy ones
 //! finish their request first; [`serve`] returns when every connection has closed.
 
@@ -30,7 +33,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -39,6 +42,7 @@ use tower::ServiceExt as _;
 
 use crate::listener::{Accepted, accept_within_limit};
 use crate::metrics::HTTP_CONNECTIONS;
+use crate::tls::{Listener, Tls};
 
 #[derive(Clone, Copy, Debug)]
 pub struct ServeConfig {
@@ -50,11 +54,13 @@ pub struct ServeConfig {
     pub idle_timeout: Duration,
 }
 
-/// Serves `app` on `listener` until `shutdown`, then waits for open connections to close.
+/// Serves `app` on `listener` (over TLS when `tls` is given) until `shutdown`, then waits for
+/// open connections to close.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     config: ServeConfig,
+    tls: Option<Arc<Tls>>,
     shutdown: CancellationToken,
 ) {
     let permits = Arc::new(Semaphore::new(config.max_connections));
@@ -66,8 +72,20 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let app = app.clone();
         let shutdown = shutdown.clone();
+        let tls = tls.clone();
         tracker.spawn(async move {
-            serve_connection(stream, peer, app, config, shutdown).await;
+            match tls {
+                None => serve_connection(stream, peer, app, config, shutdown).await,
+                Some(tls) => {
+                    let handshake = tokio::select! {
+                        _ = shutdown.cancelled() => None,
+                        done = tls.accept(stream, Listener::Http) => done,
+                    };
+                    if let Some(stream) = handshake {
+                        serve_connection(stream, peer, app, config, shutdown).await;
+                    }
+                }
+            }
             drop(permit);
         });
     }
@@ -76,13 +94,15 @@ pub async fn serve(
     tracker.wait().await;
 }
 
-async fn serve_connection(
-    stream: TcpStream,
+async fn serve_connection<S>(
+    stream: S,
     peer: SocketAddr,
     app: Router,
     config: ServeConfig,
     shutdown: CancellationToken,
-) {
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let activity = Arc::new(Activity::new());
     let io = TokioIo::new(Watched { inner: stream, activity: activity.clone() });
     let service = {
@@ -257,13 +277,13 @@ impl http_body::Body for GuardedBody {
     }
 }
 
-/// The socket, reporting every read and write to the watchdog.
-struct Watched {
-    inner: TcpStream,
+/// The connection, reporting every read and write to the watchdog.
+struct Watched<S> {
+    inner: S,
     activity: Arc<Activity>,
 }
 
-impl AsyncRead for Watched {
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -278,7 +298,7 @@ impl AsyncRead for Watched {
     }
 }
 
-impl AsyncWrite for Watched {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -31,6 +31,7 @@ use crate::ingest::validate::InputLimits;
 use crate::listener::{Accepted, accept_within_limit};
 use crate::metrics::{TCP_CONNECTIONS, TCP_CONNECTIONS_OPEN};
 use crate::model::Item;
+use crate::tls::{Listener, Tls};
 
 /// Bytes asked of the socket per read; also roughly the most lines parsed in one chunk.
 const READ_CHUNK: usize = 64 * 1024;
@@ -64,13 +65,14 @@ pub struct TcpConfig {
     pub memory: RequestMemory,
 }
 
-/// Accepts connections until `shutdown` fires, then waits for open connections to stop (each
-/// finishes its current read and push, then closes).
+/// Accepts connections (over TLS when `tls` is given) until `shutdown` fires, then waits for
+/// open connections to stop (each finishes its current read and push, then closes).
 pub async fn serve(
     listener: TcpListener,
     intake: Arc<Intake>,
     limits: Arc<InputLimits>,
     config: TcpConfig,
+    tls: Option<Arc<Tls>>,
     shutdown: CancellationToken,
 ) {
     let permits = Arc::new(Semaphore::new(config.max_connections));
@@ -90,9 +92,22 @@ pub async fn serve(
         let mut sink = LineProtocolSink::new(intake.clone(), limits.clone(), peer);
         let config = config.clone();
         let shutdown = shutdown.clone();
+        let tls = tls.clone();
         tracker.spawn(async move {
             let _open = OpenConnection::new();
-            let end = read_lines(stream, &mut sink, &config, &shutdown).await;
+            let end = match tls {
+                None => read_lines(stream, &mut sink, &config, &shutdown).await,
+                Some(tls) => {
+                    let handshake = tokio::select! {
+                        _ = shutdown.cancelled() => None,
+                        done = tls.accept(stream, Listener::Tcp) => done,
+                    };
+                    match handshake {
+                        Some(stream) => read_lines(stream, &mut sink, &config, &shutdown).await,
+                        None => ConnectionEnd::Handshake,
+                    }
+                }
+            };
             tracing::debug!(%peer, ?end, lines = sink.lines_seen, "TCP connection closed");
             drop(ip_slot);
             drop(permit);
@@ -173,6 +188,8 @@ pub enum ConnectionEnd {
     /// The requests' share of the memory budget had no room for what was read within the
     /// idle timeout.
     MemoryBudget,
+    /// The TLS handshake failed or timed out (counted by `crate::tls`).
+    Handshake,
 }
 
 /// Where framed lines go: the production sink parses line protocol and pushes into the

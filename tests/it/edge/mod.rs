@@ -1,8 +1,9 @@
 //! The server's edges: authentication, operational endpoints, the web console (its assets and
-//! API, and the page in a real browser), slow and idle clients.
+//! API, and the page in a real browser), slow and idle clients, TLS.
 
 mod auth;
 mod console;
 mod console_browser;
 mod ops;
 mod slowloris;
+mod tls;

@@ -1,7 +1,8 @@
 //! What the tests share: the server in process ([`server`]), the query router in process
 //! ([`query`]), the real binary as a child process ([`binary`]), the MongoDB stand-in
 //! ([`mongo_standin`]) and a fault-injecting proxy in front of it ([`proxy`]), headless Chromium
-//! for the web console ([`browser`]); and
+//! for the web console ([`browser`]), the Python venvs of the stand-in and of real clients
+//! ([`venv`]); and
 //! [`in_own_process`], for the few tests that measure something the whole process shares.
 
 pub mod binary;
@@ -11,6 +12,7 @@ pub mod mongo_standin;
 pub mod proxy;
 pub mod query;
 pub mod server;
+pub mod venv;
 
 use std::process::Command;
 

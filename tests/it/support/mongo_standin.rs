@@ -1,105 +1,39 @@
 //! Starts the MongoDB stand-in (`tests/mongo_standin/bridge.py`: mockupdb + mongomock) for a
 //! test, or points the test at a real server when `BUCKETD_TEST_MONGODB_URI` is set.
 //!
-//! The stand-in's Python environment is a venv under `<target>/mongo-standin-venv`, created
-//! on first use (pip install -r requirements.txt) under a file lock so that tests running in
-//! parallel (and in processes of their own) build it once. Without python3 the tests fail with a message saying what to
-//! install: they are never skipped.
+//! The stand-in's Python environment is a venv under `<target>/mongo-standin-venv`
+//! ([`super::venv`]). Without python3 the tests fail with a message saying what to install:
+//! they are never skipped.
 
-use std::fs::{self, File};
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Set to run the store tests against a real MongoDB (7.0+) instead of the stand-in.
 pub const REAL_SERVER_ENV: &str = "BUCKETD_TEST_MONGODB_URI";
-/// Set to choose the Python interpreter that builds the stand-in's venv (default `python3`).
-pub const PYTHON_ENV: &str = "BUCKETD_TEST_PYTHON";
+pub use super::venv::PYTHON_ENV;
 
-const VENV_TIMEOUT: Duration = Duration::from_secs(600);
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
-fn manifest_dir() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
 fn standin_dir() -> PathBuf {
-    manifest_dir().join("tests/mongo_standin")
-}
-
-fn target_dir() -> PathBuf {
-    // CARGO_TARGET_TMPDIR is <target>/tmp, for integration tests only.
-    Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .expect("CARGO_TARGET_TMPDIR has a parent")
-        .to_path_buf()
-}
-
-/// Runs `cmd` to completion within `limit`, returning its combined output; panics with that
-/// output on failure or timeout.
-fn run_bounded(mut cmd: Command, what: &str, limit: Duration) {
-    let log_path = target_dir().join(format!("mongo-standin-{}.log", std::process::id()));
-    let log = File::create(&log_path).expect("create stand-in setup log");
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("clone log handle"))
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: could not start {cmd:?}: {e}"));
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for setup step") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what}: timed out after {limit:?}; output in {}", log_path.display());
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let mut output = String::new();
-    let _ = File::open(&log_path).and_then(|mut f| f.read_to_string(&mut output));
-    let _ = fs::remove_file(&log_path);
-    assert!(status.success(), "{what} failed ({status}):\n{output}");
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mongo_standin")
 }
 
 /// The stand-in venv's interpreter, creating the venv if needed.
 fn venv_python() -> PathBuf {
-    let python = std::env::var(PYTHON_ENV).unwrap_or_else(|_| "python3".to_owned());
-    let requirements_path = standin_dir().join("requirements.txt");
-    let requirements = fs::read_to_string(&requirements_path).expect("read requirements.txt");
-    let venv = target_dir().join("mongo-standin-venv");
-    let ready = venv.join("bucketd-ready");
-    let venv_python = venv.join("bin/python");
-
-    let lock =
-        File::create(target_dir().join("mongo-standin-venv.lock")).expect("create venv lock");
-    lock.lock().expect("lock the stand-in venv");
-    if fs::read_to_string(&ready).ok().as_deref() != Some(requirements.as_str()) {
-        if Command::new(&python).arg("--version").output().is_err() {
-            panic!(
-                "the MongoDB store tests need Python 3 with venv and pip to run their MongoDB \
-                 stand-in (mockupdb + mongomock): install python3 and python3-venv, or set \
-                 {PYTHON_ENV} to an interpreter, or set {REAL_SERVER_ENV} to a MongoDB 7.0+ URI \
-                 (the fault-injection tests still need Python)"
-            );
-        }
-        let _ = fs::remove_dir_all(&venv);
-        let mut create = Command::new(&python);
-        create.args(["-m", "venv"]).arg(&venv);
-        run_bounded(create, "creating the stand-in venv", VENV_TIMEOUT);
-        let mut install = Command::new(&venv_python);
-        install.args(["-m", "pip", "install", "--disable-pip-version-check", "-q", "-r"]);
-        install.arg(&requirements_path);
-        run_bounded(install, "installing the stand-in's requirements", VENV_TIMEOUT);
-        fs::write(&ready, &requirements).expect("mark the venv ready");
-    }
-    drop(lock);
-    venv_python
+    super::venv::python(
+        "mongo-standin",
+        &standin_dir().join("requirements.txt"),
+        &format!(
+            "the MongoDB store tests need Python 3 with venv and pip to run their MongoDB \
+             stand-in (mockupdb + mongomock): install python3 and python3-venv, or set \
+             {PYTHON_ENV} to an interpreter, or set {REAL_SERVER_ENV} to a MongoDB 7.0+ URI \
+             (the fault-injection tests still need Python)"
+        ),
+    )
 }
 
 #[derive(Clone, Copy, Debug, Default)]

@@ -1,0 +1,81 @@
+//! Python environments the tests build for themselves: a venv under `<target>/<name>-venv`,
+//! created on first use (pip install -r requirements.txt, pinned) under a file lock, so that
+//! tests running in parallel (and in processes of their own) build it once, and built again
+//! when the requirements change.
+
+use std::fs::{self, File};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Set to choose the Python interpreter that builds the venvs (default `python3`).
+pub const PYTHON_ENV: &str = "BUCKETD_TEST_PYTHON";
+
+const VENV_TIMEOUT: Duration = Duration::from_secs(600);
+
+fn target_dir() -> PathBuf {
+    // CARGO_TARGET_TMPDIR is <target>/tmp, for integration tests only.
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("CARGO_TARGET_TMPDIR has a parent")
+        .to_path_buf()
+}
+
+/// Runs `cmd` to completion within `limit`; panics with its output on failure or timeout.
+fn run_bounded(mut cmd: Command, name: &str, what: &str, limit: Duration) {
+    let log_path = target_dir().join(format!("{name}-{}.log", std::process::id()));
+    let log = File::create(&log_path).expect("create venv setup log");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("clone log handle"))
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: could not start {cmd:?}: {e}"));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for setup step") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: timed out after {limit:?}; output in {}", log_path.display());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut output = String::new();
+    let _ = File::open(&log_path).and_then(|mut f| f.read_to_string(&mut output));
+    let _ = fs::remove_file(&log_path);
+    assert!(status.success(), "{what} failed ({status}):\n{output}");
+}
+
+/// The interpreter of venv `name` with `requirements` installed, creating it if needed.
+/// `missing`: what the panic says when there is no Python to build it with.
+pub fn python(name: &str, requirements_path: &Path, missing: &str) -> PathBuf {
+    let python = std::env::var(PYTHON_ENV).unwrap_or_else(|_| "python3".to_owned());
+    let requirements = fs::read_to_string(requirements_path).expect("read requirements.txt");
+    let venv = target_dir().join(format!("{name}-venv"));
+    let ready = venv.join("bucketd-ready");
+    let venv_python = venv.join("bin/python");
+
+    let lock =
+        File::create(target_dir().join(format!("{name}-venv.lock"))).expect("create venv lock");
+    lock.lock().expect("lock the venv");
+    if fs::read_to_string(&ready).ok().as_deref() != Some(requirements.as_str()) {
+        if Command::new(&python).arg("--version").output().is_err() {
+            panic!("{missing}");
+        }
+        let _ = fs::remove_dir_all(&venv);
+        let mut create = Command::new(&python);
+        create.args(["-m", "venv"]).arg(&venv);
+        run_bounded(create, name, &format!("creating the {name} venv"), VENV_TIMEOUT);
+        let mut install = Command::new(&venv_python);
+        install.args(["-m", "pip", "install", "--disable-pip-version-check", "-q", "-r"]);
+        install.arg(requirements_path);
+        run_bounded(install, name, &format!("installing the {name} requirements"), VENV_TIMEOUT);
+        fs::write(&ready, &requirements).expect("mark the venv ready");
+    }
+    drop(lock);
+    venv_python
+}
