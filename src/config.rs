@@ -26,6 +26,14 @@ const FLUSH_MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// The smallest `--store-cache`: a few B-tree paths of pages, below which every read misses.
 const MIN_STORE_CACHE: usize = 1 << 20;
 
+/// What bucketd does instead of serving.
+#[derive(Clone, Debug, clap::Subcommand)]
+pub enum Command {
+    /// Makes, lists and revokes tokens in the token store; a running server takes the change
+    /// within a second.
+    Token(crate::tokens::cli::TokenArgs),
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -39,6 +47,10 @@ pub enum LogFormat {
 #[derive(Clone, Debug, Parser)]
 #[command(name = "bucketd", version, about)]
 pub struct Config {
+    /// Without a command, bucketd runs the server.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// Address of the HTTP API (ingest, queries, /metrics, /health, /ready).
     #[arg(long, env = "BUCKETD_HTTP_ADDR", default_value = "127.0.0.1:8080")]
     pub http_addr: String,
@@ -285,6 +297,12 @@ pub struct Config {
     #[arg(long, env = "BUCKETD_AUTH_TOKEN_FILE")]
     pub auth_token_file: Option<PathBuf>,
 
+    /// The token store: tokens made by `bucketd token create`, kept as hashes with their
+    /// scopes, read again while the server runs. Authentication is on while it exists.
+    /// Default: `<data-dir>/tokens.json`.
+    #[arg(long, env = "BUCKETD_TOKEN_STORE")]
+    pub token_store: Option<PathBuf>,
+
     /// Require a token on /health, /ready and /metrics too (open by default).
     #[arg(long, env = "BUCKETD_AUTH_METRICS")]
     pub auth_metrics: bool,
@@ -457,6 +475,11 @@ impl Config {
         })
     }
 
+    /// Where the token store is (`--token-store`, else under `--data-dir`).
+    pub fn token_store_path(&self) -> PathBuf {
+        self.token_store.clone().unwrap_or_else(|| self.data_dir.join("tokens.json"))
+    }
+
     /// Every configured token: the flags' and the token file's. Reads the file; at start-up.
     pub fn auth_tokens(&self) -> anyhow::Result<Vec<Secret>> {
         let mut tokens = self.auth_token.clone();
@@ -476,7 +499,7 @@ impl Config {
             }
         }
         let clients_verified = self.tls_client_ca.is_some();
-        if !tokens.is_empty()
+        if (!tokens.is_empty() || self.token_store_path().exists())
             && self.tcp_addr.is_some()
             && !self.tcp_allow_unauthenticated
             && !clients_verified

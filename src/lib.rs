@@ -23,6 +23,8 @@
 //! - [`listener`]: the accept loop both listeners share, with its connection limit.
 //! - [`tls`]: TLS for both listeners: certificates loaded, reloaded when their files change,
 //!   and handshakes bounded in time.
+//! - [`tokens`]: tokens with scopes and expiry, stored as hashes, read again while the server
+//!   runs, and the `bucketd token` commands.
 //! - [`metrics`]: metric names and the Prometheus recorder.
 //! - [`alloc`]: the allocator's upkeep: freed memory given back when a thread goes idle.
 //! - [`wire`]: varints, zigzag, strings and a bounds-checked reader: the primitives of the
@@ -46,5 +48,6 @@ pub mod seal;
 pub mod server;
 pub mod store;
 pub mod tls;
+pub mod tokens;
 pub mod wal;
 pub mod wire;

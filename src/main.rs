@@ -1,8 +1,9 @@
-//! The bucketd binary: parse flags, set up logging, run the server until SIGTERM or ctrl-c.
+//! The bucketd binary: parse flags, then run `bucketd token …` or set up logging and run the
+//! server until SIGTERM or ctrl-c.
 
 use std::process::ExitCode;
 
-use bucketd::config::{Config, LogFormat};
+use bucketd::config::{Command, Config, LogFormat};
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
@@ -15,6 +16,16 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> ExitCode {
     let config = Config::parse();
+    if let Some(Command::Token(args)) = &config.command {
+        return match bucketd::tokens::cli::run(args, &mut std::io::stdout(), &mut std::io::stderr())
+        {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("bucketd token: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     init_tracing(config.log_format);
     let result = async {
         let store = bucketd::server::open_store(&config).await?;

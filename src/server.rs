@@ -32,7 +32,7 @@ use crate::buffer::Buffers;
 use crate::config::Config;
 use crate::flush::dead_letter::DeadLetters;
 use crate::flush::{Flusher, Settle, ShutdownReport};
-use crate::http::auth::{AuthPolicy, AuthTokens};
+use crate::http::auth::AuthPolicy;
 use crate::http::serve::ServeConfig;
 use crate::ingest::http::{HttpLimits, IngestState};
 use crate::ingest::intake::{AckMode, Intake};
@@ -44,6 +44,7 @@ use crate::store::Store;
 use crate::store::embedded::EmbeddedStore;
 use crate::store::mongo::{MongoConfig, MongoStore};
 use crate::tls::Tls;
+use crate::tokens::LiveTokens;
 use crate::wal::identity::{self, Identity};
 use crate::wal::{Wal, refill};
 
@@ -197,7 +198,7 @@ pub struct Server {
     http: TcpListener,
     http_addr: SocketAddr,
     tcp: Option<(TcpListener, SocketAddr)>,
-    auth: Option<Arc<AuthPolicy>>,
+    auth: Arc<AuthPolicy>,
     tls: Option<Arc<Tls>>,
     /// Open with `--ack=wal`, and with `--ack=buffered` when an earlier run left segments.
     wal: Option<Arc<Wal>>,
@@ -210,17 +211,13 @@ pub struct Server {
 impl Server {
     pub async fn bind(config: Config, store: Arc<dyn Store>) -> anyhow::Result<Server> {
         // Before binding: a refused configuration should not hold ports.
-        let tokens = config.auth_tokens()?;
-        let auth = (!tokens.is_empty()).then(|| {
-            Arc::new(AuthPolicy {
-                tokens: Arc::new(AuthTokens::new(&tokens)),
-                protect_operations: config.auth_metrics,
-            })
-        });
-        config.retention_policy().map_err(|why| anyhow::anyhow!(why))?;
-        if auth.is_none() && config.auth_metrics {
-            anyhow::bail!("--auth-metrics needs --auth-token or --auth-token-file");
+        let tokens = config.auth_tokens()?.into_iter().map(|t| t.0.into_bytes()).collect();
+        let tokens = LiveTokens::load(tokens, config.token_store_path())?;
+        if !tokens.current().is_on() && config.auth_metrics {
+            anyhow::bail!("--auth-metrics needs --auth-token, --auth-token-file or a token store");
         }
+        let auth = Arc::new(AuthPolicy { tokens, protect_operations: config.auth_metrics });
+        config.retention_policy().map_err(|why| anyhow::anyhow!(why))?;
         let tls = config.tls_settings().map(Tls::load).transpose()?;
         let metrics = crate::metrics::install()?;
         let http = TcpListener::bind(&config.http_addr)
@@ -369,7 +366,7 @@ impl Server {
                     dead_letters: dead_letters.clone(),
                 }),
             },
-            auth,
+            auth: auth.clone(),
         });
         let serve_config = ServeConfig {
             max_connections: config.max_http_connections,
@@ -379,6 +376,8 @@ impl Server {
         if let Some(tls) = &tls {
             tokio::spawn(tls.clone().watch(stop.clone()));
         }
+        tokio::spawn(auth.tokens.clone().watch(stop.clone()));
+
         let mut http_task = tokio::spawn(crate::http::serve::serve(
             http,
             app,

@@ -25,8 +25,8 @@ pub struct Surfaces {
     pub ingest: IngestState,
     pub query: QueryState,
     pub ops: OpsState,
-    /// `None`: no tokens configured, every route is open.
-    pub auth: Option<Arc<AuthPolicy>>,
+    /// Which routes need which token; none while no token is in force.
+    pub auth: Arc<AuthPolicy>,
 }
 
 /// Every route. The surfaces are merged before the layers, so that every route is counted and
@@ -40,9 +40,7 @@ pub fn router(surfaces: Surfaces) -> Router {
         .merge(console::router());
     // Both `route_layer`s come after every merge. Auth is inside the metrics layer, so 401s are
     // counted; as a `route_layer` an unknown path is 404 with or without a token.
-    if let Some(policy) = surfaces.auth {
-        app = app.route_layer(middleware::from_fn_with_state(policy, auth::require_token));
-    }
+    app = app.route_layer(middleware::from_fn_with_state(surfaces.auth, auth::require_token));
     app.route_layer(middleware::from_fn(crate::http::track_http_metrics))
         .fallback(crate::http::not_found)
 }

@@ -103,7 +103,7 @@ impl utoipa::Modify for AuthDoc {
         components.add_security_schemes_from_iter(schemes);
 
         // The body in the route's own error shape, as `auth::require_token` sends it.
-        let unauthorized = |path: &str| {
+        let refusal = |path: &str, description: &str| {
             let schema = match InfluxApi::of_route(path) {
                 Some(InfluxApi::V2) => "InfluxV2ErrorBody",
                 Some(InfluxApi::V1) | None => "ErrorBody",
@@ -112,22 +112,34 @@ impl utoipa::Modify for AuthDoc {
                 .schema(Some(utoipa::openapi::Ref::from_schema_name(schema)))
                 .build();
             utoipa::openapi::ResponseBuilder::new()
-                .description(
-                    "Missing or invalid token (only when tokens are configured; operations \
-                     routes only with `--auth-metrics`).",
-                )
+                .description(description)
                 .content("application/json", content)
                 .build()
+        };
+        let unauthorized = |path: &str| {
+            refusal(
+                path,
+                "Missing, invalid or expired token (only when tokens are in force; operations \
+                 routes only with `--auth-metrics`).",
+            )
+        };
+        let forbidden = |path: &str| {
+            refusal(
+                path,
+                "A valid token whose scopes (read, write, admin) do not cover the request.",
+            )
         };
         for (path, item) in doc.paths.paths.iter_mut() {
             if crate::http::auth::ALWAYS_OPEN.contains(&path.as_str()) {
                 continue;
             }
-            let unauthorized = unauthorized(path);
+            let (unauthorized, forbidden) = (unauthorized(path), forbidden(path));
             let operations = [&mut item.get, &mut item.post, &mut item.head];
             for operation in operations.into_iter().flatten() {
                 operation.security = Some(requirements.clone());
-                operation.responses.responses.insert("401".into(), unauthorized.clone().into());
+                let responses = &mut operation.responses.responses;
+                responses.insert("401".into(), unauthorized.clone().into());
+                responses.insert("403".into(), forbidden.clone().into());
             }
         }
     }

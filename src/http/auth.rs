@@ -1,65 +1,26 @@
-//! Token authentication of the ingest and query routes.
+//! Token authentication and scopes of the HTTP routes.
 //!
 //! Accepted credentials, first match wins: `Authorization: Token <t>`, `Authorization: Bearer
 //! <t>`, `Authorization: Basic base64(<user>:<t>)` (what Telegraf's InfluxDB output sends when
 //! a username and password are set), and InfluxDB v1's `?u=<user>&p=<t>` query parameters. The
 //! user name is ignored: a token is the whole credential.
 //!
-//! Comparison is constant-time: both sides are hashed (SHA-256) so their lengths cannot leak,
-//! and the candidate is compared with every configured token without stopping at a match.
+//! The tokens and their comparison are `crate::tokens`'. A missing, unknown or expired token
+//! gets 401; a token whose scopes do not cover the route gets 403, both in the route's own
+//! error shape. `/query` needs any valid token here: its handler decides per statement (a
+//! `SELECT` needs `read`, `CREATE DATABASE` `write`), from the [`Grant`] this layer leaves in
+//! the request's extensions.
 
 use std::sync::Arc;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use base64::Engine as _;
-use sha2::{Digest, Sha256};
-use subtle::{Choice, ConstantTimeEq};
 
 use crate::http::ApiError;
-
-/// The configured tokens, kept only as digests.
-#[derive(Clone, Default)]
-pub struct AuthTokens {
-    digests: Vec<[u8; 32]>,
-}
-
-impl std::fmt::Debug for AuthTokens {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "AuthTokens({} configured)", self.digests.len())
-    }
-}
-
-fn digest(bytes: &[u8]) -> [u8; 32] {
-    Sha256::digest(bytes).into()
-}
-
-impl AuthTokens {
-    pub fn new<I, T>(tokens: I) -> AuthTokens
-    where
-        I: IntoIterator<Item = T>,
-        T: AsRef<[u8]>,
-    {
-        AuthTokens { digests: tokens.into_iter().map(|t| digest(t.as_ref())).collect() }
-    }
-
-    /// No tokens: authentication is off.
-    pub fn is_empty(&self) -> bool {
-        self.digests.is_empty()
-    }
-
-    /// Whether `candidate` is one of the tokens. Every token is compared, whatever matches.
-    pub fn verify(&self, candidate: &[u8]) -> bool {
-        let candidate = digest(candidate);
-        let mut found = Choice::from(0);
-        for known in &self.digests {
-            found |= known.ct_eq(&candidate);
-        }
-        found.into()
-    }
-}
+use crate::tokens::{Grant, LiveTokens, Scope, Verdict};
 
 /// What a request presented.
 #[derive(Debug, PartialEq, Eq)]
@@ -111,10 +72,11 @@ fn from_authorization(value: &[u8]) -> Credential {
 }
 
 /// Which routes need a token: every route but [`ALWAYS_OPEN`], and the operations routes
-/// ([`OPERATIONS`]) unless `protect_operations` (`--auth-metrics`).
-#[derive(Clone, Debug)]
+/// ([`OPERATIONS`]) unless `protect_operations` (`--auth-metrics`); none while no token is in
+/// force (`crate::tokens`: no token flag and no token store).
+#[derive(Clone)]
 pub struct AuthPolicy {
-    pub tokens: Arc<AuthTokens>,
+    pub tokens: Arc<LiveTokens>,
     pub protect_operations: bool,
 }
 
@@ -129,6 +91,12 @@ pub const ALWAYS_OPEN: &[&str] =
 /// usually configured without secrets.
 pub const OPERATIONS: &[&str] = &["/health", "/ready", "/metrics"];
 
+/// The routes that write.
+pub const WRITES: &[&str] = &["/write", "/api/v2/write"];
+
+/// The routes that change how the server works rather than its data.
+pub const ADMINISTRATION: &[&str] = &["/api/v1/dead-letters/replay"];
+
 impl AuthPolicy {
     /// Whether a request to the route `path` (as matched) may go through without a token.
     pub fn is_open(&self, path: &str) -> bool {
@@ -136,25 +104,65 @@ impl AuthPolicy {
     }
 }
 
-/// Middleware: lets the request through only with a valid token. Installed only when tokens
-/// are configured.
+/// The scope a request to `route` (as matched) needs; `None` for `/query`, whose handler
+/// decides per statement.
+pub fn scope_needed(method: &Method, route: &str) -> Option<Scope> {
+    if route == "/query" {
+        return None;
+    }
+    if ADMINISTRATION.contains(&route) {
+        return Some(Scope::Admin);
+    }
+    let writes = WRITES.contains(&route) || (route == "/api/v1/readings" && method == Method::POST);
+    Some(if writes { Scope::Write } else { Scope::Read })
+}
+
+/// The refusal of a valid token whose scopes do not cover `needed`.
+pub fn out_of_scope(grant: &Grant, needed: Scope) -> ApiError {
+    ApiError::Forbidden(format!(
+        "token {:?} may not {} (its scopes: {})",
+        grant.name,
+        match needed {
+            Scope::Read => "read",
+            Scope::Write => "write",
+            Scope::Admin => "administer",
+        },
+        grant.scopes.names()
+    ))
+}
+
+/// Middleware: lets the request through only with a valid token whose scopes cover the
+/// route, and leaves its [`Grant`] in the request's extensions.
 pub async fn require_token(
     State(policy): State<Arc<AuthPolicy>>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
+    let tokens = policy.tokens.current();
     let route = request
         .extensions()
         .get::<MatchedPath>()
-        .map_or_else(|| request.uri().path(), MatchedPath::as_str);
-    if policy.is_open(route) {
+        .map_or_else(|| request.uri().path(), MatchedPath::as_str)
+        .to_owned();
+    if !tokens.is_on() || policy.is_open(&route) {
         return next.run(request).await;
     }
-    let tokens = &policy.tokens;
     let found = credential(request.headers(), request.uri().query());
     let refusal = match found {
-        Credential::Token(t) if tokens.verify(&t) => return next.run(request).await,
-        Credential::Token(_) => "invalid token".to_owned(),
+        Credential::Token(t) => match tokens.verify(&t) {
+            Verdict::Granted(grant) => {
+                match scope_needed(request.method(), &route) {
+                    Some(needed) if !grant.scopes.allow(needed) => {
+                        return out_of_scope(&grant, needed).into_response_for(&route);
+                    }
+                    _ => {}
+                }
+                request.extensions_mut().insert(grant);
+                return next.run(request).await;
+            }
+            Verdict::Expired(name) => format!("token {name:?} has expired"),
+            Verdict::Unknown => "invalid token".to_owned(),
+        },
         Credential::Missing => "missing credentials: send `Authorization: Token <token>` (or \
                                 Bearer, Basic user:token, or InfluxDB v1 u/p parameters)"
             .to_owned(),
@@ -173,18 +181,6 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(header::AUTHORIZATION, HeaderValue::from_str(value).unwrap());
         h
-    }
-
-    #[test]
-    fn verify_matches_only_configured_tokens() {
-        let tokens = AuthTokens::new(["alpha", "beta-longer-token"]);
-        assert!(tokens.verify(b"alpha"));
-        assert!(tokens.verify(b"beta-longer-token"));
-        assert!(!tokens.verify(b"alph"));
-        assert!(!tokens.verify(b"alphaa"));
-        assert!(!tokens.verify(b""));
-        assert!(!AuthTokens::default().verify(b"alpha"));
-        assert_eq!(format!("{tokens:?}"), "AuthTokens(2 configured)");
     }
 
     #[test]

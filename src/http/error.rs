@@ -38,6 +38,10 @@ pub enum ApiError {
     /// No valid token on a route that requires one; the message says what was wrong.
     #[error("unauthorized: {0}")]
     Unauthorized(String),
+    /// A valid token whose scopes do not cover the request; the message names the token and
+    /// its scopes.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
     #[error("request body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
     /// One request read whole carries more readings than the buffers can ever hold.
@@ -118,6 +122,7 @@ impl ApiError {
             ApiError::BadRequest(_) | ApiError::InvalidItems(_) => StatusCode::BAD_REQUEST,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::PayloadTooLarge { .. } | ApiError::TooManyReadings { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
@@ -274,6 +279,7 @@ fn v2_code(status: StatusCode) -> &'static str {
         StatusCode::SERVICE_UNAVAILABLE | StatusCode::INSUFFICIENT_STORAGE => "unavailable",
         StatusCode::NOT_FOUND => "not found",
         StatusCode::UNAUTHORIZED => "unauthorized",
+        StatusCode::FORBIDDEN => "forbidden",
         StatusCode::REQUEST_TIMEOUT => "request timeout",
         _ => "internal error",
     }

@@ -26,14 +26,17 @@ pub mod show;
 pub use parse::parse;
 
 use axum::body::Bytes;
-use axum::extract::{RawQuery, State};
+use axum::extract::{Extension, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use self::ast::Statement;
 use self::exec::{Ctx, Epoch, Series};
 use super::QueryState;
+use crate::http::auth::out_of_scope;
 use crate::http::{ApiError, InfluxError, influxdb_headers};
+use crate::tokens::{Grant, Scope};
 
 /// Statements one request may carry: each is answered in memory before the response is sent.
 pub const MAX_STATEMENTS: usize = 100;
@@ -114,9 +117,22 @@ fn ok_response(body: Vec<u8>) -> Response {
 /// A request-level refusal (no `q`, a bad `epoch`, a query that does not parse): a 400 with
 /// InfluxDB's `{"error": …}`, through the API's one status table.
 fn refused(message: String) -> Response {
-    let mut r = InfluxError::v1(ApiError::BadRequest(message)).into_response();
+    refused_with(ApiError::BadRequest(message))
+}
+
+fn refused_with(error: ApiError) -> Response {
+    let mut r = InfluxError::v1(error).into_response();
     r.headers_mut().extend(influxdb_headers());
     r
+}
+
+/// The scope a statement needs: `CREATE DATABASE` is what writers such as Telegraf send
+/// before they write; everything else reads.
+fn scope_of(statement: &Statement) -> Scope {
+    match statement {
+        Statement::CreateDatabase(_) => Scope::Write,
+        _ => Scope::Read,
+    }
 }
 
 /// `GET`/`POST /query`: each statement answered in order with its `statement_id`; a statement
@@ -143,6 +159,7 @@ fn refused(message: String) -> Response {
 )]
 pub async fn query(
     State(state): State<QueryState>,
+    grant: Option<Extension<Grant>>,
     RawQuery(raw): RawQuery,
     headers: HeaderMap,
     body: Bytes,
@@ -161,6 +178,14 @@ pub async fn query(
     };
     if parsed.statements.len() > MAX_STATEMENTS {
         return refused(format!("more than {MAX_STATEMENTS} statements in one query"));
+    }
+    // Authentication let any valid token through; every statement must be in its scopes, or
+    // none runs (as InfluxDB 1.x refuses a query it cannot authorize whole).
+    if let Some(Extension(grant)) = &grant {
+        let needed = parsed.statements.iter().map(scope_of).find(|s| !grant.scopes.allow(*s));
+        if let Some(needed) = needed {
+            return refused_with(out_of_scope(grant, needed));
+        }
     }
     let now_ns = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
     let mut results = Vec::with_capacity(parsed.statements.len());

@@ -38,6 +38,17 @@ impl Bucketd {
         args: &[&str],
         log: Option<&std::path::Path>,
     ) -> Bucketd {
+        Self::spawn_logged_at(data_dir, flush_interval, args, log, "info")
+    }
+
+    /// Like `spawn_logged`, with `RUST_LOG` set to `level`.
+    pub fn spawn_logged_at(
+        data_dir: &std::path::Path,
+        flush_interval: &str,
+        args: &[&str],
+        log: Option<&std::path::Path>,
+        level: &str,
+    ) -> Bucketd {
         let mut log = log.map(|path| {
             std::fs::OpenOptions::new().create(true).append(true).open(path).expect("log file")
         });
@@ -47,7 +58,7 @@ impl Bucketd {
             .arg(data_dir)
             .args(["--flush-interval", flush_interval])
             .args(args)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", level)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -68,7 +68,8 @@
   // Escape must not leave the page without a token and without a way back.
   $('#token-dialog').addEventListener('cancel', (ev) => ev.preventDefault());
 
-  // GET `path` on this server with the session's token; asks for a token on 401 and retries.
+  // GET `path` on this server with the session's token; asks for a token on 401 (none, or a
+  // wrong one) and 403 (one that may not read) and retries.
   async function api(path, kind) {
     for (;;) {
       if (tokenWait) await tokenWait;
@@ -76,7 +77,7 @@
       const t = token();
       if (t) headers.Authorization = 'Token ' + t;
       const r = await fetch(path, { headers, cache: 'no-store' });
-      if (r.status === 401) {
+      if (r.status === 401 || r.status === 403) {
         if (t) { try { sessionStorage.removeItem(TOKEN_KEY); } catch (_) { /* ignore */ } }
         await askToken(!!t);
         continue;
