@@ -131,6 +131,11 @@ struct Args {
     /// so that a stall in a sustained run shows (whole seconds).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     slice: Duration,
+
+    /// A CA certificate (PEM) to trust, for an `https://` --url whose certificate it issued
+    /// (the built-in roots are not used then).
+    #[arg(long)]
+    ca_cert: Option<std::path::PathBuf>,
 }
 
 /// What every worker adds to; read by the progress printer and the summary.
@@ -270,8 +275,14 @@ async fn main() -> anyhow::Result<()> {
         deadline: started + args.duration,
     });
     let stats = Arc::new(Stats::new());
-    let client =
-        reqwest::Client::builder().no_gzip().pool_max_idle_per_host(args.connections).build()?;
+    let mut client = reqwest::Client::builder().no_gzip().pool_max_idle_per_host(args.connections);
+    if let Some(path) = &args.ca_cert {
+        let pem = std::fs::read(path).with_context(|| format!("--ca-cert {}", path.display()))?;
+        let ca =
+            reqwest::Certificate::from_pem(&pem).context("--ca-cert is not a PEM certificate")?;
+        client = client.tls_certs_only([ca]);
+    }
+    let client = client.build()?;
 
     eprintln!(
         "loadtest: {:?} to {}, {} sensors, {}, {} per request, {} connections, for {} or {} \

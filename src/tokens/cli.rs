@@ -55,9 +55,14 @@ pub fn run(args: &TokenArgs, out: &mut impl Write, err: &mut impl Write) -> Resu
     let path = args.store();
     match &args.command {
         TokenCommand::Create { name, scope, expires_in } => {
-            let expires = expires_in.map(|d| {
-                Utc::now() + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
-            });
+            let expires = expires_in
+                .map(|d| {
+                    chrono::Duration::from_std(d)
+                        .ok()
+                        .and_then(|d| Utc::now().checked_add_signed(d))
+                        .ok_or(TokenError::FarExpiry)
+                })
+                .transpose()?;
             let token = super::create(&path, name, scope, expires)?;
             let _ = writeln!(out, "{token}");
             let until = expires

@@ -131,6 +131,10 @@ pub enum TokenError {
     Unknown(String),
     #[error("a token needs at least one scope (read, write, admin)")]
     NoScope,
+    #[error(
+        "--expires-in reaches past what a date holds: leave it out for a token that never expires"
+    )]
+    FarExpiry,
     #[error("cannot draw random bytes for a token: {0}")]
     Random(String),
 }

@@ -206,6 +206,15 @@ async fn the_token_command_prints_a_token_once_and_no_file_or_log_holds_it() {
     assert!(!ok && note.contains("exists already"), "{note}");
     let (ok, _, note) = bucketd_token(&data, &["create", "x"]);
     assert!(!ok && note.contains("--scope"), "a scope is required: {note}");
+    let far = ["create", "x", "--scope", "read", "--expires-in", "100000000years"];
+    let (ok, _, note) = bucketd_token(&data, &far);
+    assert!(!ok && note.contains("--expires-in"), "{note}");
+    let (ok, _, note) =
+        bucketd_token(&data, &["create", "soon", "--scope", "read", "--expires-in", "1h"]);
+    assert!(ok, "{note}");
+    let (_, listed, _) = bucketd_token(&data, &["list"]);
+    let year = chrono::Utc::now().format("%Y").to_string();
+    assert!(listed.lines().any(|l| l.starts_with("soon") && l.contains(&year)), "{listed}");
     let (ok, listed, _) = bucketd_token(&data, &["list"]);
     assert!(ok && listed.contains("gateway") && listed.contains("read, write"), "{listed}");
     assert!(!listed.contains(&token));
