@@ -29,35 +29,29 @@ LOADTEST=${LOADTEST:-target/release/loadtest}
 [ -x "$LOADTEST" ] || cargo build --release --quiet -p loadtest
 TICKS=$(getconf CLK_TCK)
 
-WORK=$(mktemp -d -t bucketd-ab.XXXXXX)
-PID=
-cleanup() {
-  [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
+start_work ab
 
 run() { # label binary
-  local label=$1 bin=$2 t0 t1 out
+  local label=$1 bin=$2 t0 t1 out pid
   rm -rf "$WORK/data"
   # shellcheck disable=SC2086 # BUCKETD_ARGS is a list of flags
   taskset -c 0 "$bin" --http-addr 127.0.0.1:18080 --data-dir "$WORK/data" ${BUCKETD_ARGS} \
     >"$WORK/log" 2>&1 &
-  PID=$!
+  pid=$!
+  PIDS=("$pid")
   wait_http http://127.0.0.1:18080/health 10
-  t0=$(awk '{print $14 + $15}' "/proc/$PID/stat")
+  t0=$(cpu_ticks "$pid")
+  # The summary's line only, not the heading of its per-slice rates below it.
   out=$(taskset -c 1 "$LOADTEST" --url http://127.0.0.1:18080 --path /write --protocol lp-http \
     --sensors 10000 --rate "$RATE" --batch 5000 --connections 4 --duration "$DURATION" 2>&1 |
-    awk '/^accepted readings\/s/ {print $3}')
-  t1=$(awk '{print $14 + $15}' "/proc/$PID/stat")
+    awk '/^accepted readings\/s: / {print $3}')
+  t1=$(cpu_ticks "$pid")
   printf '%s\t%s readings/s\tserver CPU %s s (%s ms per 100k)\tpeak RSS %d MiB\n' "$label" \
     "$out" "$(awk -v t="$((t1 - t0))" -v hz="$TICKS" 'BEGIN { printf "%.1f", t / hz }')" \
-    "$(awk -v t="$((t1 - t0))" -v hz="$TICKS" -v r="$out" -v d="${DURATION%s}" \
-      'BEGIN { printf "%.0f", (r > 0 ? t / hz * 1000 / (r * d / 100000) : 0) }')" \
-    "$(($(awk '/^VmHWM:/ {print $2}' "/proc/$PID/status") / 1024))"
-  kill "$PID"
-  wait "$PID" 2>/dev/null || true
-  PID=
+    "$(ms_per_100k "$((t1 - t0))" "$out" "${DURATION%s}")" "$(peak_rss_mib "$pid")"
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
+  PIDS=()
 }
 
 for ((i = 1; i <= ROUNDS; i++)); do

@@ -45,6 +45,23 @@ start_work() {
   trap 'stop_pids; rm -rf "$WORK"' EXIT INT TERM
 }
 
+# cpu_ticks PID: the process's user and system CPU time so far, in clock ticks.
+cpu_ticks() {
+  awk '{print $14 + $15}' "/proc/$1/stat"
+}
+
+# ms_per_100k TICKS RATE SECONDS: the CPU milliseconds TICKS clock ticks are, per 100,000
+# readings of RATE readings/s over SECONDS; 0 when nothing was accepted.
+ms_per_100k() {
+  awk -v t="$1" -v hz="$(getconf CLK_TCK)" -v r="$2" -v d="$3" \
+    'BEGIN { printf "%.0f", (r > 0 ? t / hz * 1000 / (r * d / 100000) : 0) }'
+}
+
+# peak_rss_mib PID: the process's peak resident memory (VmHWM), in MiB.
+peak_rss_mib() {
+  echo $(($(awk '/^VmHWM:/ {print $2}' "/proc/$1/status") / 1024))
+}
+
 # past_days: the data of DAYS days at one reading per STEP_MS for each of SENSORS sensors,
 # ending at the last whole UTC day before today, so that all of it is in the past. Sets
 # START_MS, END_MS, PER_SENSOR (readings a sensor) and COUNT (readings in all).

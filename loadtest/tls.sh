@@ -26,49 +26,41 @@ BUCKETD_ARGS=${BUCKETD_ARGS:-}
 LOADTEST=${LOADTEST:-target/release/loadtest}
 [ -x "$LOADTEST" ] || cargo build --release --quiet -p loadtest
 [ -x "$BUCKETD" ] || cargo build --release --quiet -p bucketd
-TICKS=$(getconf CLK_TCK)
 
-WORK=$(mktemp -d -t bucketd-tls.XXXXXX)
-PID=
-cleanup() {
-  [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
+start_work tls
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
   -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 \
   -addext basicConstraints=critical,CA:FALSE -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null
 
 run() { # label scheme [bucketd flags...]
-  local label=$1 scheme=$2 t0 t1 out rate latency
+  local label=$1 scheme=$2 t0 t1 out rate latency pid
   shift 2
   rm -rf "$WORK/data"
   # shellcheck disable=SC2086 # BUCKETD_ARGS is a list of flags
   taskset -c 0 "$BUCKETD" --http-addr 127.0.0.1:18080 --data-dir "$WORK/data" "$@" \
     ${BUCKETD_ARGS} >"$WORK/log" 2>&1 &
-  PID=$!
+  pid=$!
+  PIDS=("$pid")
   for ((i = 0; i < 100; i++)); do
     curl -sf --cacert "$WORK/cert.pem" -o /dev/null "$scheme://localhost:18080/health" && break
     sleep 0.1
   done
-  t0=$(awk '{print $14 + $15}' "/proc/$PID/stat")
+  t0=$(cpu_ticks "$pid")
   out=$(taskset -c 1 "$LOADTEST" --url "$scheme://localhost:18080" --ca-cert "$WORK/cert.pem" \
     --path /write --protocol lp-http --sensors 10000 --rate "$RATE" --batch 5000 \
     --connections 4 --duration "$DURATION" 2>&1)
-  t1=$(awk '{print $14 + $15}' "/proc/$PID/stat")
+  t1=$(cpu_ticks "$pid")
   rate=$(awk '/^accepted readings\/s: / {print $3}' <<<"$out")
   latency=$(awk '/^request latency ms/ {print $5 " / " $7}' <<<"$out")
   printf '%s\t%s readings/s\tp50/p99 %s ms\t%s ms CPU per 100k\tpeak RSS %d MiB\n' "$label" \
-    "$rate" "$latency" \
-    "$(awk -v t="$((t1 - t0))" -v hz="$TICKS" -v r="$rate" -v d="${DURATION%s}" \
-      'BEGIN { printf "%.0f", (r > 0 ? t / hz * 1000 / (r * d / 100000) : 0) }')" \
-    "$(($(awk '/^VmHWM:/ {print $2}' "/proc/$PID/status") / 1024))"
+    "$rate" "$latency" "$(ms_per_100k "$((t1 - t0))" "$rate" "${DURATION%s}")" \
+    "$(peak_rss_mib "$pid")"
   # Nothing after the load is measured, and the final flush of a flat-out run takes minutes:
   # the log keeps what was acknowledged, and the data dir goes anyway.
-  kill -9 "$PID"
-  wait "$PID" 2>/dev/null || true
-  PID=
+  kill -9 "$pid"
+  wait "$pid" 2>/dev/null || true
+  PIDS=()
 }
 
 for ((i = 1; i <= ROUNDS; i++)); do

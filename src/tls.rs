@@ -117,11 +117,6 @@ impl Tls {
         }))
     }
 
-    /// Whether connections must present a client certificate.
-    pub fn verifies_clients(&self) -> bool {
-        self.settings.client_ca.is_some()
-    }
-
     /// Reads the files again and, when their bytes changed, makes what they hold the
     /// configuration of new handshakes. `Ok(true)`: a new configuration is in use.
     pub fn reload_if_changed(&self) -> Result<bool, TlsError> {
@@ -161,9 +156,24 @@ impl Tls {
     }
 
     /// The handshake of a connection accepted on `listener`, within the handshake timeout.
-    /// `None` when it fails or times out; counted and logged at debug level, as the client
-    /// (not the server) is at fault.
-    pub async fn accept<S>(&self, stream: S, listener: Listener) -> Option<TlsStream<S>>
+    /// `None` when it fails or times out (counted and logged at debug level, as the client,
+    /// not the server, is at fault), or when `shutdown` comes first.
+    pub async fn accept<S>(
+        &self,
+        stream: S,
+        listener: Listener,
+        shutdown: &CancellationToken,
+    ) -> Option<TlsStream<S>>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        tokio::select! {
+            _ = shutdown.cancelled() => None,
+            done = self.handshake(stream, listener) => done,
+        }
+    }
+
+    async fn handshake<S>(&self, stream: S, listener: Listener) -> Option<TlsStream<S>>
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
@@ -344,7 +354,6 @@ mod tests {
         assert!(err.contains("client CA") && err.contains("ca.pem"), "{err}");
 
         std::fs::write(&ca, &a.cert).unwrap();
-        let tls = Tls::load(TlsSettings { client_ca: Some(ca), ..s }).unwrap();
-        assert!(tls.verifies_clients());
+        Tls::load(TlsSettings { client_ca: Some(ca), ..s }).unwrap();
     }
 }

@@ -142,18 +142,19 @@ pub async fn require_token(
     let route = request
         .extensions()
         .get::<MatchedPath>()
-        .map_or_else(|| request.uri().path(), MatchedPath::as_str)
-        .to_owned();
-    if !tokens.is_on() || policy.is_open(&route) {
+        .map_or_else(|| request.uri().path(), MatchedPath::as_str);
+    if !tokens.is_on() || policy.is_open(route) {
         return next.run(request).await;
     }
+    let needed = scope_needed(request.method(), route);
     let found = credential(request.headers(), request.uri().query());
     let refusal = match found {
         Credential::Token(t) => match tokens.verify(&t) {
             Verdict::Granted(grant) => {
-                match scope_needed(request.method(), &route) {
+                match needed {
                     Some(needed) if !grant.scopes.allow(needed) => {
-                        return out_of_scope(&grant, needed).into_response_for(&route);
+                        let path = request.uri().path();
+                        return out_of_scope(&grant, needed).into_response_for(path);
                     }
                     _ => {}
                 }

@@ -77,11 +77,7 @@ pub async fn serve(
             match tls {
                 None => serve_connection(stream, peer, app, config, shutdown).await,
                 Some(tls) => {
-                    let handshake = tokio::select! {
-                        _ = shutdown.cancelled() => None,
-                        done = tls.accept(stream, Listener::Http) => done,
-                    };
-                    if let Some(stream) = handshake {
+                    if let Some(stream) = tls.accept(stream, Listener::Http, &shutdown).await {
                         serve_connection(stream, peer, app, config, shutdown).await;
                     }
                 }

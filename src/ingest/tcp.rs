@@ -97,16 +97,10 @@ pub async fn serve(
             let _open = OpenConnection::new();
             let end = match tls {
                 None => read_lines(stream, &mut sink, &config, &shutdown).await,
-                Some(tls) => {
-                    let handshake = tokio::select! {
-                        _ = shutdown.cancelled() => None,
-                        done = tls.accept(stream, Listener::Tcp) => done,
-                    };
-                    match handshake {
-                        Some(stream) => read_lines(stream, &mut sink, &config, &shutdown).await,
-                        None => ConnectionEnd::Handshake,
-                    }
-                }
+                Some(tls) => match tls.accept(stream, Listener::Tcp, &shutdown).await {
+                    Some(stream) => read_lines(stream, &mut sink, &config, &shutdown).await,
+                    None => ConnectionEnd::Handshake,
+                },
             };
             tracing::debug!(%peer, ?end, lines = sink.lines_seen, "TCP connection closed");
             drop(ip_slot);

@@ -161,14 +161,18 @@ fn new_token() -> Result<String, TokenError> {
     Ok(format!("bkd_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)))
 }
 
+/// The bytes of the store file at `path`, or `None` when there is none.
+fn read_bytes(path: &Path) -> Result<Option<Vec<u8>>, TokenError> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(TokenError::Read { path: path.to_owned(), source }),
+    }
+}
+
 /// The store file at `path`, or `None` when there is none.
 fn read_store(path: &Path) -> Result<Option<StoreFile>, TokenError> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(TokenError::Read { path: path.to_owned(), source }),
-    };
-    parse_store(path, &bytes).map(Some)
+    read_bytes(path)?.map(|bytes| parse_store(path, &bytes)).transpose()
 }
 
 fn parse_store(path: &Path, bytes: &[u8]) -> Result<StoreFile, TokenError> {
@@ -366,19 +370,14 @@ impl LiveTokens {
     /// The flags' tokens and the store at `store`, read now; at start-up, so that a store
     /// that does not parse stops the server.
     pub fn load(flag_tokens: Vec<Vec<u8>>, store: PathBuf) -> Result<Arc<LiveTokens>, TokenError> {
-        let bytes = match std::fs::read(&store) {
-            Ok(b) => Some(b),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(source) => return Err(TokenError::Read { path: store, source }),
-        };
-        let file = bytes.as_deref().map(|b| parse_store(&store, b)).transpose()?;
-        let set = TokenSet::new(&flag_tokens, file.as_ref());
-        Ok(Arc::new(LiveTokens {
+        let live = LiveTokens {
+            current: RwLock::new(Arc::new(TokenSet::new(&flag_tokens, None))),
             flag_tokens,
             store,
-            current: RwLock::new(Arc::new(set)),
-            last: std::sync::Mutex::new(bytes),
-        }))
+            last: std::sync::Mutex::new(None),
+        };
+        live.reload()?;
+        Ok(Arc::new(live))
     }
 
     pub fn current(&self) -> Arc<TokenSet> {
@@ -387,11 +386,7 @@ impl LiveTokens {
 
     /// Reads the store again; a change that parses replaces the tokens in force.
     fn reload(&self) -> Result<bool, TokenError> {
-        let bytes = match std::fs::read(&self.store) {
-            Ok(b) => Some(b),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(source) => return Err(TokenError::Read { path: self.store.clone(), source }),
-        };
+        let bytes = read_bytes(&self.store)?;
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         if *last == bytes {
             return Ok(false);
