@@ -3,6 +3,8 @@
 //!
 //! # Layout
 //! - [`model`]: readings, series and batches, the data every layer shares.
+//! - [`databases`]: namespaces whose series never mix, as prefixes of the stored series key,
+//!   and the registry of those that exist.
 //! - [`ingest`]: the wire formats (line protocol, JSON) and the listeners that speak them
 //!   (HTTP write endpoints, raw TCP). Parses, validates (the input limits and the series
 //!   limit are ingest policy), and hands readings to the buffers.
@@ -29,6 +31,7 @@
 //! - [`alloc`]: the allocator's upkeep: freed memory given back when a thread goes idle.
 //! - [`wire`]: varints, zigzag, strings and a bounds-checked reader: the primitives of the
 //!   log's records and the embedded store's values.
+//! - [`files`]: small files replaced whole (token store, database registry).
 //! - [`config`]: command-line flags and their environment twins.
 //! - [`server`]: wires everything together and runs until a shutdown signal.
 
@@ -36,6 +39,8 @@ pub mod alloc;
 pub mod api;
 pub mod buffer;
 pub mod config;
+pub mod databases;
+pub mod files;
 pub mod flush;
 pub mod http;
 pub mod ingest;

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::databases::Registry;
 use crate::metrics::{
     RETENTION_HOURS_DELETED, RETENTION_PASS_DURATION, RETENTION_READINGS_DELETED,
     RETENTION_STATS_DELETED,
@@ -26,10 +27,13 @@ pub const STEP_BUDGET: usize = 256;
 /// first pass over years of data should not hold the disk for hours on end).
 const MAX_STEPS_PER_PASS: usize = 100_000;
 
-/// Starts the task; `None` when nothing is ever deleted (no retention configured).
+/// Starts the task; `None` when nothing is ever deleted (no retention configured). Each pass
+/// covers every series at the server's retention, then each database with a shorter one of
+/// its own (`databases`) at that.
 pub fn spawn(
     store: Arc<dyn Store>,
     policy: Retention,
+    databases: Arc<Registry>,
     interval: Duration,
     stop: CancellationToken,
 ) -> Option<JoinHandle<()>> {
@@ -44,13 +48,26 @@ pub fn spawn(
                 _ = stop.cancelled() => return,
                 _ = ticks.tick() => {}
             }
-            pass(&*store, wall_clock_ms(), policy, &stop).await;
+            let now = wall_clock_ms();
+            pass(&*store, now, policy, &stop).await;
+            for (db, raw) in databases.own_retentions() {
+                let Some(keys) = db.key_range() else { continue };
+                run(&*store, now, Scope::Keys { raw, keys }, &stop).await;
+            }
         }
     }))
 }
 
 fn wall_clock_ms() -> TimestampMs {
     chrono::Utc::now().timestamp_millis()
+}
+
+/// What a pass works through.
+enum Scope {
+    /// Every series, at the server's retention.
+    All(Retention),
+    /// The series whose keys are in `keys` (one database's), at its own raw retention.
+    Keys { raw: Duration, keys: (String, String) },
 }
 
 /// One pass at `now`: steps until the store reports it done, the step limit, an error, or
@@ -61,13 +78,28 @@ pub async fn pass(
     policy: Retention,
     stop: &CancellationToken,
 ) -> ExpireReport {
+    run(store, now, Scope::All(policy), stop).await
+}
+
+async fn run(
+    store: &dyn Store,
+    now: TimestampMs,
+    scope: Scope,
+    stop: &CancellationToken,
+) -> ExpireReport {
     let started = Instant::now();
     let mut total = ExpireReport::default();
     for _ in 0..MAX_STEPS_PER_PASS {
         if stop.is_cancelled() {
             break;
         }
-        match store.expire(now, policy, STEP_BUDGET).await {
+        let step = match &scope {
+            Scope::All(policy) => store.expire(now, *policy, STEP_BUDGET).await,
+            Scope::Keys { raw, keys } => {
+                store.expire_keys(now, *raw, keys.clone(), STEP_BUDGET).await
+            }
+        };
+        match step {
             Ok(step) => {
                 ::metrics::counter!(RETENTION_HOURS_DELETED).increment(step.hours_deleted);
                 ::metrics::counter!(RETENTION_READINGS_DELETED).increment(step.readings_deleted);
@@ -134,7 +166,8 @@ mod tests {
 
         let policy = Retention { raw: Some(Duration::from_secs(3600)), rollups: None };
         let stop = CancellationToken::new();
-        let task = spawn(store.clone(), policy, Duration::from_secs(3600), stop.clone())
+        let databases = Arc::new(Registry::in_memory(policy.raw));
+        let task = spawn(store.clone(), policy, databases, Duration::from_secs(3600), stop.clone())
             .expect("a retention is configured");
         // The first pass runs at once; waited for by its effect, within a bound.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -144,6 +177,9 @@ mod tests {
         }
         stop.cancel();
         task.await.expect("the task ends when stopped");
-        assert!(spawn(store, Retention::default(), Duration::from_secs(1), stop).is_none());
+        let databases = Arc::new(Registry::default());
+        assert!(
+            spawn(store, Retention::default(), databases, Duration::from_secs(1), stop).is_none()
+        );
     }
 }

@@ -30,6 +30,7 @@ use crate::api::status::{DeadLetterStatus, StatusCounts, StatusSource, WalCounts
 use crate::api::{OpsState, Surfaces};
 use crate::buffer::Buffers;
 use crate::config::Config;
+use crate::databases::Registry;
 use crate::flush::dead_letter::DeadLetters;
 use crate::flush::{Flusher, Settle, ShutdownReport};
 use crate::http::auth::AuthPolicy;
@@ -188,6 +189,9 @@ impl StatusSource for ServerStatus {
     }
 }
 
+/// The database registry's file in the data directory.
+pub const REGISTRY_FILE: &str = "databases.json";
+
 /// A server whose listeners are bound (so their addresses are known, port 0 included) but that
 /// serves nothing until [`Server::run`].
 pub struct Server {
@@ -206,6 +210,7 @@ pub struct Server {
     recovered: Vec<Seq>,
     identity: Identity,
     dead_letters: Arc<DeadLetters>,
+    databases: Arc<Registry>,
 }
 
 impl Server {
@@ -238,6 +243,8 @@ impl Server {
         let identity = open_identity(&config).await?;
         let (wal, recovered) = open_wal(&config).await?;
         let dead_letters = Arc::new(config.dead_letters()?);
+        let databases =
+            Arc::new(Registry::open(config.data_dir.join(REGISTRY_FILE), config.retention)?);
         Ok(Server {
             config,
             store,
@@ -252,6 +259,7 @@ impl Server {
             recovered,
             identity,
             dead_letters,
+            databases,
         })
     }
 
@@ -293,6 +301,7 @@ impl Server {
             recovered,
             identity,
             dead_letters,
+            databases,
         } = self;
         tracing::info!(store = store.name(), ack = ?config.ack, writer = %identity.writer, "starting");
         let closing = store.clone();
@@ -307,6 +316,7 @@ impl Server {
         let retention = crate::retention::spawn(
             store.clone(),
             config.retention_policy().map_err(|why| anyhow::anyhow!(why))?,
+            databases.clone(),
             config.retention_interval,
             stop.clone(),
         );
@@ -349,9 +359,10 @@ impl Server {
                 },
                 memory: request_memory.clone(),
                 dead_letters: Some(dead_letters.clone()),
+                databases: databases.clone(),
             },
             query: {
-                let mut query = QueryState::new(store.clone(), buffers.clone());
+                let mut query = QueryState::new(store.clone(), buffers.clone(), databases);
                 query.limits.statement_time = config.query_timeout;
                 query
             },

@@ -94,6 +94,10 @@ pub const OPERATIONS: &[&str] = &["/health", "/ready", "/metrics"];
 /// The routes that write.
 pub const WRITES: &[&str] = &["/write", "/api/v2/write"];
 
+/// The routes that read or write one database's series, named by a parameter.
+pub const DATABASE_ROUTES: &[&str] =
+    &["/write", "/api/v2/write", "/api/v1/readings", "/api/v1/rollups", "/api/v1/sensors"];
+
 /// The routes that change how the server works rather than its data.
 pub const ADMINISTRATION: &[&str] = &["/api/v1/dead-letters/replay"];
 
@@ -117,18 +121,37 @@ pub fn scope_needed(method: &Method, route: &str) -> Option<Scope> {
     Some(if writes { Scope::Write } else { Scope::Read })
 }
 
-/// The refusal of a valid token whose scopes do not cover `needed`.
-pub fn out_of_scope(grant: &Grant, needed: Scope) -> ApiError {
+/// The refusal of a valid token whose scopes do not cover `needed` on `database` (`None`: a
+/// route about the whole server, which needs the scope on every database).
+pub fn out_of_scope(grant: &Grant, needed: Scope, database: Option<&str>) -> ApiError {
+    let verb = match needed {
+        Scope::Read => "read",
+        Scope::Write => "write",
+        Scope::Admin => "administer",
+    };
+    let what = match database {
+        Some(db) => format!("database {db:?}"),
+        None => "every database".to_owned(),
+    };
     ApiError::Forbidden(format!(
-        "token {:?} may not {} (its scopes: {})",
+        "token {:?} may not {verb} {what} (its scopes: {})",
         grant.name,
-        match needed {
-            Scope::Read => "read",
-            Scope::Write => "write",
-            Scope::Admin => "administer",
-        },
-        grant.scopes.names()
+        grant.access.names()
     ))
+}
+
+/// The database a request to a database's route names (`bucket` on `/api/v2/write`, `db`
+/// elsewhere; the default when absent); `None` for the routes about the whole server.
+fn database_of(route: &str, query: Option<&str>) -> Option<String> {
+    let param = match route {
+        "/api/v2/write" => "bucket",
+        r if DATABASE_ROUTES.contains(&r) => "db",
+        _ => return None,
+    };
+    let pairs: Vec<(String, String)> =
+        query.and_then(|q| serde_urlencoded::from_str(q).ok()).unwrap_or_default();
+    let named = pairs.into_iter().find(|(k, _)| k == param).map(|(_, v)| v);
+    Some(named.filter(|v| !v.is_empty()).unwrap_or_else(|| crate::databases::DEFAULT.to_owned()))
 }
 
 /// Middleware: lets the request through only with a valid token whose scopes cover the
@@ -151,12 +174,16 @@ pub async fn require_token(
     let refusal = match found {
         Credential::Token(t) => match tokens.verify(&t) {
             Verdict::Granted(grant) => {
-                match needed {
-                    Some(needed) if !grant.scopes.allow(needed) => {
-                        let path = request.uri().path();
-                        return out_of_scope(&grant, needed).into_response_for(path);
+                if let Some(needed) = needed {
+                    let database = database_of(route, request.uri().query());
+                    let allowed = match database.as_deref() {
+                        Some(db) => grant.access.allow(needed, db),
+                        None => grant.access.allow_everywhere(needed),
+                    };
+                    if !allowed {
+                        let refusal = out_of_scope(&grant, needed, database.as_deref());
+                        return refusal.into_response_for(request.uri().path());
                     }
-                    _ => {}
                 }
                 request.extensions_mut().insert(grant);
                 return next.run(request).await;

@@ -14,6 +14,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::json;
 
+use crate::databases::RegistryError;
+
 /// How many rejected items or lines an error body lists; the count is always complete.
 pub const MAX_LISTED_ERRORS: usize = 100;
 
@@ -86,12 +88,30 @@ pub enum ApiError {
     Conflict(String),
     #[error("unknown sensor {0:?}")]
     UnknownSensor(String),
+    /// In InfluxDB 1.x's words, which clients (Telegraf among them) look for.
+    #[error("database not found: {0:?}")]
+    UnknownDatabase(String),
     /// The store cannot be reached; the request may succeed later.
     #[error("store unavailable")]
     StoreUnavailable(String),
     /// A bug or an environment problem; the detail is logged, not sent.
     #[error("internal error")]
     Internal(String),
+}
+
+/// A database a request names: one that does not exist is InfluxDB 1.x's 404.
+impl From<RegistryError> for ApiError {
+    fn from(e: RegistryError) -> Self {
+        match e {
+            RegistryError::NotFound(name) => ApiError::UnknownDatabase(name),
+            RegistryError::BadName(_) | RegistryError::TooMany | RegistryError::Retention(_) => {
+                ApiError::BadRequest(e.to_string())
+            }
+            e @ (RegistryError::Read { .. }
+            | RegistryError::Write { .. }
+            | RegistryError::Invalid { .. }) => ApiError::Internal(e.to_string()),
+        }
+    }
 }
 
 /// bucketd's error body on its own routes (and InfluxDB 1.x's, which has the same shape).
@@ -134,7 +154,9 @@ impl ApiError {
             | ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::DiskFull { .. } => StatusCode::INSUFFICIENT_STORAGE,
             ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
-            ApiError::NotFound | ApiError::UnknownSensor(_) => StatusCode::NOT_FOUND,
+            ApiError::NotFound | ApiError::UnknownSensor(_) | ApiError::UnknownDatabase(_) => {
+                StatusCode::NOT_FOUND
+            }
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Internal(_) | ApiError::WalFailed(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

@@ -302,6 +302,10 @@ fn parse_item(
     };
 
     let sensor = wire.sensor.0;
+    if crate::databases::is_qualified(&sensor) {
+        let invalid = validate::InvalidReading::ReservedSensor;
+        return Err(bad(index, invalid.to_string(), invalid.reason()));
+    }
     let (measurement, mut tags) = match series_key::parse_series_key(&sensor) {
         Some(ParsedSeries { measurement, tags }) => (measurement, tags),
         None => match series_key::measurement_prefix(&sensor) {
@@ -323,7 +327,7 @@ fn parse_item(
             "syntax",
         ));
     }
-    let series = SeriesMeta::new(&sensor, &measurement, &tags);
+    let series = SeriesMeta::new(&limits.database.qualify(&sensor), &measurement, &tags);
     let reading = Reading { ts, fields };
     validate::validate(&series, &reading, limits)
         .and_then(|()| validate::admit_series(&series, limits))

@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
+use crate::databases::Database;
 use crate::model::{FieldValue, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, Series, SeriesMeta};
 
 /// Readings with up to this many fields look for a repeated name by a scan.
@@ -24,6 +25,8 @@ pub struct InputLimits {
     /// Series already validated and admitted, by their line-protocol text. Shared by every
     /// listener, like `series`.
     pub known: Arc<KnownSeries>,
+    /// Where the readings go: their series keys are this database's.
+    pub database: Database,
 }
 
 impl Default for InputLimits {
@@ -39,7 +42,15 @@ impl Default for InputLimits {
             max_string_value_bytes: 64 * 1024,
             series: None,
             known: Default::default(),
+            database: Database::default(),
         }
+    }
+}
+
+impl InputLimits {
+    /// The same limits for readings that go to `database`.
+    pub fn in_database(&self, database: Database) -> InputLimits {
+        InputLimits { database, ..self.clone() }
     }
 }
 
@@ -186,6 +197,9 @@ impl Default for KnownSeries {
 pub enum InvalidReading {
     #[error("sensor key is empty")]
     EmptySensor,
+    /// The mark that starts a database's keys.
+    #[error("sensor key starts with the control character U+001F")]
+    ReservedSensor,
     #[error("sensor key is {len} bytes, more than the limit of {max}")]
     SensorTooLong { len: usize, max: usize },
     #[error("reading has no fields")]
@@ -214,7 +228,9 @@ pub enum InvalidReading {
 impl InvalidReading {
     pub fn reason(&self) -> &'static str {
         match self {
-            InvalidReading::EmptySensor | InvalidReading::SensorTooLong { .. } => "sensor",
+            InvalidReading::EmptySensor
+            | InvalidReading::ReservedSensor
+            | InvalidReading::SensorTooLong { .. } => "sensor",
             InvalidReading::NoFields
             | InvalidReading::TooManyFields { .. }
             | InvalidReading::TooManyTags { .. }
@@ -335,12 +351,14 @@ pub fn validate(
 
 /// The series half of [`validate`].
 pub fn validate_series(series: &SeriesMeta, limits: &InputLimits) -> Result<(), InvalidReading> {
-    if series.key().is_empty() {
+    // The limit is on the key the client wrote, whatever its database's name adds.
+    let key = limits.database.local(series.key());
+    if key.is_empty() {
         return Err(InvalidReading::EmptySensor);
     }
-    if series.key().len() > limits.max_sensor_key_bytes {
+    if key.len() > limits.max_sensor_key_bytes {
         return Err(InvalidReading::SensorTooLong {
-            len: series.key().len(),
+            len: key.len(),
             max: limits.max_sensor_key_bytes,
         });
     }

@@ -3,6 +3,7 @@
 
 use axum::response::{IntoResponse, Response};
 
+use crate::databases::RegistryError;
 use crate::http::ApiError;
 use crate::store::StoreError;
 
@@ -27,6 +28,8 @@ pub enum QueryError {
     #[error("unknown sensor {0:?}")]
     UnknownSensor(String),
     #[error(transparent)]
+    Database(#[from] RegistryError),
+    #[error(transparent)]
     Store(#[from] StoreError),
 }
 
@@ -36,6 +39,7 @@ impl From<QueryError> for ApiError {
     fn from(e: QueryError) -> Self {
         match e {
             QueryError::UnknownSensor(sensor) => ApiError::UnknownSensor(sensor),
+            QueryError::Database(e) => ApiError::from(e),
             QueryError::Store(StoreError::Unavailable(detail)) => {
                 ApiError::StoreUnavailable(detail)
             }

@@ -200,7 +200,7 @@ mod tests {
         );
         assert_eq!(kept.from(), Some(T0 + HOUR_MS));
         let message = kept.message().unwrap();
-        assert!(message.contains("deleted by --retention 1h"), "{message}");
+        assert!(message.contains("deleted by the retention of 1h"), "{message}");
     }
 
     #[tokio::test]

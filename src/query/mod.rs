@@ -32,6 +32,7 @@ pub mod rollups;
 pub mod schemas;
 pub mod sensors;
 mod source;
+mod view;
 
 use std::sync::Arc;
 
@@ -41,6 +42,7 @@ use axum::routing::get;
 pub use error::QueryError;
 
 use crate::buffer::Buffers;
+use crate::databases::{Database, Registry, RegistryError};
 use crate::model::{HOUR_MS, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, TimestampMs};
 use crate::store::{SensorInfo, Store, StoreError};
 
@@ -110,16 +112,51 @@ impl Default for QueryLimits {
     }
 }
 
+/// What the query endpoints read. The router holds it over every database; a handler
+/// [`QueryState::open`]s the database its request names before it reads anything.
 #[derive(Clone)]
 pub struct QueryState {
     pub store: Arc<dyn Store>,
     pub unflushed: Arc<dyn Unflushed>,
     pub limits: QueryLimits,
+    pub databases: Arc<Registry>,
+    /// The database read: the default one until [`QueryState::open`] names another.
+    pub database: Database,
 }
 
 impl QueryState {
-    pub fn new(store: Arc<dyn Store>, buffers: Arc<Buffers>) -> QueryState {
-        QueryState { store, unflushed: buffers, limits: QueryLimits::default() }
+    pub fn new(
+        store: Arc<dyn Store>,
+        buffers: Arc<Buffers>,
+        databases: Arc<Registry>,
+    ) -> QueryState {
+        QueryState {
+            store,
+            unflushed: buffers,
+            limits: QueryLimits::default(),
+            databases,
+            database: Database::default(),
+        }
+    }
+
+    /// The same state seen from the database called `name` (the default one when `None`):
+    /// its series only, under the keys its clients wrote.
+    pub fn open(&self, name: Option<&str>) -> Result<QueryState, RegistryError> {
+        let db = self.databases.get(name)?;
+        Ok(QueryState {
+            store: Arc::new(view::StoreView {
+                inner: self.store.clone(),
+                db: db.clone(),
+                retention_ms: self.databases.retention_of(db.name()).map(|d| d.as_millis() as u64),
+            }),
+            unflushed: Arc::new(view::UnflushedView {
+                inner: self.unflushed.clone(),
+                db: db.clone(),
+            }),
+            limits: self.limits.clone(),
+            databases: self.databases.clone(),
+            database: db,
+        })
     }
 }
 

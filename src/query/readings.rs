@@ -164,6 +164,7 @@ impl Tracker {
     path = "/api/v1/readings",
     tag = "query",
     params(
+        ("db" = Option<String>, Query, example = "bucketd", description = "The database; `bucketd` when absent. One that does not exist gets 404."),
         ("sensor" = String, Query, example = "temp,site=a", description = "Sensor key (for line protocol: the series key, e.g. `temp,site=a`)."),
         ("from" = Option<String>, Query, description = "Start, inclusive: RFC 3339 or epoch milliseconds. Default: `to` minus one hour."),
         ("to" = Option<String>, Query, description = "End, exclusive: RFC 3339 or epoch milliseconds. Default: now."),
@@ -184,7 +185,7 @@ impl Tracker {
                 (String = "text/csv"),
             )),
         (status = 400, description = "Bad parameter or cursor.", body = crate::http::ErrorBody),
-        (status = 404, description = "No data of this sensor at all, in the store or in the buffers.", body = crate::http::ErrorBody),
+        (status = 404, description = "No data of this sensor at all, in the store or in the buffers, or no such database.", body = crate::http::ErrorBody),
         (status = 503, description = "Store unavailable; retry.", body = crate::http::ErrorBody),
     )
 )]
@@ -193,6 +194,7 @@ pub async fn get_readings(
     RawQuery(raw): RawQuery,
 ) -> Result<Response, QueryError> {
     let p = Params::parse(raw.as_deref())?;
+    let state = state.open(p.get("db")?)?;
     let sensor = p.required("sensor")?.to_owned();
     let format = Format::parse(p.get("format")?)?;
     let limit =

@@ -92,6 +92,7 @@ impl From<&FieldStats> for StatsJson {
     path = "/api/v1/rollups",
     tag = "query",
     params(
+        ("db" = Option<String>, Query, example = "bucketd", description = "The database; `bucketd` when absent. One that does not exist gets 404."),
         ("sensor" = String, Query, example = "temp,site=a", description = "Sensor key."),
         ("from" = Option<String>, Query, description = "Start, inclusive: RFC 3339 or epoch milliseconds. Default: `to` minus one hour."),
         ("to" = Option<String>, Query, description = "End, exclusive: RFC 3339 or epoch milliseconds. Default: now."),
@@ -101,7 +102,7 @@ impl From<&FieldStats> for StatsJson {
     responses(
         (status = 200, description = "Statistics per step and numeric field.", body = RollupsResponse),
         (status = 400, description = "Bad parameter.", body = crate::http::ErrorBody),
-        (status = 404, description = "No data of this sensor at all.", body = crate::http::ErrorBody),
+        (status = 404, description = "No data of this sensor at all, or no such database.", body = crate::http::ErrorBody),
         (status = 503, description = "Store unavailable; retry.", body = crate::http::ErrorBody),
     )
 )]
@@ -110,6 +111,7 @@ pub async fn get_rollups(
     RawQuery(raw): RawQuery,
 ) -> Result<Json<RollupsResponse>, QueryError> {
     let p = Params::parse(raw.as_deref())?;
+    let state = state.open(p.get("db")?)?;
     let sensor = p.required("sensor")?.to_owned();
     let from = p.get("from")?.map(|s| parse_time("from", s)).transpose()?;
     let to = p.get("to")?.map(|s| parse_time("to", s)).transpose()?;

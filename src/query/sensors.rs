@@ -44,6 +44,7 @@ fn parse_tag(s: &str) -> Result<(String, String), QueryError> {
     path = "/api/v1/sensors",
     tag = "query",
     params(
+        ("db" = Option<String>, Query, example = "bucketd", description = "The database; `bucketd` when absent. One that does not exist gets 404."),
         ("tag" = Option<Vec<String>>, Query, explode = true, example = json!(["site:a"]), description = "`key:value`, split at the first colon; repeat for several tags (all must match)."),
         ("measurement" = Option<String>, Query, example = "temp", description = "Only sensors of this measurement."),
         ("prefix" = Option<String>, Query, example = "env,sensor=s1", description = "Only sensors whose key starts with this text (case-sensitive)."),
@@ -53,6 +54,7 @@ fn parse_tag(s: &str) -> Result<(String, String), QueryError> {
     responses(
         (status = 200, description = "One page of sensors, including sensors whose readings are all still buffered.", body = SensorsResponse),
         (status = 400, description = "Bad parameter or cursor.", body = crate::http::ErrorBody),
+        (status = 404, description = "No such database.", body = crate::http::ErrorBody),
         (status = 503, description = "Store unavailable; retry.", body = crate::http::ErrorBody),
     )
 )]
@@ -61,6 +63,7 @@ pub async fn get_sensors(
     RawQuery(raw): RawQuery,
 ) -> Result<Json<SensorsResponse>, QueryError> {
     let p = Params::parse(raw.as_deref())?;
+    let state = state.open(p.get("db")?)?;
     let tags = p.all("tag").map(parse_tag).collect::<Result<Vec<_>, _>>()?;
     let measurement = p.get("measurement")?.map(str::to_owned);
     let limit =
@@ -83,6 +86,7 @@ pub async fn get_sensors(
         let page = state
             .store
             .sensors(SensorQuery {
+                database: Default::default(),
                 tags: tags.clone(),
                 measurement: measurement.clone(),
                 after: from.clone(),

@@ -364,6 +364,7 @@ impl Store for MemoryStore {
         };
         Ok(series
             .range((lower, std::ops::Bound::Unbounded))
+            .filter(|(key, _)| query.database.holds(key))
             .filter(|(_, s)| query.measurement.as_ref().is_none_or(|m| *m == s.measurement))
             .filter(|(_, s)| query.tags.iter().all(|t| s.tags.contains(t)))
             .filter_map(|(key, s)| {
@@ -393,15 +394,38 @@ impl Store for MemoryStore {
         policy: Retention,
         _budget: usize,
     ) -> Result<ExpireReport, StoreError> {
+        self.expire_matching(now, policy, None)
+    }
+
+    async fn expire_keys(
+        &self,
+        now: TimestampMs,
+        raw: std::time::Duration,
+        keys: (String, String),
+        _budget: usize,
+    ) -> Result<ExpireReport, StoreError> {
+        self.expire_matching(now, Retention { raw: Some(raw), rollups: None }, Some(&keys))
+    }
+}
+
+impl MemoryStore {
+    /// [`Store::expire`] of every series, or (`keys`) of those whose keys are in the range.
+    fn expire_matching(
+        &self,
+        now: TimestampMs,
+        policy: Retention,
+        keys: Option<&(String, String)>,
+    ) -> Result<ExpireReport, StoreError> {
         self.check_available()?;
         let mut report = ExpireReport { done: true, ..ExpireReport::default() };
         let raw = Retention::cutoff(now, policy.raw);
         let rollups = Retention::cutoff(now, policy.rollups);
-        if policy.raw.is_some() {
+        if policy.raw.is_some() && keys.is_none() {
             self.retention_ms.store(policy.raw_ms(), Ordering::SeqCst);
         }
         let mut series = self.series.lock().expect("memory store mutex poisoned");
-        for s in series.values_mut() {
+        let within = |key: &String| keys.is_none_or(|(from, to)| from <= key && key < to);
+        for (_, s) in series.iter_mut().filter(|(key, _)| within(key)) {
             if let Some(cutoff) = raw {
                 let doomed: Vec<(TimestampMs, u32)> =
                     s.buckets.range(..(cutoff, 0)).map(|(k, _)| *k).collect();

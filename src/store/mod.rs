@@ -162,10 +162,11 @@ pub enum StoreError {
     /// Anything else: a bug or an environment problem (disk full, permissions).
     #[error("store error: {0}")]
     Internal(String),
-    /// The query needs raw readings of hours that `--retention` deleted. Only their hour
-    /// statistics remain, which whole-hour rollups still answer from.
+    /// The query needs raw readings of hours that the retention (`--retention`, or the
+    /// database's own) deleted. Only their hour statistics remain, which whole-hour rollups
+    /// still answer from.
     #[error(
-        "readings before {} are deleted by --retention {}; rollups of whole hours remain",
+        "readings before {} are deleted by the retention of {}; rollups of whole hours remain",
         rfc3339(*.before),
         humantime::format_duration(std::time::Duration::from_millis(*.retention_ms))
     )]
@@ -404,6 +405,8 @@ fn runs_of(
 /// `measurement`; ordered by key, starting after `after`, at most `limit`.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct SensorQuery {
+    /// Only this database's sensors (keys as stored, prefix included).
+    pub database: crate::databases::Database,
     pub tags: Vec<(String, String)>,
     pub measurement: Option<String>,
     pub after: Option<String>,
@@ -601,6 +604,22 @@ pub trait Store: Send + Sync + 'static {
         budget: usize,
     ) -> Result<ExpireReport, StoreError> {
         let _ = (now, policy, budget);
+        Ok(ExpireReport { done: true, ..ExpireReport::default() })
+    }
+
+    /// [`Store::expire`] of raw readings only, for the series whose stored keys `k` are in
+    /// `keys.0 <= k < keys.1` (one database's, `Database::key_range`), at a retention `raw`
+    /// shorter than the server's: one bounded step from where the last call for the same
+    /// range stopped. Their hour statistics stay, for [`Store::expire`] to delete in time.
+    /// The default does nothing: a store without a retention pass of its own.
+    async fn expire_keys(
+        &self,
+        now: TimestampMs,
+        raw: std::time::Duration,
+        keys: (String, String),
+        budget: usize,
+    ) -> Result<ExpireReport, StoreError> {
+        let _ = (now, raw, keys, budget);
         Ok(ExpireReport { done: true, ..ExpireReport::default() })
     }
 

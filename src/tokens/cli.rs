@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 
-use super::{Scope, Scopes, TokenError};
+use super::{Access, ScopeSpec, TokenError};
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct TokenArgs {
@@ -30,9 +30,10 @@ pub enum TokenCommand {
     Create {
         /// A name to list and revoke it by: letters, digits, '.', '_', '-'.
         name: String,
-        /// What it may do: read, write, admin (comma-separated; admin may do everything).
-        #[arg(long, value_enum, value_delimiter = ',', required = true)]
-        scope: Vec<Scope>,
+        /// What it may do: read, write or admin on every database, or read:DB, write:DB on one
+        /// (comma-separated or repeated; admin may do everything).
+        #[arg(long, value_delimiter = ',', required = true)]
+        scope: Vec<ScopeSpec>,
         /// It stops working this long from now (`90d`, `12h`); never without it.
         #[arg(long, value_parser = humantime::parse_duration)]
         expires_in: Option<Duration>,
@@ -72,7 +73,7 @@ pub fn run(args: &TokenArgs, out: &mut impl Write, err: &mut impl Write) -> Resu
                 "token {name:?} created in {} (scopes: {}; {until}). It is shown this once: \
                  the store keeps only its hash.",
                 path.display(),
-                Scopes::of(scope).names()
+                Access::of(scope).names()
             );
         }
         TokenCommand::List => {
@@ -88,7 +89,7 @@ pub fn run(args: &TokenArgs, out: &mut impl Write, err: &mut impl Write) -> Resu
                     Some(at) if at <= now => format!("{} (expired)", at.to_rfc3339()),
                     Some(at) => at.to_rfc3339(),
                 };
-                let scopes = Scopes::of(&t.scopes).names();
+                let scopes = Access::of(&t.scopes).names();
                 let created = t.created.to_rfc3339();
                 let _ = writeln!(out, "{:<24} {scopes:<18} {created:<26} {expires}", t.name);
             }

@@ -34,8 +34,7 @@ const MAX_NAME: usize = 64;
 const FORMAT_VERSION: u32 = 1;
 
 /// What a token may do. `admin` may do everything.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Scope {
     /// Queries: ranges, rollups, InfluxQL, the sensor list, status and (with
     /// `--auth-metrics`) health and metrics.
@@ -56,12 +55,142 @@ impl Scope {
     }
 }
 
+/// A scope on every database (`read`), or on one (`read:telegraf`). `admin` is always on every
+/// database.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ScopeSpec {
+    pub scope: Scope,
+    pub database: Option<String>,
+}
+
+impl From<Scope> for ScopeSpec {
+    fn from(scope: Scope) -> ScopeSpec {
+        ScopeSpec { scope, database: None }
+    }
+}
+
+impl std::fmt::Display for ScopeSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.database {
+            None => f.write_str(self.scope.name()),
+            Some(db) => write!(f, "{}:{db}", self.scope.name()),
+        }
+    }
+}
+
+impl std::str::FromStr for ScopeSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<ScopeSpec, String> {
+        let (scope, database) = match s.split_once(':') {
+            Some((scope, db)) => (scope, Some(db)),
+            None => (s, None),
+        };
+        let scope = match scope {
+            "read" => Scope::Read,
+            "write" => Scope::Write,
+            "admin" => Scope::Admin,
+            other => {
+                return Err(format!(
+                    "unknown scope {other:?}: use read, write or admin, or read:DB, write:DB"
+                ));
+            }
+        };
+        let database = match database {
+            None => None,
+            Some(_) if scope == Scope::Admin => {
+                return Err("admin is on every database: give it without a database".into());
+            }
+            Some(db) => Some(
+                crate::databases::Database::named(db).map_err(|e| e.to_string())?.name().to_owned(),
+            ),
+        };
+        Ok(ScopeSpec { scope, database })
+    }
+}
+
+impl Serialize for ScopeSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ScopeSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ScopeSpec, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// What a token may do: scopes on every database, and scopes on named ones.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Access {
+    everywhere: Scopes,
+    /// By database name, each once.
+    databases: Vec<(String, Scopes)>,
+}
+
+impl Access {
+    /// Everything: the tokens of `--auth-token`.
+    pub fn all() -> Access {
+        Access { everywhere: Scopes::ALL, databases: Vec::new() }
+    }
+
+    pub fn of(specs: &[ScopeSpec]) -> Access {
+        let mut access = Access::default();
+        for spec in specs {
+            let bit = Scopes::bit(spec.scope);
+            match &spec.database {
+                None => access.everywhere.0 |= bit,
+                Some(db) => match access.databases.iter_mut().find(|(d, _)| d == db) {
+                    Some((_, scopes)) => scopes.0 |= bit,
+                    None => access.databases.push((db.clone(), Scopes(bit))),
+                },
+            }
+        }
+        access
+    }
+
+    /// Whether `scope` is allowed on the database `database`.
+    pub fn allow(&self, scope: Scope, database: &str) -> bool {
+        self.everywhere.allow(scope)
+            || self.databases.iter().any(|(d, s)| d == database && s.allow(scope))
+    }
+
+    /// Whether `scope` is allowed on every database: what the routes that are about the whole
+    /// server (status, metrics) need.
+    pub fn allow_everywhere(&self, scope: Scope) -> bool {
+        self.everywhere.allow(scope)
+    }
+
+    /// Whether `scope` is allowed on some database.
+    pub fn allow_somewhere(&self, scope: Scope) -> bool {
+        self.everywhere.allow(scope) || self.databases.iter().any(|(_, s)| s.allow(scope))
+    }
+
+    /// The scopes by name, for messages: `read, write:telegraf`.
+    pub fn names(&self) -> String {
+        let mut names: Vec<String> = Vec::new();
+        if self.everywhere.0 != 0 {
+            names.push(self.everywhere.names());
+        }
+        for (db, scopes) in &self.databases {
+            for scope in [Scope::Read, Scope::Write] {
+                if scopes.0 & Scopes::bit(scope) != 0 {
+                    names.push(format!("{}:{db}", scope.name()));
+                }
+            }
+        }
+        if names.is_empty() { "none".into() } else { names.join(", ") }
+    }
+}
+
 /// A set of scopes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Scopes(u8);
+struct Scopes(u8);
 
 impl Scopes {
-    pub const ALL: Scopes = Scopes(0b111);
+    const ALL: Scopes = Scopes(0b111);
 
     fn bit(scope: Scope) -> u8 {
         match scope {
@@ -71,17 +200,13 @@ impl Scopes {
         }
     }
 
-    pub fn of(scopes: &[Scope]) -> Scopes {
-        Scopes(scopes.iter().fold(0, |all, s| all | Scopes::bit(*s)))
-    }
-
     /// Whether these scopes allow what `scope` allows.
-    pub fn allow(self, scope: Scope) -> bool {
+    fn allow(self, scope: Scope) -> bool {
         self.0 & (Scopes::bit(scope) | Scopes::bit(Scope::Admin)) != 0
     }
 
     /// The scopes by name, for messages: `read, write`.
-    pub fn names(self) -> String {
+    fn names(self) -> String {
         let all = [Scope::Read, Scope::Write, Scope::Admin];
         let names: Vec<&str> =
             all.iter().filter(|s| self.0 & Scopes::bit(**s) != 0).map(|s| s.name()).collect();
@@ -94,7 +219,7 @@ impl Scopes {
 #[derive(Clone, Debug)]
 pub struct Grant {
     pub name: Arc<str>,
-    pub scopes: Scopes,
+    pub access: Arc<Access>,
 }
 
 /// One token of the store file.
@@ -103,7 +228,7 @@ pub struct StoredToken {
     pub name: String,
     /// SHA-256 of the token, hex.
     pub sha256: String,
-    pub scopes: Vec<Scope>,
+    pub scopes: Vec<ScopeSpec>,
     pub created: DateTime<Utc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires: Option<DateTime<Utc>>,
@@ -163,11 +288,8 @@ fn new_token() -> Result<String, TokenError> {
 
 /// The bytes of the store file at `path`, or `None` when there is none.
 fn read_bytes(path: &Path) -> Result<Option<Vec<u8>>, TokenError> {
-    match std::fs::read(path) {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(TokenError::Read { path: path.to_owned(), source }),
-    }
+    crate::files::read_if_exists(path)
+        .map_err(|source| TokenError::Read { path: path.to_owned(), source })
 }
 
 /// The store file at `path`, or `None` when there is none.
@@ -194,24 +316,10 @@ fn parse_store(path: &Path, bytes: &[u8]) -> Result<StoreFile, TokenError> {
 
 /// Writes `file` whole to `path`: a new file renamed over the old, readable by the owner only.
 fn write_store(path: &Path, file: &StoreFile) -> Result<(), TokenError> {
-    let failed = |source| TokenError::Write { path: path.to_owned(), source };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(failed)?;
-    }
-    let tmp = path.with_extension("json.tmp");
     let mut text = serde_json::to_vec_pretty(file).expect("the token store serializes");
     text.push(b'\n');
-    {
-        use std::io::Write as _;
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut f = options.open(&tmp).map_err(failed)?;
-        f.write_all(&text).map_err(failed)?;
-        f.sync_all().map_err(failed)?;
-    }
-    std::fs::rename(&tmp, path).map_err(failed)
+    crate::files::replace(path, &text, true)
+        .map_err(|source| TokenError::Write { path: path.to_owned(), source })
 }
 
 /// Runs `edit` on the store under an exclusive lock (a `.lock` file beside it), so that two
@@ -245,7 +353,7 @@ fn check_name(name: &str) -> Result<(), TokenError> {
 pub fn create(
     path: &Path,
     name: &str,
-    scopes: &[Scope],
+    scopes: &[impl Clone + Into<ScopeSpec>],
     expires: Option<DateTime<Utc>>,
 ) -> Result<String, TokenError> {
     check_name(name)?;
@@ -253,8 +361,8 @@ pub fn create(
         return Err(TokenError::NoScope);
     }
     let token = new_token()?;
-    let mut scopes = scopes.to_vec();
-    scopes.sort_by_key(|s| Scopes::bit(*s));
+    let mut scopes: Vec<ScopeSpec> = scopes.iter().cloned().map(Into::into).collect();
+    scopes.sort();
     scopes.dedup();
     edit_store(path, |file| {
         if file.tokens.iter().any(|t| t.name == name) {
@@ -317,7 +425,7 @@ impl TokenSet {
             .iter()
             .map(|t| Entry {
                 digest: Sha256::digest(t).into(),
-                grant: Grant { name: "--auth-token".into(), scopes: Scopes::ALL },
+                grant: Grant { name: "--auth-token".into(), access: Arc::new(Access::all()) },
                 expires: None,
             })
             .collect();
@@ -325,7 +433,10 @@ impl TokenSet {
             let Some(digest) = parse_hex(&t.sha256) else { continue };
             entries.push(Entry {
                 digest,
-                grant: Grant { name: t.name.as_str().into(), scopes: Scopes::of(&t.scopes) },
+                grant: Grant {
+                    name: t.name.as_str().into(),
+                    access: Arc::new(Access::of(&t.scopes)),
+                },
                 expires: t.expires,
             });
         }
@@ -443,15 +554,15 @@ mod tests {
         let live = LiveTokens::load(vec![b"flag".to_vec()], path.clone()).unwrap();
         let set = live.current();
         let granted = |t: &str| match set.verify(t.as_bytes()) {
-            Verdict::Granted(g) => (g.name.to_string(), g.scopes),
+            Verdict::Granted(g) => (g.name.to_string(), g.access),
             other => panic!("{other:?}"),
         };
         let (name, scopes) = granted(&writer);
         assert_eq!(name, "sensors");
-        assert!(scopes.allow(Scope::Write) && !scopes.allow(Scope::Read));
+        assert!(scopes.allow(Scope::Write, "db") && !scopes.allow(Scope::Read, "db"));
         let (_, scopes) = granted(&reader);
         assert_eq!(scopes.names(), "read");
-        assert!(granted("flag").1.allow(Scope::Admin));
+        assert!(granted("flag").1.allow_everywhere(Scope::Admin));
         assert!(matches!(set.verify(old.as_bytes()), Verdict::Expired(n) if &*n == "old"));
         assert!(matches!(set.verify(b"bkd_nope"), Verdict::Unknown));
 
@@ -460,7 +571,7 @@ mod tests {
             Err(TokenError::Exists(_))
         ));
         assert!(matches!(create(&path, "a b", &[Scope::Read], None), Err(TokenError::BadName(_))));
-        assert!(matches!(create(&path, "x", &[], None), Err(TokenError::NoScope)));
+        assert!(matches!(create(&path, "x", &[] as &[Scope], None), Err(TokenError::NoScope)));
 
         revoke(&path, "sensors").unwrap();
         assert!(matches!(revoke(&path, "sensors"), Err(TokenError::Unknown(_))));

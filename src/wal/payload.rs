@@ -127,13 +127,15 @@ pub fn encode(items: &[Item], out: &mut Vec<u8>) -> Result<(), PayloadError> {
     for s in series {
         let meta: &SeriesMeta = s;
         // Interned series are line protocol's, whose key is made from the measurement and
-        // tags; others (JSON sensors) are checked, with what `decode` rebuilds the key with.
+        // tags, behind their database's prefix if any; others (JSON sensors) are checked, with
+        // what `decode` rebuilds the key with. A prefixed key is written whole.
         let made = || meta.key() == meta.series_key();
+        let qualified = crate::databases::is_qualified(meta.key());
         debug_assert!(
-            !s.is_interned() || made(),
+            !s.is_interned() || qualified || made(),
             "an interned series whose key is not made from its measurement and tags"
         );
-        let derived = s.is_interned() || made();
+        let derived = if s.is_interned() { !qualified } else { made() };
         if derived {
             out.push(1);
         } else {
@@ -233,25 +235,33 @@ mod tests {
     }
 
     /// Line-protocol series (with characters the key escapes) and JSON sensors, whose key is
-    /// not derived from their tags.
-    fn series() -> impl Strategy<Value = SeriesMeta> {
+    /// not derived from their tags, in the default database or another, interned (as line
+    /// protocol's are) or not.
+    fn series() -> impl Strategy<Value = Series> {
         let text = "[a-c ,=\\\\é]{0,4}";
         (
             text,
             proptest::collection::btree_map("[a-c ,=]{1,3}", text, 0..3),
             proptest::option::of("[a-z:/]{1,8}"),
+            proptest::option::of("[a-c]{1,3}"),
+            any::<bool>(),
         )
-            .prop_map(|(measurement, tags, json_key)| {
+            .prop_map(|(measurement, tags, json_key, database, interned)| {
                 let tags: Vec<(String, String)> = tags.into_iter().collect();
+                let line_protocol = json_key.is_none();
                 let key = json_key.unwrap_or_else(|| series_key(&measurement, &tags));
-                SeriesMeta::new(&key, &measurement, &tags)
+                let key = match database {
+                    Some(db) => crate::databases::Database::named(&db).unwrap().qualify(&key),
+                    None => key,
+                };
+                let meta = SeriesMeta::new(&key, &measurement, &tags);
+                if interned && line_protocol { Series::interned(meta) } else { Series::from(meta) }
             })
     }
 
     fn items() -> impl Strategy<Value = Vec<Item>> {
         (proptest::collection::vec(series(), 1..5), proptest::collection::vec("[a-d]{1,3}", 1..5))
             .prop_flat_map(|(series, names)| {
-                let series: Vec<Series> = series.into_iter().map(Series::from).collect();
                 let names: Vec<FieldName> = names.into_iter().map(FieldName::from).collect();
                 let reading = (
                     0..series.len(),

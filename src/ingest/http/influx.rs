@@ -19,23 +19,21 @@ use crate::ingest::metrics::{Protocol, count_rejected};
 // InfluxDB line protocol: POST /write (v1), POST /api/v2/write (v2)
 // ---------------------------------------------------------------------------------------------
 
-/// v1 parameters. `db` and `rp` are accepted and ignored: bucketd has one namespace, and
-/// Telegraf always sends them. `u`/`p` (v1 credentials) are read by [`crate::http::auth`].
+/// v1 parameters. `rp` is accepted and ignored: a database has one retention policy.
+/// `u`/`p` (v1 credentials) are read by [`crate::http::auth`].
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct V1Params {
-    #[allow(dead_code)]
     db: Option<String>,
     #[allow(dead_code)]
     rp: Option<String>,
     precision: Option<String>,
 }
 
-/// v2 parameters. `org`/`bucket` are accepted and ignored, as `db`/`rp` are for v1.
+/// v2 parameters. `bucket` is the database; `org` is accepted and ignored.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct V2Params {
     #[allow(dead_code)]
     org: Option<String>,
-    #[allow(dead_code)]
     bucket: Option<String>,
     precision: Option<String>,
 }
@@ -45,13 +43,14 @@ pub(crate) struct V2Params {
     path = "/write",
     tag = "ingest",
     params(
-        ("db" = Option<String>, Query, description = "Accepted for InfluxDB 1.x compatibility; ignored."),
+        ("db" = Option<String>, Query, description = "The database; `bucketd` when absent. One that does not exist gets 404, as in InfluxDB 1.x."),
         ("precision" = Option<String>, Query, pattern = "^(n|ns|u|us|ms|s|m|h)?$", example = "s", description = "Timestamp precision: n, ns, u, us, ms, s, m, h (default ns)."),
     ),
     request_body(description = "InfluxDB line protocol, one point per line; may be gzip-encoded.", content_type = "text/plain", content = String),
     responses(
         (status = 204, description = "Every line accepted."),
         (status = 400, description = "Some or all lines rejected, with 1-based line numbers.", body = ErrorBody),
+        (status = 404, description = "The database does not exist: `database not found: \"name\"`.", body = ErrorBody),
         (status = 408, description = "The request, body included, took longer than `--request-timeout`.", body = ErrorBody),
         (status = 413, description = "Body too large.", body = ErrorBody),
         (status = 415, description = "A `Content-Encoding` other than gzip.", body = ErrorBody),
@@ -68,7 +67,9 @@ pub(crate) async fn write_v1(
 ) -> Result<StatusCode, InfluxError> {
     let Query(params) = params.map_err(|e| InfluxError::v1(ApiError::BadRequest(e.body_text())))?;
     let precision = precision_param(InfluxApi::V1, params.precision.as_deref())?;
-    write_line_protocol(&state, precision, &headers, body).await.map_err(InfluxError::v1)
+    write_line_protocol(&state, params.db.as_deref(), precision, &headers, body)
+        .await
+        .map_err(InfluxError::v1)
 }
 
 #[utoipa::path(
@@ -77,13 +78,14 @@ pub(crate) async fn write_v1(
     tag = "ingest",
     params(
         ("org" = Option<String>, Query, description = "Accepted for InfluxDB 2.x compatibility; ignored."),
-        ("bucket" = Option<String>, Query, description = "Accepted for InfluxDB 2.x compatibility; ignored."),
+        ("bucket" = Option<String>, Query, description = "The database; `bucketd` when absent. One that does not exist gets 404."),
         ("precision" = Option<String>, Query, pattern = "^(ns|us|ms|s)?$", example = "s", description = "Timestamp precision: ns, us, ms, s (default ns)."),
     ),
     request_body(description = "InfluxDB line protocol, one point per line; may be gzip-encoded.", content_type = "text/plain", content = String),
     responses(
         (status = 204, description = "Every line accepted."),
         (status = 400, description = "Some or all lines rejected, with 1-based line numbers.", body = InfluxV2ErrorBody),
+        (status = 404, description = "The bucket (database) does not exist.", body = InfluxV2ErrorBody),
         (status = 408, description = "The request, body included, took longer than `--request-timeout`.", body = InfluxV2ErrorBody),
         (status = 413, description = "Body too large.", body = InfluxV2ErrorBody),
         (status = 415, description = "A `Content-Encoding` other than gzip.", body = InfluxV2ErrorBody),
@@ -100,7 +102,9 @@ pub(crate) async fn write_v2(
 ) -> Result<StatusCode, InfluxError> {
     let Query(params) = params.map_err(|e| InfluxError::v2(ApiError::BadRequest(e.body_text())))?;
     let precision = precision_param(InfluxApi::V2, params.precision.as_deref())?;
-    write_line_protocol(&state, precision, &headers, body).await.map_err(InfluxError::v2)
+    write_line_protocol(&state, params.bucket.as_deref(), precision, &headers, body)
+        .await
+        .map_err(InfluxError::v2)
 }
 
 /// The `precision` parameter in the spellings each InfluxDB API accepts; absent or empty is ns.
@@ -122,10 +126,13 @@ fn precision_param(api: InfluxApi, given: Option<&str>) -> Result<Precision, Inf
 /// InfluxDB does partial writes); 503 with nothing accepted when the buffers are full.
 async fn write_line_protocol(
     state: &IngestState,
+    database: Option<&str>,
     precision: Precision,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<StatusCode, ApiError> {
+    // Before the body is read: a write to a database that does not exist costs nothing more.
+    let limits = state.limits_in(database)?;
     let read = read_body(body, headers, state.http.max_body_bytes, &state.memory, Protocol::LpHttp)
         .await?;
     // Held until the readings are pushed: the body and then its readings are its share.
@@ -138,7 +145,7 @@ async fn write_line_protocol(
         count_rejected(Protocol::LpHttp, "buffers_full", lines);
         return Err(ApiError::BuffersFull { accepted: 0 });
     }
-    let (good, bad) = line_protocol::parse_body_split(&bytes, precision, now_ms(), &state.limits);
+    let (good, bad) = line_protocol::parse_body_split(&bytes, precision, now_ms(), &limits);
     drop(bytes);
     for e in &bad {
         count_rejected(Protocol::LpHttp, e.reason, 1);

@@ -30,6 +30,7 @@ pub mod influx;
 pub mod readings;
 pub mod schemas;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,6 +43,7 @@ use tower::limit::GlobalConcurrencyLimitLayer;
 
 pub use body::gunzip_limited;
 
+use crate::databases::Registry;
 use crate::flush::dead_letter::DeadLetters;
 use crate::http::ApiError;
 use crate::ingest::intake::Intake;
@@ -65,6 +67,21 @@ pub struct IngestState {
     pub memory: RequestMemory,
     /// Where the flusher keeps what the store refused; `None`: nothing to replay.
     pub dead_letters: Option<Arc<DeadLetters>>,
+    /// The databases a write may name.
+    pub databases: Arc<Registry>,
+}
+
+impl IngestState {
+    /// The limits of a write to the database called `name` (the default one when `None`);
+    /// a database that does not exist is refused, as InfluxDB 1.x refuses it.
+    fn limits_in(&self, name: Option<&str>) -> Result<Cow<'_, InputLimits>, ApiError> {
+        let db = self.databases.get(name)?;
+        Ok(if db.is_default() {
+            Cow::Borrowed(&*self.limits)
+        } else {
+            Cow::Owned(self.limits.in_database(db))
+        })
+    }
 }
 
 /// Limits of the HTTP write endpoints.

@@ -2,7 +2,8 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -17,6 +18,7 @@ use crate::http::{ApiError, ErrorBody};
 use crate::ingest::json::{self, ItemError, NdjsonDecoder};
 use crate::ingest::memory::Charge;
 use crate::ingest::metrics::{Protocol, count_received, count_rejected};
+use crate::ingest::validate::InputLimits;
 use crate::model::Item;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,12 +115,19 @@ impl JsonTally {
     }
 }
 
+/// The database a write or a query names: `db`, the default one when absent.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct DbParam {
+    pub db: Option<String>,
+}
+
 /// `POST /api/v1/readings`: 202 `{"accepted": n}`; 400 listing rejected items (the valid ones
 /// are accepted); 503 when the buffers are full.
 #[utoipa::path(
     post,
     path = "/api/v1/readings",
     tag = "ingest",
+    params(("db" = Option<String>, Query, description = "The database; `bucketd` when absent. One that does not exist gets 404.")),
     request_body(
         description = "One reading, an array of readings (`application/json`), or one reading per line (`application/x-ndjson`). Bodies may be gzip-encoded.",
         content(
@@ -129,6 +138,7 @@ impl JsonTally {
     responses(
         (status = 202, description = "Every reading accepted: in the fsync'd write-ahead log (or, with `--ack=buffered`, in memory). `{\"accepted\": N}`.", body = AcceptedBody),
         (status = 400, description = "Some or all readings rejected; the body lists each rejected item by index.", body = ErrorBody),
+        (status = 404, description = "The database does not exist.", body = ErrorBody),
         (status = 408, description = "The request, body included, took longer than `--request-timeout`.", body = ErrorBody),
         (status = 413, description = "Body too large, or more readings than the buffers can ever hold.", body = ErrorBody),
         (status = 415, description = "Content type other than JSON or NDJSON, or an encoding other than gzip.", body = ErrorBody),
@@ -139,9 +149,12 @@ impl JsonTally {
 )]
 pub(crate) async fn write_readings(
     State(state): State<IngestState>,
+    params: Result<Query<DbParam>, QueryRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    let Query(params) = params.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let limits = state.limits_in(params.db.as_deref())?;
     match json_body_kind(&headers)? {
         JsonBody::Document => {
             let read =
@@ -155,25 +168,25 @@ pub(crate) async fn write_readings(
                 ));
             }
             let mut tally = JsonTally::new(Protocol::Json);
-            tally.add(json::parse_document(&bytes, now_ms(), &state.limits));
+            tally.add(json::parse_document(&bytes, now_ms(), &limits));
             drop(bytes);
             tally.push_pending(&state, usize::MAX).await?;
             tally.into_response()
         }
         JsonBody::Ndjson => {
             let encoding = content_encoding(&headers)?;
-            stream_ndjson(&state, body, encoding).await
+            stream_ndjson(&state, &limits, body, encoding).await
         }
     }
 }
 
 async fn stream_ndjson(
     state: &IngestState,
+    limits: &InputLimits,
     body: Body,
     encoding: Encoding,
 ) -> Result<Response, ApiError> {
     let now = now_ms();
-    let limits = &*state.limits;
     let mut decoder = NdjsonDecoder::new(state.http.max_body_bytes);
     let mut gzip = (encoding == Encoding::Gzip).then(GzipStream::new);
     let mut tally = JsonTally::new(Protocol::Ndjson);

@@ -15,10 +15,9 @@ pub(super) fn build(
     now_ms: TimestampMs,
     limits: &InputLimits,
 ) -> Result<Item, Bad> {
-    let text = &line[e.series.0..e.series.1];
     let series = match e.known.take() {
         Some(series) => Found::Known(series),
-        None => Found::New(new_series(line, e)?),
+        None => Found::New(new_series(line, e, limits)?),
     };
     let ts = match e.ts {
         None => now_ms,
@@ -47,7 +46,7 @@ pub(super) fn build(
         Found::Known(series) => validate::validate_reading(&reading, limits).map(|()| series),
         Found::New(meta) => validate::validate(&meta, &reading, limits)
             .and_then(|()| validate::admit_series(&meta, limits))
-            .map(|()| limits.known.insert(text, meta)),
+            .map(|()| limits.known.insert(e.known_text(limits.database.prefix(), line), meta)),
     };
     let series = series.map_err(|invalid| Bad {
         at: None,
@@ -64,7 +63,7 @@ enum Found {
 }
 
 /// The series of a parsed entry, with its tags sorted and its key canonical.
-fn new_series(line: &[u8], e: &mut Scratch<'_>) -> Result<SeriesMeta, Bad> {
+fn new_series(line: &[u8], e: &mut Scratch<'_>, limits: &InputLimits) -> Result<SeriesMeta, Bad> {
     let presorted = e.tags.windows(2).all(|w| w[0].0 < w[1].0);
     if !presorted {
         series_key::sort_tags(&mut e.tags);
@@ -86,5 +85,9 @@ fn new_series(line: &[u8], e: &mut Scratch<'_>) -> Result<SeriesMeta, Bad> {
             &made
         }
     };
-    Ok(SeriesMeta::new(key, &e.measurement, &e.tags))
+    if limits.database.is_default() {
+        Ok(SeriesMeta::new(key, &e.measurement, &e.tags))
+    } else {
+        Ok(SeriesMeta::new(&limits.database.qualify(key), &e.measurement, &e.tags))
+    }
 }

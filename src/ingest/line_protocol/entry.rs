@@ -40,6 +40,23 @@ pub(super) struct Scratch<'a> {
     pub(super) ts: Option<i64>,
     /// Outlives the lines: the body's readings share their field names.
     pub(super) names: FieldNames,
+    /// A series text behind its database's prefix, as [`KnownSeries`] knows it; only written
+    /// for a database other than the default.
+    pub(super) known_text: Vec<u8>,
+}
+
+impl Scratch<'_> {
+    /// The series text of `line` as [`KnownSeries`] knows it: behind `prefix`.
+    pub(super) fn known_text<'t>(&'t mut self, prefix: &str, line: &'t [u8]) -> &'t [u8] {
+        let text = &line[self.series.0..self.series.1];
+        if prefix.is_empty() {
+            return text;
+        }
+        self.known_text.clear();
+        self.known_text.extend_from_slice(prefix.as_bytes());
+        self.known_text.extend_from_slice(text);
+        &self.known_text
+    }
 }
 
 /// Why a line was rejected, before it is tied to a line number.
@@ -139,6 +156,7 @@ pub(super) fn parse_entry<'a>(
     start: usize,
     out: &mut Scratch<'a>,
     known: &KnownSeries,
+    prefix: &str,
 ) -> Result<(), Bad> {
     out.tags.clear();
     out.fields.clear();
@@ -149,11 +167,11 @@ pub(super) fn parse_entry<'a>(
     // A known series text came from a line that parsed and validated, and the same bytes
     // followed by the same space scan the same way again: skip tokenizing them.
     let end = series_end(s, start);
+    out.series = (start, end);
     if end < s.len()
-        && let Some(series) = known.get(&s[start..end])
+        && let Some(series) = known.get(out.known_text(prefix, s))
     {
         out.known = Some(series);
-        out.series = (start, end);
         return parse_fields(s, end, out);
     }
     let mut p = start;

@@ -170,8 +170,10 @@ fn parse_lines(
         let result = match classify(line) {
             Kind::Blank | Kind::Comment => continue,
             Kind::BadComment(at) => Err(Bad::syntax(at, "invalid character in comment line")),
-            Kind::Entry(start) => parse_entry(line, start, &mut scratch, &limits.known)
-                .and_then(|()| build(line, &mut scratch, precision, now_ms, limits)),
+            Kind::Entry(start) => {
+                parse_entry(line, start, &mut scratch, &limits.known, limits.database.prefix())
+                    .and_then(|()| build(line, &mut scratch, precision, now_ms, limits))
+            }
         };
         each(result.map_err(|bad| bad.into_line_error(this_line, line)));
     }

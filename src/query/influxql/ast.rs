@@ -59,8 +59,12 @@ pub enum Statement {
         limit: Option<u64>,
         offset: Option<u64>,
     },
-    /// `CREATE DATABASE name [...]`: answered as a no-op (Telegraf sends it at start-up).
-    CreateDatabase(String),
+    /// `CREATE DATABASE name [WITH DURATION d|INF ...]` (Telegraf sends it at start-up):
+    /// `duration_ns` is the retention given, 0 for `INF`, `None` when none is.
+    CreateDatabase {
+        name: String,
+        duration_ns: Option<i64>,
+    },
     /// A statement InfluxQL has that would change data or the schema (`DROP …`, `DELETE`,
     /// `ALTER …`, `CREATE` other than a database, `GRANT`, `REVOKE`, `SET PASSWORD`, `KILL QUERY`):
     /// recognised so that it is refused with a clear message. `what` names it, e.g. "DROP MEASUREMENT".

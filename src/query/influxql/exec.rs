@@ -19,6 +19,7 @@ use crate::store::{
     Need, Order, RangeQuery, RollupQuery, RollupSteps, Run, SensorInfo, SensorQuery, StepValues,
     StoreError,
 };
+use crate::tokens::{Grant, Scope};
 
 /// The one retention policy: `FROM "autogen"."m"` reads `m`, any other policy is not found.
 pub const RETENTION_POLICY: &str = "autogen";
@@ -191,9 +192,16 @@ pub struct Ctx<'a> {
     pub deadline: std::time::Instant,
     /// Where the readings begin when `--retention` cut the statement's range: its warning.
     pub kept: Arc<Kept>,
+    /// The request's token, when tokens are on: `SHOW DATABASES` lists what it may read.
+    pub grant: Option<&'a Grant>,
 }
 
 impl Ctx<'_> {
+    /// Whether the request's token, if any, may read `database`.
+    pub fn may_read(&self, database: &str) -> bool {
+        self.grant.is_none_or(|g| g.access.allow(Scope::Read, database))
+    }
+
     pub fn time(&self, ms: TimestampMs) -> Value {
         self.epoch.format(ms)
     }
@@ -228,7 +236,16 @@ impl Ctx<'_> {
     async fn run_unbounded(&self, statement: &Statement) -> Result<Vec<Series>, ExecError> {
         match statement {
             Statement::Select(s) => select::select(self, s).await,
-            Statement::CreateDatabase(_) => Ok(Vec::new()),
+            Statement::CreateDatabase { name, duration_ns } => {
+                // Whole milliseconds, as bucketd keeps time; INF (0) stays 0.
+                let retention = duration_ns
+                    .map(|ns| std::time::Duration::from_millis((ns.max(0) / 1_000_000) as u64));
+                self.state
+                    .databases
+                    .create(name, retention)
+                    .map_err(|e| ExecError(e.to_string()))?;
+                Ok(Vec::new())
+            }
             Statement::Write { what } => Err(ExecError::new(format!(
                 "{what} is not supported: bucketd's /query is read-only (readings are written \
                  with /write; retention is set with --retention)"
@@ -303,6 +320,7 @@ impl Ctx<'_> {
                 .state
                 .store
                 .sensors(SensorQuery {
+                    database: Default::default(),
                     tags: Vec::new(),
                     measurement: measurement.clone(),
                     after: after.take(),

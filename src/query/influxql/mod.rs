@@ -31,9 +31,13 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use self::ast::Statement;
-use self::exec::{Ctx, Epoch, Series};
+use std::sync::Arc;
+
+use self::ast::{Source, Statement};
+use self::exec::{Ctx, Epoch, ExecError, Series};
 use super::QueryState;
+use super::kept::Kept;
+use crate::databases::RegistryError;
 use crate::http::auth::out_of_scope;
 use crate::http::{ApiError, InfluxError, influxdb_headers};
 use crate::tokens::{Grant, Scope};
@@ -75,6 +79,7 @@ struct Message {
 #[derive(Default)]
 struct Params {
     q: Option<String>,
+    db: Option<String>,
     epoch: Option<String>,
     pretty: bool,
     chunked: bool,
@@ -87,6 +92,7 @@ impl Params {
             for (k, v) in pairs {
                 match k.as_str() {
                     "q" => p.q = Some(v),
+                    "db" => p.db = Some(v),
                     "epoch" => p.epoch = Some(v),
                     "pretty" => p.pretty = v == "true",
                     "chunked" => p.chunked = v == "true",
@@ -126,11 +132,47 @@ fn refused_with(error: ApiError) -> Response {
     r
 }
 
+/// The database a statement reads: the one it names (`ON db`, `FROM "db".."m"`), else the
+/// request's `db`, else the default. `None` for a statement that reads no database's series
+/// (`SHOW DATABASES`, `CREATE DATABASE`, what is refused anyway).
+fn database_of<'a>(
+    statement: &'a Statement,
+    requested: Option<&'a str>,
+) -> Result<Option<&'a str>, ExecError> {
+    let (named, sources): (Option<&String>, &[Source]) = match statement {
+        Statement::Select(s) => (None, &s.from),
+        Statement::ShowTagKeys { database, from, .. }
+        | Statement::ShowTagValues { database, from, .. }
+        | Statement::ShowFieldKeys { database, from, .. }
+        | Statement::ShowSeries { database, from, .. } => (database.as_ref(), from),
+        Statement::ShowMeasurements { database, .. }
+        | Statement::ShowRetentionPolicies { database } => (database.as_ref(), &[]),
+        Statement::ShowDatabases
+        | Statement::CreateDatabase { .. }
+        | Statement::Write { .. }
+        | Statement::Unsupported { .. } => return Ok(None),
+    };
+    let mut named = named.map(String::as_str);
+    for source in sources {
+        let (Source::Measurement { database, .. } | Source::Regex { database, .. }) = source;
+        match (named, database.as_deref()) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(ExecError::new(format!(
+                    "one statement reads one database: it names {a:?} and {b:?}"
+                )));
+            }
+            (None, b) => named = b,
+            _ => {}
+        }
+    }
+    Ok(Some(named.or(requested).unwrap_or(crate::databases::DEFAULT)))
+}
+
 /// The scope a statement needs: `CREATE DATABASE` is what writers such as Telegraf send
 /// before they write; everything else reads.
 fn scope_of(statement: &Statement) -> Scope {
     match statement {
-        Statement::CreateDatabase(_) => Scope::Write,
+        Statement::CreateDatabase { .. } => Scope::Write,
         _ => Scope::Read,
     }
 }
@@ -146,7 +188,7 @@ fn scope_of(statement: &Statement) -> Scope {
     request_body(content = String, content_type = "application/x-www-form-urlencoded", description = "Optional: `q` (and the other parameters) as a form, as InfluxDB clients send them with POST."),
     params(
         ("q" = String, Query, example = "SELECT mean(\"value\") FROM \"temp\" WHERE time > now() - 1h GROUP BY time(5m)", description = "InfluxQL: SELECT and SHOW statements separated by `;`. With POST it may come in a form body. `CREATE DATABASE` is a no-op; statements that would write or delete are refused."),
-        ("db" = Option<String>, Query, description = "Accepted and ignored: bucketd has one database."),
+        ("db" = Option<String>, Query, description = "The database statements read, unless they name one (`ON db`, `FROM \"db\"..\"m\"`); `bucketd` when absent."),
         ("rp" = Option<String>, Query, description = "Accepted and ignored: the one retention policy is `autogen`."),
         ("epoch" = Option<String>, Query, description = "Times as integers in `ns`, `u`, `ms`, `s`, `m` or `h`; RFC 3339 strings without it."),
         ("pretty" = Option<bool>, Query, description = "Indented JSON."),
@@ -182,22 +224,58 @@ pub async fn query(
     // Authentication let any valid token through; every statement must be in its scopes, or
     // none runs (as InfluxDB 1.x refuses a query it cannot authorize whole).
     if let Some(Extension(grant)) = &grant {
-        let needed = parsed.statements.iter().map(scope_of).find(|s| !grant.scopes.allow(*s));
-        if let Some(needed) = needed {
-            return refused_with(out_of_scope(grant, needed));
+        for statement in &parsed.statements {
+            let needed = scope_of(statement);
+            // A statement that reads no database's series needs the scope on some database;
+            // `SHOW DATABASES` then lists only those the token may read.
+            let database = match statement {
+                Statement::CreateDatabase { name, .. } => Some(name.as_str()),
+                _ => database_of(statement, p.db.as_deref()).ok().flatten(),
+            };
+            let allowed = match database {
+                Some(db) => grant.access.allow(needed, db),
+                None => grant.access.allow_somewhere(needed),
+            };
+            if !allowed {
+                return refused_with(out_of_scope(grant, needed, database));
+            }
         }
     }
     let now_ns = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
     let mut results = Vec::with_capacity(parsed.statements.len());
     for (statement_id, statement) in parsed.statements.iter().enumerate() {
         let deadline = std::time::Instant::now() + state.limits.statement_time;
-        let ctx = Ctx { state: &state, now_ns, epoch, deadline, kept: Default::default() };
-        let (series, error) = match ctx.run(statement).await {
-            Ok(series) => (series, None),
+        let opened = match database_of(statement, p.db.as_deref()) {
+            Ok(None) => Ok(Some(state.clone())),
+            Ok(Some(name)) => match state.open(Some(name)) {
+                Ok(opened) => Ok(Some(opened)),
+                // InfluxDB 1.x's answers: a select fails, a SHOW finds nothing.
+                Err(RegistryError::NotFound(_)) if !matches!(statement, Statement::Select(_)) => {
+                    Ok(None)
+                }
+                Err(RegistryError::NotFound(name)) => {
+                    Err(ExecError(format!("database not found: {name}")))
+                }
+                Err(e) => Err(ExecError(e.to_string())),
+            },
+            Err(e) => Err(e),
+        };
+        let kept = Arc::<Kept>::default();
+        let (series, error) = match opened {
+            Ok(None) => (Vec::new(), None),
+            Ok(Some(opened)) => {
+                let grant = grant.as_ref().map(|Extension(g)| g);
+                let ctx =
+                    Ctx { state: &opened, now_ns, epoch, deadline, kept: kept.clone(), grant };
+                match ctx.run(statement).await {
+                    Ok(series) => (series, None),
+                    Err(e) => (Vec::new(), Some(e.0)),
+                }
+            }
             Err(e) => (Vec::new(), Some(e.0)),
         };
         let messages =
-            ctx.kept.message().map(|text| Message { level: "warning", text }).into_iter().collect();
+            kept.message().map(|text| Message { level: "warning", text }).into_iter().collect();
         results.push(StatementResult { statement_id, series, error, messages });
     }
     // Written straight from the results: going through a `serde_json::Value` first copied

@@ -290,8 +290,9 @@ impl Parser<'_> {
             }
             "CREATE" if self.eat_kw("DATABASE")? => {
                 let name = self.ident()?;
+                let duration_ns = self.database_duration()?;
                 self.skip_statement()?;
-                return Ok(Statement::CreateDatabase(name));
+                return Ok(Statement::CreateDatabase { name, duration_ns });
             }
             "CREATE" => self.phrase(
                 "CREATE",
@@ -338,6 +339,22 @@ impl Parser<'_> {
             self.expect_kw(word)?;
         }
         Ok(format!("{prefix} {option}"))
+    }
+
+    /// `WITH DURATION <d>|INF` of `CREATE DATABASE` (`INF` is 0, as in InfluxDB); the other
+    /// clauses (`REPLICATION`, `SHARD DURATION`, `NAME`) are left to be skipped.
+    fn database_duration(&mut self) -> Result<Option<i64>, ParseError> {
+        if !self.eat_kw("WITH")? || !self.eat_kw("DURATION")? {
+            return Ok(None);
+        }
+        if self.eat_kw("INF")? {
+            return Ok(Some(0));
+        }
+        let t = self.next()?;
+        if t.tok != Tok::Duration {
+            return Err(self.unexpected(&t, "duration"));
+        }
+        self.duration(&t, false).map(Some)
     }
 
     /// Skips the rest of a statement that is recognised but not parsed, up to its `;`.

@@ -705,11 +705,15 @@ fn writes_are_recognised() {
     assert_eq!(what("REVOKE READ ON db FROM bob"), "REVOKE");
     assert_eq!(what("SET PASSWORD FOR bob = 'x'"), "SET PASSWORD");
     assert_eq!(what("KILL QUERY 36"), "KILL QUERY");
-    assert_eq!(one("CREATE DATABASE \"telegraf\""), Statement::CreateDatabase(s("telegraf")));
+    let create = |name: &str, duration_ns| Statement::CreateDatabase { name: s(name), duration_ns };
+    assert_eq!(one("CREATE DATABASE \"telegraf\""), create("telegraf", None));
     assert_eq!(
-        one("create database t WITH DURATION 1d NAME rp"),
-        Statement::CreateDatabase(s("t"))
+        one("create database t WITH DURATION 1d REPLICATION 1 NAME rp"),
+        create("t", Some(86_400_000_000_000))
     );
+    assert_eq!(one("CREATE DATABASE t WITH DURATION INF"), create("t", Some(0)));
+    assert_eq!(one("CREATE DATABASE t WITH NAME rp"), create("t", None));
+    assert!(parse("CREATE DATABASE t WITH DURATION soon").is_err());
     assert_eq!(
         err_at("DROP TABLE x"),
         (

@@ -1,6 +1,5 @@
 //! The metadata statements: databases, retention policies, measurements, tag keys and values,
-//! field keys and series. bucketd has one database (any `db` name reads it) whose only
-//! retention policy is `autogen`.
+//! field keys and series. A database's only retention policy is `autogen`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -13,8 +12,13 @@ use super::exec::{Ctx, ExecError, FieldKind, Series};
 use crate::model::{MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS};
 use crate::store::{Order, SensorInfo};
 
-/// The one database `SHOW DATABASES` lists.
-pub const DATABASE: &str = "bucketd";
+/// A retention as Go prints a duration, as InfluxDB shows it: `168h0m0s`, `0s` for forever.
+fn go_duration(keep: Option<std::time::Duration>) -> String {
+    match keep.map(|d| d.as_secs()) {
+        None | Some(0) => "0s".into(),
+        Some(s) => format!("{}h{}m{}s", s / 3600, s / 60 % 60, s % 60),
+    }
+}
 
 /// Readings read from each end of a series to find its fields and their types: bucketd keeps
 /// no field schema, so `SHOW FIELD KEYS` looks at the first and last readings of every series.
@@ -23,7 +27,15 @@ const FIELD_PROBE: usize = 100;
 pub async fn show(ctx: &Ctx<'_>, statement: &Statement) -> Result<Vec<Series>, ExecError> {
     match statement {
         Statement::ShowDatabases => {
-            Ok(vec![one("databases", &["name"], vec![vec![DATABASE.into()]])])
+            let names = ctx
+                .state
+                .databases
+                .names()
+                .into_iter()
+                .filter(|db| ctx.may_read(db))
+                .map(|db| vec![db.into()])
+                .collect();
+            Ok(vec![one("databases", &["name"], names)])
         }
         Statement::ShowRetentionPolicies { .. } => Ok(vec![Series {
             name: None,
@@ -33,7 +45,7 @@ pub async fn show(ctx: &Ctx<'_>, statement: &Statement) -> Result<Vec<Series>, E
                 .to_vec(),
             values: vec![vec![
                 super::exec::RETENTION_POLICY.into(),
-                "0s".into(),
+                go_duration(ctx.state.databases.retention_of(ctx.state.database.name())).into(),
                 "168h0m0s".into(),
                 Value::from(1),
                 Value::Bool(true),

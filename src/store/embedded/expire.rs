@@ -23,13 +23,15 @@ use crate::store::{ExpireReport, Retention};
 
 /// One step of the pass; see the module documentation. `cursor`: the series key the previous
 /// step finished with (`None`: start from the first series); set to where the next step
-/// resumes, or `None` once the pass is done.
+/// resumes, or `None` once the pass is done. `keys`: only the series whose keys are in that
+/// range (one database's, at its own retention), else every series at the server's.
 pub(super) fn step(
     db: &Database,
     now: TimestampMs,
     policy: Retention,
     budget: usize,
     cursor: &mut Option<String>,
+    keys: Option<&(String, String)>,
 ) -> Result<ExpireReport, EmbeddedError> {
     let rollup_cut = Retention::cutoff(now, policy.rollups);
     // Without a raw retention, statistics past the rollup retention still take their hour's
@@ -42,7 +44,7 @@ pub(super) fn step(
     let mut report = ExpireReport::default();
     let txn = db.begin_write()?;
     {
-        if policy.raw.is_some() {
+        if policy.raw.is_some() && keys.is_none() {
             let mut meta = txn.open_table(META)?;
             // Read back by the error that names the retention, also after a restart.
             if meta.get(META_RAW_RETENTION_MS)?.map(|g| g.value()) != Some(policy.raw_ms()) {
@@ -57,8 +59,14 @@ pub(super) fn step(
 
         // The series of this step, read first: the loop below mutates other tables.
         let mut todo: Vec<(String, u64)> = Vec::new();
-        let lower = cursor.as_deref().map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
-        for entry in series.range::<&str>((lower, std::ops::Bound::Unbounded))?.take(budget + 1) {
+        use std::ops::Bound;
+        let lower = match (cursor.as_deref(), keys) {
+            (Some(after), _) => Bound::Excluded(after),
+            (None, Some((from, _))) => Bound::Included(from.as_str()),
+            (None, None) => Bound::Unbounded,
+        };
+        let upper = keys.map_or(Bound::Unbounded, |(_, to)| Bound::Excluded(to.as_str()));
+        for entry in series.range::<&str>((lower, upper))?.take(budget + 1) {
             let (key, value) = entry?;
             todo.push((key.value().to_owned(), SeriesRecord::decode(value.value())?.id));
         }

@@ -235,6 +235,8 @@ pub struct EmbeddedStore {
     fail_after: std::sync::atomic::AtomicUsize,
     /// Where the retention pass resumes (see `expire::step`).
     expire_cursor: Arc<std::sync::Mutex<Option<String>>>,
+    /// [`Store::expire_keys`]' cursors, by the range's lower key.
+    key_cursors: Arc<std::sync::Mutex<std::collections::HashMap<String, Option<String>>>>,
     seal_cursor: Arc<std::sync::Mutex<Option<chunks::Key>>>,
 }
 
@@ -269,6 +271,7 @@ impl EmbeddedStore {
             path,
             fail_after: std::sync::atomic::AtomicUsize::new(usize::MAX),
             expire_cursor: Arc::default(),
+            key_cursors: Arc::default(),
             seal_cursor: Arc::default(),
         })
     }
@@ -583,7 +586,24 @@ impl Store for EmbeddedStore {
         let cursor = self.expire_cursor.clone();
         self.blocking(move |db| {
             let mut cursor = cursor.lock().unwrap_or_else(|p| p.into_inner());
-            expire::step(db, now, policy, budget, &mut cursor)
+            expire::step(db, now, policy, budget, &mut cursor, None)
+        })
+        .await
+    }
+
+    async fn expire_keys(
+        &self,
+        now: TimestampMs,
+        raw: std::time::Duration,
+        keys: (String, String),
+        budget: usize,
+    ) -> Result<ExpireReport, StoreError> {
+        let cursors = self.key_cursors.clone();
+        self.blocking(move |db| {
+            let mut cursors = cursors.lock().unwrap_or_else(|p| p.into_inner());
+            let cursor = cursors.entry(keys.0.clone()).or_default();
+            let policy = Retention { raw: Some(raw), rollups: None };
+            expire::step(db, now, policy, budget, cursor, Some(&keys))
         })
         .await
     }

@@ -717,7 +717,8 @@ pub(super) fn sensors(db: &Database, q: &SensorQuery) -> Result<Vec<SensorInfo>,
     let series = txn.open_table(SERIES)?;
     let after = q.after.as_deref();
     let mut consider = |key: &str, record: SeriesRecord| {
-        let matches = q.measurement.as_ref().is_none_or(|m| *m == record.measurement)
+        let matches = q.database.holds(key)
+            && q.measurement.as_ref().is_none_or(|m| *m == record.measurement)
             && q.tags.iter().all(|t| record.tags.contains(t));
         if matches {
             out.push(SensorInfo {
@@ -765,8 +766,16 @@ pub(super) fn sensors(db: &Database, q: &SensorQuery) -> Result<Vec<SensorInfo>,
             }
         }
     } else {
-        let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
-        for entry in series.range::<&str>((lower, Bound::Unbounded))? {
+        // A database other than the default holds one range of keys: only that is read.
+        let range = q.database.key_range();
+        let lower = match (after, &range) {
+            (Some(a), Some((from, _))) if a < from.as_str() => Bound::Included(from.as_str()),
+            (Some(a), _) => Bound::Excluded(a),
+            (None, Some((from, _))) => Bound::Included(from.as_str()),
+            (None, None) => Bound::Unbounded,
+        };
+        let upper = range.as_ref().map_or(Bound::Unbounded, |(_, to)| Bound::Excluded(to.as_str()));
+        for entry in series.range::<&str>((lower, upper))? {
             let (key, value) = entry?;
             if !consider(key.value(), SeriesRecord::decode(value.value())?) {
                 break;

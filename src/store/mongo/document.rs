@@ -6,6 +6,7 @@
 //! ```text
 //! { _id: ObjectId, s: <sensor key>, v: <bucket version, int32>, start: Date, end: Date,
 //!   m: <measurement>, tags: [{k, v}, ...],
+//!   db: <database>,    (absent for the default database; `s` starts with `\x1f<db>\x1f`)
 //!   n: <readings, int>, bytes: <approximate BSON bytes of r, int>,
 //!   first: Date, last: Date,
 //!   stats: { <field>: {min: double, max: double, sum: double, n: int,
@@ -40,6 +41,7 @@ pub const VERSION: &str = "v";
 pub const START: &str = "start";
 pub const END: &str = "end";
 pub const MEASUREMENT: &str = "m";
+pub const DATABASE: &str = "db";
 pub const TAGS: &str = "tags";
 pub const TAG_KEY: &str = "k";
 pub const TAG_VALUE: &str = "v";

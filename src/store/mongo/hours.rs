@@ -369,11 +369,15 @@ pub(super) async fn expired_in(
 /// do the same on their own, within a minute or so; the pass makes it prompt, visible in the
 /// metrics, and testable. Without this collection it does nothing: deleting buckets would
 /// lose their statistics, and only the configured TTL may do that.
+///
+/// `keys`: only the buckets of the series whose keys are in that range (one database's, at
+/// its own retention), else every series' at the server's.
 pub(super) async fn expire(
     inner: &Inner,
     now: TimestampMs,
     policy: Retention,
     budget: usize,
+    keys: Option<&(String, String)>,
 ) -> Result<ExpireReport, StoreError> {
     let mut report = ExpireReport { done: true, ..ExpireReport::default() };
     if !inner.hour_stats {
@@ -381,8 +385,13 @@ pub(super) async fn expire(
     }
     let budget = budget.max(1);
     if let Some(cut) = Retention::cutoff(now, policy.raw) {
-        inner.expire_retention_ms.store(policy.raw_ms(), Ordering::Relaxed);
-        let filter = doc! {d::END: {"$lte": d::date(cut)}};
+        let mut filter = doc! {d::END: {"$lte": d::date(cut)}};
+        match keys {
+            Some((from, to)) => {
+                filter.insert(d::SENSOR, doc! {"$gte": from, "$lt": to});
+            }
+            None => inner.expire_retention_ms.store(policy.raw_ms(), Ordering::Relaxed),
+        }
         let action = inner
             .buckets
             .find(filter)

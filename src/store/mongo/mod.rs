@@ -115,6 +115,9 @@ struct Inner {
     /// The raw retention of the last `Store::expire` (0: none yet), named by
     /// `StoreError::Expired` in preference to the configured one.
     expire_retention_ms: AtomicU64,
+    /// The raw retention of the last `Store::expire_keys` of each key range (one database's),
+    /// for the series whose keys are in it.
+    key_retentions: std::sync::RwLock<Vec<((String, String), Duration)>>,
     limits: BucketLimits,
     server: ServerLimits,
     op_timeout: Duration,
@@ -222,6 +225,7 @@ impl MongoStore {
                 hour_stats: config.retention.is_some(),
                 retention: config.retention,
                 expire_retention_ms: AtomicU64::new(0),
+                key_retentions: Default::default(),
                 db,
                 limits,
                 server,
@@ -428,7 +432,23 @@ impl Store for MongoStore {
         policy: Retention,
         budget: usize,
     ) -> Result<ExpireReport, StoreError> {
-        hours::expire(&self.inner, now, policy, budget).await
+        hours::expire(&self.inner, now, policy, budget, None).await
+    }
+
+    async fn expire_keys(
+        &self,
+        now: TimestampMs,
+        raw: Duration,
+        keys: (String, String),
+        budget: usize,
+    ) -> Result<ExpireReport, StoreError> {
+        {
+            let mut known = self.inner.key_retentions.write().unwrap_or_else(|p| p.into_inner());
+            known.retain(|(range, _)| *range != keys);
+            known.push((keys.clone(), raw));
+        }
+        let policy = Retention { raw: Some(raw), rollups: None };
+        hours::expire(&self.inner, now, policy, budget, Some(&keys)).await
     }
 }
 

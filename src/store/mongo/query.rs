@@ -279,9 +279,21 @@ fn add(steps: &mut Steps, start: i64, field: String, stats: FieldStats) {
 /// from them would be missing readings.
 async fn check_live(inner: &Inner, sensor: &str, from: i64, to: i64) -> Result<(), StoreError> {
     let Some(configured) = inner.retention.filter(|_| inner.hour_stats) else { return Ok(()) };
-    // The retention the last pass applied, else the configured one (the TTL's).
+    // The retention the last pass applied to this series' database, else to every series,
+    // else the configured one (the TTL's).
+    let own = inner
+        .key_retentions
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .find(|((from, to), _)| from.as_str() <= sensor && sensor < to.as_str())
+        .map(|(_, keep)| *keep);
     let last = inner.expire_retention_ms.load(std::sync::atomic::Ordering::Relaxed);
-    let keep = if last > 0 { std::time::Duration::from_millis(last) } else { configured };
+    let keep = match own {
+        Some(keep) => keep,
+        None if last > 0 => std::time::Duration::from_millis(last),
+        None => configured,
+    };
     let now = chrono::Utc::now().timestamp_millis();
     let Some(cutoff) = Retention::cutoff(now, Some(keep)) else { return Ok(()) };
     if from >= cutoff {
@@ -556,9 +568,19 @@ pub(super) async fn sensors(
     if let Some(m) = &query.measurement {
         filter.insert(d::MEASUREMENT, m);
     }
+    // One database's keys: a range of them, or (the default database) every key without a
+    // database's prefix.
+    let mut key = match query.database.key_range() {
+        Some((from, to)) => doc! {"$gte": from, "$lt": to},
+        None => doc! {"$not": bson::Regex {
+            pattern: format!("^{}", crate::databases::MARK),
+            options: String::new(),
+        }},
+    };
     if let Some(after) = &query.after {
-        filter.insert(d::SENSOR, doc! {"$gt": after});
+        key.insert("$gt", after);
     }
+    filter.insert(d::SENSOR, key);
     let pipeline = vec![
         doc! {"$match": filter},
         doc! {"$group": {

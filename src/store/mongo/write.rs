@@ -496,6 +496,9 @@ fn statement(
     }
     on_insert.append(d::END, d::date(batch.hour + HOUR_MS));
     on_insert.append(d::MEASUREMENT, batch.series.measurement());
+    if crate::databases::is_qualified(batch.series.key()) {
+        on_insert.append(d::DATABASE, crate::databases::split(batch.series.key()).0);
+    }
     let mut tags = RawArrayBuf::new();
     for (k, v) in batch.series.tags() {
         let mut tag = RawDocumentBuf::new();

@@ -132,3 +132,43 @@ async fn a_copied_data_directory_is_refused_at_start() {
     plain.wait_ready(&client).await;
     assert!(plain.terminate().success(), "the new place is recorded");
 }
+
+/// Data written before databases existed (`tests/data/before-databases/`, stored and only
+/// logged) is the default database's after the upgrade, under the same keys and exactly once,
+/// and no other database sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_from_before_databases_is_the_default_databases() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/before-databases");
+    copy_dir(&fixture, &data);
+    let client = reqwest::Client::new();
+    let mut server = Bucketd::spawn_args(&data, "100ms", &["--accept-moved-wal-dir"]);
+    server.wait_ready(&client).await;
+    server.wait_settled(&client, 60).await;
+    let once: BTreeMap<i64, usize> = (0..40).map(|v| (v, 1)).collect();
+    for sensor in ["upg,sensor=a", "upg,sensor=b"] {
+        assert_eq!(values(&client, &server.base, sensor).await, once, "{sensor}");
+    }
+    let query = |q: &str, db: Option<&str>| {
+        let mut params = vec![("q", q.to_owned())];
+        params.extend(db.map(|db| ("db", db.to_owned())));
+        let url =
+            reqwest::Url::parse_with_params(&format!("{}/query", server.base), params).unwrap();
+        let client = client.clone();
+        async move {
+            let body: serde_json::Value =
+                client.post(url).send().await.unwrap().json().await.unwrap();
+            body["results"][0].clone()
+        }
+    };
+    let count = "SELECT count(v) FROM upg";
+    for db in [None, Some("bucketd")] {
+        assert_eq!(query(count, db).await["series"][0]["values"][0][1], 80, "{db:?}");
+    }
+    let names = query("SHOW DATABASES", None).await;
+    assert_eq!(names["series"][0]["values"], serde_json::json!([["bucketd"]]));
+    assert!(query("CREATE DATABASE other", None).await.get("error").is_none());
+    assert!(query(count, Some("other")).await.get("series").is_none(), "another database");
+    assert!(server.terminate().success());
+}

@@ -434,3 +434,67 @@ fn console_asks_for_the_token_and_shows_nothing_without_it() {
     drop(page);
     rt.block_on(server.shutdown());
 }
+
+/// The database picker: a token that may read one database is shown that one, its sensors and
+/// nothing of the others (the status included); a token that may read all picks among them.
+#[test]
+fn console_picks_the_database_and_a_scoped_token_sees_only_its_own() {
+    use bucketd::tokens::{ScopeSpec, create};
+    let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("tokens.json");
+    let lab_only: ScopeSpec = "read:lab".parse().unwrap();
+    let lab_token = create(&store, "lab-reader", &[lab_only], None).unwrap();
+    let (rt, server, _) =
+        start(&["--auth-token", TOKEN, "--token-store", store.to_str().unwrap()], Some(TOKEN));
+    rt.block_on(async {
+        let created = server
+            .client
+            .post(server.url("/query?q=CREATE%20DATABASE%20lab"))
+            .header("authorization", format!("Token {TOKEN}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status().as_u16(), 200);
+        let write = server
+            .client
+            .post(server.url("/write?db=lab&precision=ms"))
+            .header("authorization", format!("Token {TOKEN}"))
+            .body(format!("lab,site=z v=1 {}", now_ms()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(write.status().as_u16(), 204);
+    });
+    let mut page =
+        Page::launch("console_picks_the_database_and_a_scoped_token_sees_only_its_own", 1400, 900);
+    page.navigate(&server.url("/"));
+    page.wait_for("document.querySelector('#token-dialog').checkVisibility()", WAIT);
+    page.type_into("#token-input", &lab_token);
+    page.click("#token-submit");
+    let only_lab = "(() => { const l = [...document.querySelectorAll('#sensor-list li[data-sensor]')]; \
+                    return l.length === 1 && l[0].dataset.sensor === 'lab,site=z'; })()";
+    page.wait_for(only_lab, WAIT);
+    let options = page.eval("[...document.querySelectorAll('#database option')].map(o => o.value)");
+    page.check(options == serde_json::json!(["lab"]), || format!("databases offered: {options}"));
+    page.wait_for(
+        "document.querySelector('[data-status=\"store\"]').textContent.includes('not shown')",
+        WAIT,
+    );
+    let dialog = page.eval("document.querySelector('#token-dialog').checkVisibility()");
+    page.check(dialog == false, || "the scoped token was asked for again".into());
+
+    // A token that reads everything is offered every database, and picks one.
+    page.eval(&format!("sessionStorage.setItem('bucketd-token', {})", js_string(TOKEN)));
+    page.navigate(&server.url("/?again"));
+    wait_for_sensors(&mut page);
+    let options = page.eval("[...document.querySelectorAll('#database option')].map(o => o.value)");
+    page.check(options == serde_json::json!(["bucketd", "lab"]), || format!("offered: {options}"));
+    page.eval(
+        "(() => { const s = document.querySelector('#database'); s.value = 'lab'; \
+         s.dispatchEvent(new Event('change')); })()",
+    );
+    page.wait_for(only_lab, WAIT);
+    drop(page);
+    rt.block_on(server.shutdown());
+}

@@ -61,8 +61,8 @@ fn families() -> Vec<((Method, &'static str, &'static str), Scope)> {
     use Method as M;
     vec![
         ((M::POST, "/api/v1/readings", r#"{"sensor":"s1","fields":{"v":1}}"#), Scope::Write),
-        ((M::POST, "/write?db=x", "m,sensor=s1 v=2"), Scope::Write),
-        ((M::POST, "/api/v2/write?org=o&bucket=b", "m,sensor=s1 v=3"), Scope::Write),
+        ((M::POST, "/write?db=bucketd", "m,sensor=s1 v=2"), Scope::Write),
+        ((M::POST, "/api/v2/write?org=o&bucket=bucketd", "m,sensor=s1 v=3"), Scope::Write),
         ((M::GET, "/api/v1/readings?sensor=s1", ""), Scope::Read),
         ((M::GET, "/api/v1/rollups?sensor=s1&step=1h", ""), Scope::Read),
         ((M::GET, "/api/v1/sensors", ""), Scope::Read),
@@ -215,8 +215,16 @@ async fn the_token_command_prints_a_token_once_and_no_file_or_log_holds_it() {
     let (_, listed, _) = bucketd_token(&data, &["list"]);
     let year = chrono::Utc::now().format("%Y").to_string();
     assert!(listed.lines().any(|l| l.starts_with("soon") && l.contains(&year)), "{listed}");
+    let scoped = ["create", "lab", "--scope", "read:lab,write:lab", "--scope", "read:tele"];
+    let (ok, _, note) = bucketd_token(&data, &scoped);
+    assert!(ok && note.contains("read:lab, write:lab, read:tele"), "{note}");
+    let (ok, _, note) = bucketd_token(&data, &["create", "y", "--scope", "admin:lab"]);
+    assert!(!ok && note.contains("admin is on every database"), "{note}");
+    let (ok, _, note) = bucketd_token(&data, &["create", "y", "--scope", "read:a/b"]);
+    assert!(!ok && note.contains("invalid database name"), "{note}");
     let (ok, listed, _) = bucketd_token(&data, &["list"]);
     assert!(ok && listed.contains("gateway") && listed.contains("read, write"), "{listed}");
+    assert!(listed.lines().any(|l| l.starts_with("lab") && l.contains("write:lab")), "{listed}");
     assert!(!listed.contains(&token));
 
     // The server, logging everything it logs, takes the token, a wrong one, and the token
@@ -227,7 +235,7 @@ async fn the_token_command_prints_a_token_once_and_no_file_or_log_holds_it() {
     server.wait_listening().await;
     let write = |auth: String, query: &str| {
         client
-            .post(format!("{}/write?db=x{query}", server.base))
+            .post(format!("{}/write?db=bucketd{query}", server.base))
             .header("authorization", auth)
             .body("m,sensor=a v=1")
             .send()
@@ -235,7 +243,7 @@ async fn the_token_command_prints_a_token_once_and_no_file_or_log_holds_it() {
     assert_eq!(write(format!("Token {token}"), "").await.unwrap().status(), 204);
     assert_eq!(write(format!("Token {token}x"), "").await.unwrap().status(), 401);
     let v1 = client
-        .post(format!("{}/write?db=x&u=me&p={token}", server.base))
+        .post(format!("{}/write?db=bucketd&u=me&p={token}", server.base))
         .body("m,sensor=a v=2")
         .send()
         .await
@@ -256,4 +264,106 @@ async fn the_token_command_prints_a_token_once_and_no_file_or_log_holds_it() {
     assert!(!contains(&all_bytes(&data), &token), "the token is in a file of the data directory");
     let (_, listed, _) = bucketd_token(&data, &["list"]);
     assert!(!listed.contains("gateway"), "{listed}");
+}
+
+/// Tokens scoped to one database: each family refuses them on every other database (the
+/// default one included) with a 403 that shows nothing of it, and whole-server routes refuse
+/// them too; what they may read lists only their database; a database that does not exist
+/// is refused the same way, so its absence is not shown either.
+#[tokio::test]
+async fn a_token_scoped_to_a_database_sees_and_touches_only_that_one() {
+    use bucketd::tokens::ScopeSpec;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("tokens.json");
+    let spec = |s: &str| -> ScopeSpec { s.parse().unwrap() };
+    let admin = create(&store, "ops", &[Scope::Admin], None).unwrap();
+    let writer = create(&store, "telegraf", &[spec("write:telegraf")], None).unwrap();
+    let reader = create(&store, "dash", &[spec("read:sensors")], None).unwrap();
+    let server = TestServer::start(
+        memory_store(),
+        &["--token-store", store.to_str().unwrap(), "--auth-metrics"],
+    )
+    .await;
+    use Method as M;
+    for db in ["telegraf", "sensors"] {
+        let q = format!("/query?q=CREATE%20DATABASE%20{db}");
+        assert_eq!(send(&server, Some(&admin), (M::POST, &q, "")).await.0, StatusCode::OK);
+        let w = format!("/write?db={db}");
+        let line = format!("secret_{db},host=h{db} v=1");
+        assert_eq!(send(&server, Some(&admin), (M::POST, &w, &line)).await.0, 204);
+    }
+    let default_line = "secret_default,host=hdefault v=1";
+    assert_eq!(send(&server, Some(&admin), (M::POST, "/write", default_line)).await.0, 204);
+
+    let allowed: &[(&str, (M, &str, &str))] = &[
+        (&writer, (M::POST, "/write?db=telegraf", "m,host=a v=1")),
+        (&writer, (M::POST, "/api/v2/write?org=o&bucket=telegraf", "m,host=a v=2")),
+        (&writer, (M::POST, "/api/v1/readings?db=telegraf", r#"{"sensor":"m","value":3}"#)),
+        (&writer, (M::POST, "/query?db=telegraf&q=CREATE%20DATABASE%20telegraf", "")),
+        (&reader, (M::GET, "/api/v1/sensors?db=sensors", "")),
+        (
+            &reader,
+            (M::GET, "/api/v1/readings?db=sensors&sensor=secret_sensors,host%3Dhsensors", ""),
+        ),
+        (
+            &reader,
+            (
+                M::GET,
+                "/api/v1/rollups?db=sensors&sensor=secret_sensors,host%3Dhsensors&step=1h",
+                "",
+            ),
+        ),
+        (&reader, (M::GET, "/query?db=sensors&q=SELECT%20*%20FROM%20secret_sensors", "")),
+        (&reader, (M::GET, "/query?q=SHOW%20MEASUREMENTS%20ON%20sensors", "")),
+    ];
+    for (token, request) in allowed {
+        let (status, body) = send(&server, Some(token), request.clone()).await;
+        assert!(status.is_success(), "{} {}: {status} {body}", request.0, request.1);
+    }
+    let refused: &[(&str, (M, &str, &str))] = &[
+        (&writer, (M::POST, "/write?db=sensors", "m,host=a v=1")),
+        (&writer, (M::POST, "/write", "m,host=a v=1")),
+        (&writer, (M::POST, "/api/v2/write?org=o&bucket=sensors", "m,host=a v=2")),
+        (&writer, (M::POST, "/api/v1/readings?db=sensors", r#"{"sensor":"m","value":3}"#)),
+        (&writer, (M::POST, "/api/v1/readings", r#"{"sensor":"m","value":3}"#)),
+        (&writer, (M::GET, "/api/v1/sensors?db=telegraf", "")),
+        (&writer, (M::POST, "/query?q=CREATE%20DATABASE%20other", "")),
+        (&writer, (M::GET, "/query?db=telegraf&q=SHOW%20MEASUREMENTS", "")),
+        (&reader, (M::GET, "/api/v1/sensors?db=telegraf", "")),
+        (&reader, (M::GET, "/api/v1/sensors", "")),
+        (&reader, (M::GET, "/api/v1/sensors?db=nope", "")),
+        (
+            &reader,
+            (M::GET, "/api/v1/readings?db=telegraf&sensor=secret_telegraf,host%3Dhtelegraf", ""),
+        ),
+        (&reader, (M::GET, "/api/v1/rollups?sensor=secret_default,host%3Dhdefault&step=1h", "")),
+        (&reader, (M::GET, "/query?db=telegraf&q=SELECT%20*%20FROM%20secret_telegraf", "")),
+        (&reader, (M::GET, "/query?q=SELECT%20*%20FROM%20secret_default", "")),
+        (
+            &reader,
+            (M::GET, "/query?db=sensors&q=SELECT%20*%20FROM%20%22telegraf%22..secret_telegraf", ""),
+        ),
+        (&reader, (M::GET, "/query?q=SHOW%20MEASUREMENTS%20ON%20telegraf", "")),
+        (&reader, (M::GET, "/query?db=nope&q=SHOW%20MEASUREMENTS", "")),
+        (&reader, (M::POST, "/write?db=sensors", "m,host=a v=1")),
+        (&reader, (M::GET, "/api/v1/status", "")),
+        (&reader, (M::GET, "/metrics", "")),
+        (&reader, (M::POST, "/api/v1/dead-letters/replay", "")),
+    ];
+    for (token, request) in refused {
+        let what = format!("{} {}", request.0, request.1);
+        let (status, body) = send(&server, Some(token), request.clone()).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{what}: {body}");
+        assert!(message(&body).contains("may not"), "{what}: {body}");
+        for secret in ["secret_", "htelegraf", "hdefault", "not found"] {
+            assert!(!body.contains(secret), "{what} shows {secret}: {body}");
+        }
+    }
+    // What the reader lists is its database's only.
+    let (_, body) = send(&server, Some(&reader), (M::GET, "/query?q=SHOW%20DATABASES", "")).await;
+    let shown: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(shown["results"][0]["series"][0]["values"], serde_json::json!([["sensors"]]));
+    let (_, body) = send(&server, Some(&reader), (M::GET, "/api/v1/sensors?db=sensors", "")).await;
+    assert!(body.contains("secret_sensors") && !body.contains("secret_telegraf"), "{body}");
+    server.shutdown().await;
 }

@@ -96,7 +96,8 @@ fn now_ns() -> i64 {
 /// Sensor to its last `v`, read through `/query` with curl and `auth` (curl's TLS and token
 /// arguments).
 async fn last_values(server: &TestServer, auth: &[&str]) -> Vec<(String, f64)> {
-    let url = https(server, "/query?db=x&q=SELECT%20last(v)%20FROM%20tls%20GROUP%20BY%20sensor");
+    let url =
+        https(server, "/query?db=bucketd&q=SELECT%20last(v)%20FROM%20tls%20GROUP%20BY%20sensor");
     let mut args = auth.to_vec();
     args.push(&url);
     let got = curl(&args).await;
@@ -178,7 +179,7 @@ from influxdb_client.client.write_api import SYNCHRONOUS
 url, ca, token, ns = sys.argv[1:5]
 certs = {"cert_file": sys.argv[5], "cert_key_file": sys.argv[6]} if len(sys.argv) > 6 else {}
 with InfluxDBClient(url=url, token=token, org="o", ssl_ca_cert=ca, timeout=20000, **certs) as c:
-    c.write_api(write_options=SYNCHRONOUS).write(bucket="b", record="tls,sensor=python v=2 " + ns)
+    c.write_api(write_options=SYNCHRONOUS).write(bucket="bucketd", record="tls,sensor=python v=2 " + ns)
 "#;
     let mut cmd = std::process::Command::new(python);
     cmd.args(["-c", script, url, s(ca), token, &now_ns().to_string()]);
@@ -212,7 +213,7 @@ async fn real_clients_write_and_read_over_tls() {
     let trust = ["--cacert", s(&ca.cert)];
 
     let line = format!("tls,sensor=curl v=1 {}", now_ns());
-    let url = https(&server, "/write?db=x");
+    let url = https(&server, "/write?db=bucketd");
     let mut args = trust.to_vec();
     args.extend(["--data-binary", &line, &url]);
     let wrote = curl(&args).await;

@@ -26,16 +26,16 @@ async fn v1_and_v2_writes_are_stored() {
     let server = TestServer::start(store.clone(), &[]).await;
 
     let body = format!("cpu,host=a usage=1.5,count=3i,up=true,msg=\"hi\" {T0_NS}\n");
-    let response = server.post("/write?db=telegraf&rp=autogen&u=x&p=y", "text/plain", body).await;
+    let response = server.post("/write?db=bucketd&rp=autogen&u=x&p=y", "text/plain", body).await;
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
 
     let body = format!("cpu,host=a usage=2 {}\n", T0_MS + 1);
     let response =
-        server.post("/api/v2/write?org=o&bucket=b&precision=ms", "text/plain", body).await;
+        server.post("/api/v2/write?org=o&bucket=bucketd&precision=ms", "text/plain", body).await;
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
 
     let body = format!("cpu,host=a usage=3 {}\n", T0_MS / 1000 + 1);
-    let response = server.post("/write?db=x&precision=s", "text/plain", body).await;
+    let response = server.post("/write?db=bucketd&precision=s", "text/plain", body).await;
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
 
     let report = server.shutdown().await;
@@ -62,7 +62,7 @@ async fn gzip_bodies_are_decompressed() {
         (0..2000).map(|i| format!("mem,host=b used={i}i {}\n", T0_NS + i * 1_000_000)).collect();
     let response = server
         .client
-        .post(server.url("/api/v2/write?bucket=x"))
+        .post(server.url("/api/v2/write?bucket=bucketd"))
         .header("content-encoding", "gzip")
         .body(gzip(body.as_bytes()))
         .send()
@@ -96,7 +96,7 @@ async fn partial_writes_keep_good_lines_and_report_bad_ones_per_api() {
         t3 = T0_NS + 2_000_000,
     );
 
-    let response = server.post("/write?db=x", "text/plain", body.clone()).await;
+    let response = server.post("/write?db=bucketd", "text/plain", body.clone()).await;
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     let v1: Value = response.json().await.unwrap();
     let message = v1["error"].as_str().expect("v1 shape: {\"error\": ...}");
@@ -106,7 +106,7 @@ async fn partial_writes_keep_good_lines_and_report_bad_ones_per_api() {
     assert!(message.contains("line 5:"), "{message}");
     assert!(!message.contains("line 1:") && !message.contains("line 3:"), "{message}");
 
-    let response = server.post("/api/v2/write?bucket=b", "text/plain", body).await;
+    let response = server.post("/api/v2/write?bucket=bucketd", "text/plain", body).await;
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     let v2: Value = response.json().await.unwrap();
     assert_eq!(v2["code"], "invalid");

@@ -28,6 +28,7 @@ fn syntax_only_limits() -> InputLimits {
         max_string_value_bytes: usize::MAX,
         series: None,
         known: Default::default(),
+        database: Default::default(),
     }
 }
 

@@ -567,7 +567,10 @@ async fn the_openapi_document_lists_every_endpoint() {
         .iter()
         .map(|p| p["name"].as_str().unwrap())
         .collect();
-    assert_eq!(readings_params, ["sensor", "from", "to", "order", "limit", "cursor", "format"]);
+    assert_eq!(
+        readings_params,
+        ["db", "sensor", "from", "to", "order", "limit", "cursor", "format"]
+    );
     // A refused token is answered in the route's own error shape, and documented so.
     let schema_401 = |path: &str, method: &str| {
         paths[path][method]["responses"]["401"]["content"]["application/json"]["schema"]["$ref"]

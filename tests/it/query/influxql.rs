@@ -47,7 +47,7 @@ async fn fixture(app: &App) {
 }
 
 async fn q(app: &App, query: &str) -> (StatusCode, Value) {
-    get_json(&app.router, &format!("/query?db=x&epoch=ms&q={}", enc(query))).await
+    get_json(&app.router, &format!("/query?db=bucketd&epoch=ms&q={}", enc(query))).await
 }
 
 fn range(from_h: i64, to_h: i64) -> String {
@@ -225,14 +225,14 @@ async fn statements_answer_in_order_and_fail_one_by_one() {
         results[2]["series"],
         json!([{"name": "temp", "columns": ["time", "last"], "values": [[last, (6 * 60 - 1) % 7]]}])
     );
-    assert_eq!(results[3]["series"][0]["values"], json!([["bucketd"]]));
+    assert_eq!(results[3]["series"][0]["values"], json!([["bucketd"], ["telegraf"]]));
 }
 
 #[tokio::test]
 async fn requests_and_errors_have_influxdbs_shapes() {
     let app = app(BucketLimits::default());
     fixture(&app).await;
-    let (status, body) = get_json(&app.router, "/query?db=x").await;
+    let (status, body) = get_json(&app.router, "/query?db=bucketd").await;
     assert_eq!(
         (status, body),
         (StatusCode::BAD_REQUEST, json!({"error": "missing required parameter \"q\""}))
@@ -258,7 +258,7 @@ async fn requests_and_errors_have_influxdbs_shapes() {
     assert_eq!(body["results"][0]["series"][0]["values"][0][0], BASE / 1000);
 
     // POST with a form body, as Grafana and Telegraf send it.
-    let request = Request::post("/query?db=x&epoch=ms")
+    let request = Request::post("/query?db=bucketd&epoch=ms")
         .header("content-type", "application/x-www-form-urlencoded")
         .body(Body::from(format!("q={}", enc("SHOW MEASUREMENTS"))))
         .unwrap();
@@ -471,7 +471,7 @@ async fn hour_groups_outlive_the_readings_retention_deletes() {
         let result = &body["results"][0];
         assert_eq!(result["messages"][0]["level"], "warning", "{statement}: {body}");
         let text = result["messages"][0]["text"].as_str().unwrap();
-        assert!(text.contains("deleted by --retention 3h"), "{statement}: {text}");
+        assert!(text.contains("deleted by the retention of 3h"), "{statement}: {text}");
         let kept = (1..6)
             .find(|&h| text.contains(&rfc3339(BASE + h * HOUR_MS)))
             .unwrap_or_else(|| panic!("{statement}: the warning names an hour: {text}"));
@@ -540,6 +540,8 @@ async fn a_statement_past_its_time_budget_fails_alone_and_the_next_one_runs() {
             statement_time: std::time::Duration::from_millis(200),
             ..Default::default()
         },
+        databases: Default::default(),
+        database: Default::default(),
     };
     let app = App { store, unflushed, router: bucketd::query::router(state) };
     fixture(&app).await;
@@ -570,6 +572,8 @@ async fn kept_values_are_bounded_per_window_not_per_statement() {
         store: store.clone(),
         unflushed: unflushed.clone(),
         limits: bucketd::query::QueryLimits { max_held, ..Default::default() },
+        databases: Default::default(),
+        database: Default::default(),
     };
     let whole = App {
         store: store.clone(),
@@ -634,6 +638,8 @@ async fn a_statement_past_its_window_budget_fails_with_a_clear_error() {
         store: store.clone(),
         unflushed: unflushed.clone(),
         limits: bucketd::query::QueryLimits { max_cells: 100, ..Default::default() },
+        databases: Default::default(),
+        database: Default::default(),
     };
     let app = App { store, unflushed, router: bucketd::query::router(state) };
     fixture(&app).await;

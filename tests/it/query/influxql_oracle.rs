@@ -15,9 +15,10 @@
 //! `BUCKETD_INFLUXQL_ORACLE_SUBJECT=influxd` puts a second influxd where bucketd would be:
 //! the harness checking itself (every query must then match).
 //!
-//! `SHOW DATABASES` and `SHOW RETENTION POLICIES` differ by design (bucketd has one database
-//! of its own), so they are not in `queries.txt`: [`influxql_oracle_show_databases_and_rps`]
-//! checks only the shape of bucketd's answers.
+//! `SHOW DATABASES` and `SHOW RETENTION POLICIES` differ by design (bucketd lists its default
+//! database `bucketd` where InfluxDB lists `_internal`), so they are not in `queries.txt`:
+//! [`influxql_oracle_show_databases_and_rps`] checks the shape of bucketd's answers and that
+//! the database written to is listed.
 
 use std::any::Any;
 use std::fmt::Write as _;
@@ -194,6 +195,9 @@ impl Subject {
                 .expect("open task")
                 .expect("embedded store opens");
                 let server = TestServer::start(Arc::new(store), &[]).await;
+                let create = format!("/query?q=CREATE%20DATABASE%20{DB}");
+                let created = server.post(&create, "text/plain", "").await;
+                assert_eq!(created.status(), reqwest::StatusCode::OK);
                 let response = server
                     .post(&format!("/write?db={DB}&precision=ms"), "text/plain", data.to_owned())
                     .await;
@@ -217,7 +221,7 @@ impl Subject {
                     name: "bucketd",
                     url: server.url(""),
                     client: server.client.clone(),
-                    database: "bucketd",
+                    database: DB,
                     _keep: Box::new((server, dir)),
                 }
             }

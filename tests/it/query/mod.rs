@@ -1,6 +1,7 @@
 //! Reading data out, through the query router in process.
 
 mod api;
+mod databases;
 mod influxql;
 mod influxql_differential;
 mod influxql_oracle;

@@ -175,6 +175,25 @@ async fn bucket_document_has_the_documented_shape() {
     );
 }
 
+/// A database other than the default shows in its buckets (`db`, and the prefix of `s`);
+/// buckets of the default database are shaped as before databases existed.
+#[tokio::test]
+async fn a_databases_buckets_name_it() {
+    let backend = MongoBackend::start();
+    let store = connect(&backend, BucketLimits::default()).await;
+    let telegraf = bucketd::databases::Database::named("telegraf").unwrap();
+    let key = telegraf.qualify("cpu,host=a");
+    let r = |ts| Reading { ts, fields: smallvec::smallvec![("v".into(), FieldValue::Float(1.0))] };
+    write_ok(&store, &batches(&series(&key, "cpu", &[("host", "a")]), &[r(T0)])).await;
+    write_ok(&store, &batches(&series("cpu,host=a", "cpu", &[("host", "a")]), &[r(T0)])).await;
+    let named = raw_buckets(&store, &key).await;
+    assert_eq!(named.len(), 1);
+    assert_eq!(named[0].get_str(d::DATABASE).unwrap(), "telegraf");
+    let default = raw_buckets(&store, "cpu,host=a").await;
+    assert_eq!(default.len(), 1);
+    assert!(default[0].get(d::DATABASE).is_none(), "{:?}", default[0]);
+}
+
 #[tokio::test]
 async fn indexes_are_created_idempotently_and_retention_is_a_ttl_index() {
     let backend = MongoBackend::start();

@@ -184,3 +184,45 @@ pub async fn retention_is_per_hour_and_spares_other_series(make: Make<'_>) {
     let none = expire_all(store, T0 + 100 * HOUR_MS, Retention::default()).await;
     assert_eq!(none, ExpireReport { done: true, ..Default::default() });
 }
+
+/// `expire_keys` at one database's own retention deletes its old hours only: the same series
+/// in the default database and in a database whose name extends it keep theirs, and a query
+/// of the deleted hour fails as expired while whole-hour rollups still answer.
+pub async fn a_databases_own_retention_spares_the_others(make: Make<'_>) {
+    use bucketd::databases::Database;
+    let f = make(BucketLimits::default()).await;
+    if !f.caps.retention_pass {
+        return;
+    }
+    let store = &*f.store;
+    let short = Database::named("short").unwrap();
+    let keys: Vec<String> =
+        [Database::default(), short.clone(), Database::named("shorter").unwrap()]
+            .iter()
+            .map(|db| db.qualify("m,s=a"))
+            .collect();
+    let old: Vec<Reading> =
+        (0..10).map(|i| reading(T0 + i * MINUTE, &[("v", FieldValue::Int(i))])).collect();
+    for key in &keys {
+        write_ok(store, &batches(&series(key, "m", &[("s", "a")]), &old)).await;
+    }
+    let range_keys = short.key_range().expect("a named database has a key range");
+    let mut deleted = 0;
+    for _ in 0..10_000 {
+        let step = store
+            .expire_keys(T0 + 2 * HOUR_MS, hours(1), range_keys.clone(), 1)
+            .await
+            .expect("retention step");
+        deleted += step.readings_deleted;
+        if step.done {
+            break;
+        }
+    }
+    assert_eq!(deleted, 10);
+    for key in [&keys[0], &keys[2]] {
+        assert_eq!(read(store, range(key, T0, T0 + HOUR_MS)).await, old, "{key:?} keeps its hour");
+    }
+    range_error(store, &keys[1], T0, T0 + HOUR_MS).await;
+    let whole = rollups(store, &keys[1], T0, T0 + HOUR_MS, HOUR_MS, None).await;
+    assert_eq!(whole, expected_rollups(&old, T0, T0 + HOUR_MS, HOUR_MS, None));
+}

@@ -109,6 +109,7 @@ macro_rules! store_suite {
             awkward_field_names_round_trip,
             rollups_from_stats_match_rollups_from_readings,
             sensors_by_tag_and_measurement,
+            sensors_are_listed_per_database,
             empty_and_invalid_requests,
             high_water_marks_follow_writes,
             a_failed_batch_leaves_the_prefix_its_mark_names,
@@ -118,6 +119,7 @@ macro_rules! store_suite {
         $crate::store::suite::store_suite!(@retention $make;
             expired_hours_keep_exact_statistics,
             retention_is_per_hour_and_spares_other_series,
+            a_databases_own_retention_spares_the_others,
         );
     };
     (@retention $make:path; $($case:ident),* $(,)?) => {
@@ -830,6 +832,7 @@ pub async fn sensors_by_tag_and_measurement(make: Make<'_>) {
                  measurement: Option<&str>,
                  after: Option<&str>,
                  limit: usize| SensorQuery {
+        database: Default::default(),
         tags: tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         measurement: measurement.map(str::to_owned),
         after: after.map(str::to_owned),
@@ -857,6 +860,60 @@ pub async fn sensors_by_tag_and_measurement(make: Make<'_>) {
 }
 
 /// Requests with nothing to do succeed with nothing; a step that is not positive is refused.
+/// The same series in three databases: each listing holds its database's only, by tag,
+/// by measurement and from a cursor alike, and each reads its own readings.
+pub async fn sensors_are_listed_per_database(make: Make<'_>) {
+    use bucketd::databases::Database;
+    let f = make(BucketLimits { max_readings: 4, max_bytes: 64 * 1024 }).await;
+    let dbs = [
+        Database::default(),
+        Database::named("telegraf").unwrap(),
+        Database::named("telegraf2").unwrap(),
+    ];
+    let mut all = Vec::new();
+    for (d, db) in dbs.iter().enumerate() {
+        for name in ["a", "b"] {
+            let key = db.qualify(&format!("cpu,host={name}"));
+            let s = series(&key, "cpu", &[("host", name)]);
+            all.extend(batches(&s, &[reading(T0 + d as i64, &[("v", FieldValue::Int(d as i64))])]));
+        }
+    }
+    write_ok(&*f.store, &all).await;
+    for (d, db) in dbs.iter().enumerate() {
+        let list =
+            |tags: Vec<(String, String)>, measurement: Option<&str>, after: Option<String>| {
+                f.store.sensors(SensorQuery {
+                    database: db.clone(),
+                    tags,
+                    measurement: measurement.map(str::to_owned),
+                    after,
+                    limit: 10,
+                })
+            };
+        let keys = |found: Vec<SensorInfo>| found.into_iter().map(|s| s.key).collect::<Vec<_>>();
+        let both = vec![db.qualify("cpu,host=a"), db.qualify("cpu,host=b")];
+        assert_eq!(keys(list(vec![], None, None).await.unwrap()), both, "{db:?}");
+        assert_eq!(keys(list(vec![], Some("cpu"), None).await.unwrap()), both, "{db:?}");
+        let host_b = vec![("host".to_owned(), "b".to_owned())];
+        assert_eq!(keys(list(host_b, None, None).await.unwrap()), both[1..], "{db:?}");
+        let after = Some(both[0].clone());
+        assert_eq!(keys(list(vec![], None, after).await.unwrap()), both[1..], "{db:?}");
+        let got = read(
+            &*f.store,
+            RangeQuery {
+                sensor: both[0].clone(),
+                from: T0,
+                to: T0 + HOUR_MS,
+                order: Order::Asc,
+                limit: None,
+            },
+        )
+        .await;
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].ts, T0 + d as i64, "{db:?} reads its own reading");
+    }
+}
+
 pub async fn empty_and_invalid_requests(make: Make<'_>) {
     let f = make(BucketLimits::default()).await;
     f.store.ping().await.expect("ping");

@@ -91,6 +91,8 @@ pub fn app_with(
         store: dyn_store,
         unflushed: unflushed.clone(),
         limits: QueryLimits::default(),
+        databases: Default::default(),
+        database: Default::default(),
     };
     // The API's one OpenAPI document beside the query routes, as the server serves them.
     let router = router(state)

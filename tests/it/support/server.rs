@@ -34,6 +34,8 @@ pub struct TestServer {
     _wal_dir: Option<tempfile::TempDir>,
     /// The dead-letter directory, unless the test chose one.
     _dead_letter_dir: Option<tempfile::TempDir>,
+    /// The data directory (the database registry's), unless the test chose one.
+    _data_dir: Option<tempfile::TempDir>,
 }
 
 impl TestServer {
@@ -66,6 +68,12 @@ impl TestServer {
         if let Some(path) = &dead_path {
             all.extend(["--dead-letter-dir", path.as_str()]);
         }
+        // And the data directory, where the database registry is kept.
+        let data_dir = (!args.contains(&"--data-dir")).then(|| tempfile::tempdir().unwrap());
+        let data_path = data_dir.as_ref().map(|d| d.path().to_str().unwrap().to_owned());
+        if let Some(path) = &data_path {
+            all.extend(["--data-dir", path.as_str()]);
+        }
         let config = Config::from_args(all).expect("test flags parse");
         let server = Server::bind(config, store).await.expect("server binds");
         let http = server.http_addr();
@@ -89,6 +97,7 @@ impl TestServer {
             task,
             _wal_dir: wal_dir,
             _dead_letter_dir: dead_dir,
+            _data_dir: data_dir,
         }
     }
 
@@ -187,7 +196,13 @@ pub async fn stored_identities(store: &dyn Store) -> BTreeMap<Identity, usize> {
     let mut out = BTreeMap::new();
     let mut after = None;
     loop {
-        let query = SensorQuery { tags: Vec::new(), measurement: None, after, limit: 1000 };
+        let query = SensorQuery {
+            database: Default::default(),
+            tags: Vec::new(),
+            measurement: None,
+            after,
+            limit: 1000,
+        };
         let sensors = store.sensors(query).await.expect("store lists sensors");
         let Some(last) = sensors.last() else { break };
         after = Some(last.key.clone());

@@ -68,15 +68,23 @@
   // Escape must not leave the page without a token and without a way back.
   $('#token-dialog').addEventListener('cancel', (ev) => ev.preventDefault());
 
-  // GET `path` on this server with the session's token; asks for a token on 401 (none, or a
-  // wrong one) and 403 (one that may not read) and retries.
+  // The database the sensors, readings and InfluxQL calls read.
+  let database = 'bucketd';
+  const DATABASE_PATHS = ['/api/v1/sensors?', '/api/v1/readings?', '/api/v1/rollups?', '/query?'];
+
+  // GET `path` on this server with the session's token, in the chosen database; asks for a
+  // token on 401 (none, or a wrong one) and 403 (one that may not read) and retries. With
+  // `kind` 'server' (the status, about the whole server), a 403 is an error instead: a token
+  // scoped to some databases may not see it, and may still read them.
   async function api(path, kind) {
+    if (DATABASE_PATHS.some((p) => path.startsWith(p))) path += '&' + qs({ db: database });
     for (;;) {
       if (tokenWait) await tokenWait;
       const headers = {};
       const t = token();
       if (t) headers.Authorization = 'Token ' + t;
       const r = await fetch(path, { headers, cache: 'no-store' });
+      if (r.status === 403 && kind === 'server') throw new Error('not shown to this token');
       if (r.status === 401 || r.status === 403) {
         if (t) { try { sessionStorage.removeItem(TOKEN_KEY); } catch (_) { /* ignore */ } }
         await askToken(!!t);
@@ -286,11 +294,13 @@
     if (!chart.sensor) return;
     const range = chart.preset ? { range: chart.preset } : { from: chart.from, to: chart.to };
     const live = $('#live').checked ? { live: liveMinutes() } : {};
-    history.replaceState(null, '', '#' + qs(Object.assign({ sensor: chart.sensor.key }, range, live)));
+    const where = { db: database, sensor: chart.sensor.key };
+    history.replaceState(null, '', '#' + qs(Object.assign(where, range, live)));
   }
 
   function readHash() {
     const h = new URLSearchParams(location.hash.slice(1));
+    if (h.get('db')) database = h.get('db');
     const key = h.get('sensor');
     if (!key) return false;
     const from = Number(h.get('from')), to = Number(h.get('to'));
@@ -842,7 +852,7 @@
   async function pollStatus() {
     let s;
     try {
-      s = await api('/api/v1/status');
+      s = await api('/api/v1/status', 'server');
     } catch (e) {
       $('[data-status="store"]').textContent = 'unreachable: ' + e.message;
       $('[data-status="store"]').className = 'state-bad';
@@ -903,12 +913,45 @@
     pollStatus().finally(() => setTimeout(pollLoop, STATUS_EVERY_MS));
   }
 
+  // ---------------------------------------------------------------- databases
+
+  const databaseSelect = $('#database');
+
+  // The databases the token may read, from SHOW DATABASES; the chosen one stays chosen if
+  // the token may read it, else the first it may read is.
+  async function loadDatabases() {
+    let body;
+    try {
+      body = await api('/query?' + qs({ q: 'SHOW DATABASES' }));
+    } catch (_) {
+      return;
+    }
+    const rows = (((body.results || [])[0] || {}).series || [])[0];
+    const names = rows ? rows.values.map((v) => v[0]) : [];
+    if (names.length && !names.includes(database)) database = names[0];
+    if (!names.includes(database)) names.unshift(database);
+    databaseSelect.replaceChildren(...names.map((n) => el('option', { value: n }, n)));
+    databaseSelect.value = database;
+  }
+
+  databaseSelect.addEventListener('change', () => {
+    database = databaseSelect.value;
+    stopLive();
+    chart.sensor = null;
+    $('#sensor-title').textContent = 'No sensor selected';
+    history.replaceState(null, '', '#' + qs({ db: database }));
+    loadSensors(true);
+    loadTags();
+  });
+
   // ---------------------------------------------------------------- start
 
   presetRange('1h');
   drawChart();
   readHash();
-  loadSensors(true);
-  loadTags();
+  loadDatabases().then(() => {
+    loadSensors(true);
+    loadTags();
+  });
   pollLoop();
 })();

@@ -455,6 +455,7 @@ async fn sensors_filter_by_tags_and_measurement_in_key_order() {
     }
     let keys = |v: Vec<SensorInfo>| v.into_iter().map(|s| s.key).collect::<Vec<_>>();
     let q = |tags: &[(&str, &str)], m: Option<&str>, after: Option<&str>, limit| SensorQuery {
+        database: Default::default(),
         tags: tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         measurement: m.map(str::to_owned),
         after: after.map(str::to_owned),
