@@ -117,7 +117,7 @@ time_panels() {
   done
 }
 uri() { jq -rn --arg q "$1" '$q | @uri'; }
-bucketd_url() { echo "http://127.0.0.1:18080/query?db=bench&epoch=ms&q=$(uri "${INFLUXQL[$1]}")"; }
+bucketd_url() { echo "http://127.0.0.1:18080/query?db=bucketd&epoch=ms&q=$(uri "${INFLUXQL[$1]}")"; }
 influx_url() { echo "http://127.0.0.1:18086/query?db=bench&epoch=ms&q=$(uri "${INFLUXQL[$1]}")"; }
 vm_url() {
   echo "http://127.0.0.1:18428/api/v1/query_range?nocache=1&start=${START[$1]}&end=$((TO_MS / 1000))&step=${STEP[$1]}s&query=$(uri "${PROMQL[$1]}")"

@@ -60,7 +60,8 @@ pub struct Config {
     #[arg(long, env = "BUCKETD_TCP_ADDR")]
     pub tcp_addr: Option<String>,
 
-    /// Directory of the embedded store (used when --mongodb-uri is not given).
+    /// Directory of the embedded store (used when --mongodb-uri is not given), and of the
+    /// list of databases and the token store with either store.
     #[arg(long, env = "BUCKETD_DATA_DIR", default_value = "./bucketd-data")]
     pub data_dir: PathBuf,
 
