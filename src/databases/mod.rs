@@ -79,10 +79,19 @@ impl Database {
 
     /// The stored key of this database's series `key`.
     pub fn qualify(&self, key: &str) -> String {
+        self.qualified(key).into_owned()
+    }
+
+    /// [`Database::qualify`], borrowing `key` when it is the stored key (the default
+    /// database): what the ingest path uses, once per reading.
+    pub fn qualified<'a>(&self, key: &'a str) -> std::borrow::Cow<'a, str> {
+        if self.prefix.is_empty() {
+            return std::borrow::Cow::Borrowed(key);
+        }
         let mut out = String::with_capacity(self.prefix.len() + key.len());
         out.push_str(&self.prefix);
         out.push_str(key);
-        out
+        std::borrow::Cow::Owned(out)
     }
 
     /// Whether the stored key `stored` is one of this database's series.

@@ -327,7 +327,7 @@ fn parse_item(
             "syntax",
         ));
     }
-    let series = SeriesMeta::new(&limits.database.qualify(&sensor), &measurement, &tags);
+    let series = SeriesMeta::new(&limits.database.qualified(&sensor), &measurement, &tags);
     let reading = Reading { ts, fields };
     validate::validate(&series, &reading, limits)
         .and_then(|()| validate::admit_series(&series, limits))

@@ -85,9 +85,5 @@ fn new_series(line: &[u8], e: &mut Scratch<'_>, limits: &InputLimits) -> Result<
             &made
         }
     };
-    if limits.database.is_default() {
-        Ok(SeriesMeta::new(key, &e.measurement, &e.tags))
-    } else {
-        Ok(SeriesMeta::new(&limits.database.qualify(key), &e.measurement, &e.tags))
-    }
+    Ok(SeriesMeta::new(&limits.database.qualified(key), &e.measurement, &e.tags))
 }
