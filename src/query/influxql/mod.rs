@@ -9,9 +9,9 @@
 //!   `transform`: derivative and the other transformations.
 //!
 //! The model: a line's measurement and tags are InfluxQL's measurement and tags, a JSON
-//! reading's sensor is its measurement; fields are fields. bucketd has one database: `db` and
-//! `rp` are accepted and ignored (any name reads the same data; the one retention policy is
-//! `autogen`).
+//! reading's sensor is its measurement; fields are fields. A statement reads one database:
+//! the one it names (`ON db`, `"db".."m"`), else the request's `db`, else the default; `rp` is
+//! accepted and ignored (a database's one retention policy is `autogen`).
 
 pub mod agg;
 pub mod ast;
@@ -25,13 +25,13 @@ pub mod show;
 
 pub use parse::parse;
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use axum::extract::{Extension, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-
-use std::sync::Arc;
 
 use self::ast::{Source, Statement};
 use self::exec::{Ctx, Epoch, ExecError, Series};
@@ -187,7 +187,7 @@ fn scope_of(statement: &Statement) -> Scope {
     tag = "query",
     request_body(content = String, content_type = "application/x-www-form-urlencoded", description = "Optional: `q` (and the other parameters) as a form, as InfluxDB clients send them with POST."),
     params(
-        ("q" = String, Query, example = "SELECT mean(\"value\") FROM \"temp\" WHERE time > now() - 1h GROUP BY time(5m)", description = "InfluxQL: SELECT and SHOW statements separated by `;`. With POST it may come in a form body. `CREATE DATABASE` is a no-op; statements that would write or delete are refused."),
+        ("q" = String, Query, example = "SELECT mean(\"value\") FROM \"temp\" WHERE time > now() - 1h GROUP BY time(5m)", description = "InfluxQL: SELECT and SHOW statements separated by `;`. With POST it may come in a form body. `CREATE DATABASE name [WITH DURATION d]` creates a database; statements that would write or delete are refused."),
         ("db" = Option<String>, Query, description = "The database statements read, unless they name one (`ON db`, `FROM \"db\"..\"m\"`); `bucketd` when absent."),
         ("rp" = Option<String>, Query, description = "Accepted and ignored: the one retention policy is `autogen`."),
         ("epoch" = Option<String>, Query, description = "Times as integers in `ns`, `u`, `ms`, `s`, `m` or `h`; RFC 3339 strings without it."),
