@@ -175,6 +175,62 @@ async fn bucket_document_has_the_documented_shape() {
     );
 }
 
+/// Buckets the release before databases wrote (`tests/data/before-databases/`, dumped from
+/// the stand-in) are the default database's: a server on them reads and lists them without a
+/// `db`, adds to the same series, and another database sees none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buckets_from_before_databases_are_the_default_databases() {
+    use crate::support::server::TestServer;
+    let backend = MongoBackend::start();
+    let store = connect(&backend, BucketLimits::default()).await;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/before-databases/mongo-buckets.json");
+    let dumped: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let docs: Vec<bson::Document> = dumped
+        .into_iter()
+        .map(|v| match Bson::try_from(v).expect("extended JSON") {
+            Bson::Document(d) => d,
+            other => panic!("not a document: {other:?}"),
+        })
+        .collect();
+    assert_eq!(docs.len(), 3);
+    store.database().collection::<bson::Document>(COLLECTION).insert_many(docs).await.unwrap();
+
+    let server = TestServer::start(Arc::new(store), &["--flush-interval", "100ms"]).await;
+    let query = |db: Option<&'static str>, q: &'static str| {
+        let mut params = vec![("q", q), ("epoch", "ms")];
+        params.extend(db.map(|db| ("db", db)));
+        let url = reqwest::Url::parse_with_params(&server.url("/query"), params).unwrap();
+        let client = server.client.clone();
+        async move {
+            let body: serde_json::Value =
+                client.post(url).send().await.unwrap().json().await.unwrap();
+            body["results"][0].clone()
+        }
+    };
+    let count = "SELECT count(v) FROM upg WHERE time >= '2026-01-01T00:00:00Z' AND time < '2026-01-01T01:00:00Z'";
+    assert_eq!(query(None, count).await["series"][0]["values"][0][1], 40);
+    let listed: serde_json::Value =
+        server.get("/api/v1/sensors?db=bucketd").await.json().await.unwrap();
+    let keys: Vec<&str> =
+        listed["sensors"].as_array().unwrap().iter().map(|s| s["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, ["boiler", "upg,sensor=a", "upg,sensor=b"]);
+    // A new reading of an old series joins it.
+    let response =
+        server.post("/write?precision=ms", "text/plain", "upg,sensor=a v=99 1767225630000").await;
+    assert_eq!(response.status().as_u16(), 204);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while query(None, count).await["series"][0]["values"][0][1] != 41 {
+        assert!(std::time::Instant::now() < deadline, "the new reading never counted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(query(None, "CREATE DATABASE other").await.get("error").is_none());
+    assert!(query(Some("other"), count).await.get("series").is_none());
+    assert!(query(Some("other"), "SHOW MEASUREMENTS").await.get("series").is_none());
+    server.shutdown().await;
+}
+
 /// A database other than the default shows in its buckets (`db`, and the prefix of `s`);
 /// buckets of the default database are shaped as before databases existed.
 #[tokio::test]
