@@ -118,6 +118,15 @@ impl Database {
     }
 }
 
+/// A retention as Go prints a duration, as InfluxDB shows and words it: `168h0m0s`, and `0s`
+/// for forever.
+pub fn go_duration(keep: Option<std::time::Duration>) -> String {
+    match keep.map(|d| d.as_secs()) {
+        None | Some(0) => "0s".into(),
+        Some(s) => format!("{}h{}m{}s", s / 3600, s / 60 % 60, s % 60),
+    }
+}
+
 /// Whether `key` carries a database prefix: a client's series key never may.
 pub fn is_qualified(key: &str) -> bool {
     key.starts_with(MARK)

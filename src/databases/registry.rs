@@ -197,7 +197,7 @@ impl Registry {
         if asked < MIN_RETENTION {
             return Err(RegistryError::Retention(format!(
                 "retention policy duration must be at least {}",
-                humantime::format_duration(MIN_RETENTION)
+                super::go_duration(Some(MIN_RETENTION))
             )));
         }
         match asked.cmp(&server) {
@@ -289,7 +289,7 @@ mod tests {
         };
         assert!(refused("a", Duration::ZERO).contains("forever"));
         assert!(refused("b", 31 * DAY).contains("--retention 30days"));
-        assert!(refused("c", Duration::from_secs(60)).contains("at least 1h"));
+        assert!(refused("c", Duration::from_secs(60)).contains("at least 1h0m0s"));
         r.create("d", Some(30 * DAY)).unwrap();
         assert_eq!(
             r.own_retentions().len(),

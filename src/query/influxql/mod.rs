@@ -249,8 +249,14 @@ pub async fn query(
             Ok(None) => Ok(Some(state.clone())),
             Ok(Some(name)) => match state.open(Some(name)) {
                 Ok(opened) => Ok(Some(opened)),
-                // InfluxDB 1.x's answers: a select fails, a SHOW finds nothing.
-                Err(RegistryError::NotFound(_)) if !matches!(statement, Statement::Select(_)) => {
+                // InfluxDB 1.x's answers: a select and SHOW RETENTION POLICIES fail, the other
+                // SHOW statements find nothing.
+                Err(RegistryError::NotFound(_))
+                    if !matches!(
+                        statement,
+                        Statement::Select(_) | Statement::ShowRetentionPolicies { .. }
+                    ) =>
+                {
                     Ok(None)
                 }
                 Err(RegistryError::NotFound(name)) => {

@@ -2,6 +2,7 @@
 //! field keys and series. A database's only retention policy is `autogen`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::Value;
@@ -9,14 +10,17 @@ use serde_json::Value;
 use super::ast::{KeyMatch, NameMatch, Source, Statement};
 use super::cond::{Condition, compile_regex, split_time};
 use super::exec::{Ctx, ExecError, FieldKind, Series};
+use crate::databases::go_duration;
 use crate::model::{MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS};
 use crate::store::{Order, SensorInfo};
 
-/// A retention as Go prints a duration, as InfluxDB shows it: `168h0m0s`, `0s` for forever.
-fn go_duration(keep: Option<std::time::Duration>) -> String {
+/// The shard group duration InfluxDB 1.x picks for a retention: shown, not used.
+fn shard_group(keep: Option<Duration>) -> Duration {
+    const DAY: u64 = 86_400;
     match keep.map(|d| d.as_secs()) {
-        None | Some(0) => "0s".into(),
-        Some(s) => format!("{}h{}m{}s", s / 3600, s / 60 % 60, s % 60),
+        Some(s) if s > 0 && s < 2 * DAY => Duration::from_secs(3_600),
+        Some(s) if s > 0 && s <= 180 * DAY => Duration::from_secs(DAY),
+        _ => Duration::from_secs(7 * DAY),
     }
 }
 
@@ -37,20 +41,23 @@ pub async fn show(ctx: &Ctx<'_>, statement: &Statement) -> Result<Vec<Series>, E
                 .collect();
             Ok(vec![one("databases", &["name"], names)])
         }
-        Statement::ShowRetentionPolicies { .. } => Ok(vec![Series {
-            name: None,
-            tags: None,
-            columns: ["name", "duration", "shardGroupDuration", "replicaN", "default"]
-                .map(String::from)
-                .to_vec(),
-            values: vec![vec![
-                super::exec::RETENTION_POLICY.into(),
-                go_duration(ctx.state.databases.retention_of(ctx.state.database.name())).into(),
-                "168h0m0s".into(),
-                Value::from(1),
-                Value::Bool(true),
-            ]],
-        }]),
+        Statement::ShowRetentionPolicies { .. } => {
+            let keep = ctx.state.databases.retention_of(ctx.state.database.name());
+            Ok(vec![Series {
+                name: None,
+                tags: None,
+                columns: ["name", "duration", "shardGroupDuration", "replicaN", "default"]
+                    .map(String::from)
+                    .to_vec(),
+                values: vec![vec![
+                    super::exec::RETENTION_POLICY.into(),
+                    go_duration(keep).into(),
+                    go_duration(Some(shard_group(keep))).into(),
+                    Value::from(1),
+                    Value::Bool(true),
+                ]],
+            }])
+        }
         Statement::ShowMeasurements { with, condition, limit, offset, .. } => {
             let sources = match with {
                 None => Vec::new(),

@@ -192,10 +192,14 @@ async fn a_database_with_a_shorter_retention_loses_its_old_readings_only() {
     assert!(created.get("error").is_none(), "{created}");
     let conflict = influxql(&server, None, "CREATE DATABASE short WITH DURATION 2h").await;
     assert!(conflict["error"].as_str().unwrap().contains("conflicts"), "{conflict}");
+    // As InfluxDB 1.6 shows them: the duration, and the shard group it would pick.
     for (db, shown) in [("short", "1h0m0s"), ("bucketd", "24h0m0s")] {
         let rps = influxql(&server, Some(db), "SHOW RETENTION POLICIES").await;
-        assert_eq!(rps["series"][0]["values"][0][1], shown, "{db}: {rps}");
+        let row = &rps["series"][0]["values"][0];
+        assert_eq!((&row[1], &row[2]), (&json!(shown), &json!("1h0m0s")), "{db}: {rps}");
     }
+    let missing = influxql(&server, None, "SHOW RETENTION POLICIES ON nope").await;
+    assert_eq!(missing["error"], "database not found: nope");
 
     let old = chrono::Utc::now().timestamp_millis() - 3 * 3_600_000;
     let body: String = (0..10).map(|i| format!("m,s=a v={i} {}\n", old + i * 1000)).collect();
