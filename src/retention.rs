@@ -37,7 +37,7 @@ pub fn spawn(
     interval: Duration,
     stop: CancellationToken,
 ) -> Option<JoinHandle<()>> {
-    if policy.raw.is_none() && policy.rollups.is_none() {
+    if policy.raw.is_none() && policy.rollups.is_none() && !databases.has_own_retentions() {
         return None;
     }
     Some(tokio::spawn(async move {
@@ -139,6 +139,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::databases::RetentionBounds;
     use crate::model::{Batch, FieldValue, HOUR_MS, Reading, SeriesMeta, WriterId};
     use crate::store::BucketLimits;
     use crate::store::memory::MemoryStore;
@@ -166,7 +167,8 @@ mod tests {
 
         let policy = Retention { raw: Some(Duration::from_secs(3600)), rollups: None };
         let stop = CancellationToken::new();
-        let databases = Arc::new(Registry::in_memory(policy.raw));
+        let bounds = RetentionBounds { server: policy.raw, per_database: true };
+        let databases = Arc::new(Registry::in_memory(bounds));
         let task = spawn(store.clone(), policy, databases, Duration::from_secs(3600), stop.clone())
             .expect("a retention is configured");
         // The first pass runs at once; waited for by its effect, within a bound.

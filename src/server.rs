@@ -30,7 +30,7 @@ use crate::api::status::{DeadLetterStatus, StatusCounts, StatusSource, WalCounts
 use crate::api::{OpsState, Surfaces};
 use crate::buffer::Buffers;
 use crate::config::Config;
-use crate::databases::Registry;
+use crate::databases::{Registry, RetentionBounds};
 use crate::flush::dead_letter::DeadLetters;
 use crate::flush::{Flusher, Settle, ShutdownReport};
 use crate::http::auth::AuthPolicy;
@@ -243,8 +243,9 @@ impl Server {
         let identity = open_identity(&config).await?;
         let (wal, recovered) = open_wal(&config).await?;
         let dead_letters = Arc::new(config.dead_letters()?);
-        let databases =
-            Arc::new(Registry::open(config.data_dir.join(REGISTRY_FILE), config.retention)?);
+        let bounds =
+            RetentionBounds { server: config.retention, per_database: store.can_expire_keys() };
+        let databases = Arc::new(Registry::open(config.data_dir.join(REGISTRY_FILE), bounds)?);
         Ok(Server {
             config,
             store,

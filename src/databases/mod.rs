@@ -17,7 +17,7 @@ pub mod registry;
 
 use std::sync::Arc;
 
-pub use registry::{Registry, RegistryError};
+pub use registry::{Registry, RegistryError, RetentionBounds};
 
 /// The database of a write or a query that names none.
 pub const DEFAULT: &str = "bucketd";

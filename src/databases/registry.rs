@@ -6,9 +6,11 @@
 //! [`MAX_DATABASES`] a `CREATE DATABASE` of a new name is refused.
 //!
 //! A database keeps readings as long as the server does (`--retention`), or less when it was
-//! created with a shorter `DURATION`: never longer, so that everything that bounds the
-//! server's data by `--retention` (MongoDB's TTL index, the log's replay) bounds every
-//! database's too. Hour statistics follow `--rollup-retention` in every database.
+//! created with a shorter `DURATION` and the store can delete one database's readings alone
+//! (MongoDB only with `--retention`, which writes the hour statistics those deletions keep).
+//! Never longer, so that everything that bounds the server's data by `--retention`
+//! (MongoDB's TTL index, the log's replay) bounds every database's too. Hour statistics follow
+//! `--rollup-retention` in every database.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -72,28 +74,34 @@ struct Created {
 /// The shortest retention a database may have: InfluxDB's shortest.
 pub const MIN_RETENTION: Duration = Duration::from_secs(3600);
 
-/// Kept in memory only, for a server without `--retention`: for tests.
+/// What a database's own retention may be on this server.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RetentionBounds {
+    /// The server's `--retention`: a database keeps readings at most this long.
+    pub server: Option<Duration>,
+    /// Whether the store can delete one database's readings alone (`Store::can_expire_keys`).
+    pub per_database: bool,
+}
+
+/// Kept in memory only, for a server without `--retention` whose store keeps nothing of a
+/// database's own: for tests.
 impl Default for Registry {
     fn default() -> Registry {
-        Registry::in_memory(None)
+        Registry::in_memory(RetentionBounds::default())
     }
 }
 
 pub struct Registry {
     /// `None`: kept in memory only (tests).
     path: Option<PathBuf>,
-    /// The server's `--retention`: the longest a database may keep readings.
-    server_retention: Option<Duration>,
+    bounds: RetentionBounds,
     created: RwLock<BTreeMap<String, Created>>,
 }
 
 impl Registry {
     /// The registry kept at `path`, as the file there says (only the default database when
     /// there is no file yet).
-    pub fn open(
-        path: PathBuf,
-        server_retention: Option<Duration>,
-    ) -> Result<Registry, RegistryError> {
+    pub fn open(path: PathBuf, bounds: RetentionBounds) -> Result<Registry, RegistryError> {
         let mut created = BTreeMap::new();
         let bytes = crate::files::read_if_exists(&path)
             .map_err(|source| RegistryError::Read { path: path.clone(), source })?;
@@ -113,12 +121,17 @@ impl Registry {
                 created.insert(e.name, Created { db, at: e.created, retention });
             }
         }
-        Ok(Registry { path: Some(path), server_retention, created: RwLock::new(created) })
+        Ok(Registry { path: Some(path), bounds, created: RwLock::new(created) })
     }
 
-    /// A registry that writes no file, for a server that keeps readings `server_retention`.
-    pub fn in_memory(server_retention: Option<Duration>) -> Registry {
-        Registry { path: None, server_retention, created: RwLock::new(BTreeMap::new()) }
+    /// A registry that writes no file.
+    pub fn in_memory(bounds: RetentionBounds) -> Registry {
+        Registry { path: None, bounds, created: RwLock::new(BTreeMap::new()) }
+    }
+
+    /// Whether a database may have a retention of its own here.
+    pub fn has_own_retentions(&self) -> bool {
+        self.bounds.per_database
     }
 
     /// The database called `name`, if it exists; `None` (no name given) is the default one.
@@ -174,17 +187,7 @@ impl Registry {
         asked: Option<Duration>,
     ) -> Result<Option<Duration>, RegistryError> {
         let Some(asked) = asked else { return Ok(None) };
-        let Some(server) = self.server_retention else {
-            if asked.is_zero() {
-                return Ok(None);
-            }
-            return Err(RegistryError::Retention(format!(
-                "database {name:?} cannot have a retention of its own while the server keeps \
-                 readings forever: start it with --retention (a database keeps them at most as \
-                 long as the server)"
-            )));
-        };
-        let longer = |what: String| {
+        let longer = |what: String, server: Duration| {
             RegistryError::Retention(format!(
                 "database {name:?} cannot keep readings {what}: a database keeps them at most as \
                  long as the server does (--retention {})",
@@ -192,7 +195,10 @@ impl Registry {
             ))
         };
         if asked.is_zero() {
-            return Err(longer("forever".into()));
+            return match self.bounds.server {
+                None => Ok(None),
+                Some(server) => Err(longer("forever".into(), server)),
+            };
         }
         if asked < MIN_RETENTION {
             return Err(RegistryError::Retention(format!(
@@ -200,11 +206,18 @@ impl Registry {
                 super::go_duration(Some(MIN_RETENTION))
             )));
         }
+        if !self.bounds.per_database {
+            return Err(RegistryError::Retention(format!(
+                "database {name:?} cannot have a retention of its own on this store without \
+                 --retention: MongoDB keeps the hour statistics of deleted readings only with it"
+            )));
+        }
+        let Some(server) = self.bounds.server else { return Ok(Some(asked)) };
         match asked.cmp(&server) {
             std::cmp::Ordering::Equal => Ok(None),
             std::cmp::Ordering::Less => Ok(Some(asked)),
             std::cmp::Ordering::Greater => {
-                Err(longer(format!("for {}", humantime::format_duration(asked))))
+                Err(longer(format!("for {}", humantime::format_duration(asked)), server))
             }
         }
     }
@@ -213,7 +226,7 @@ impl Registry {
     /// (`None`: forever).
     pub fn retention_of(&self, name: &str) -> Option<Duration> {
         let created = self.created.read().unwrap_or_else(|e| e.into_inner());
-        created.get(name).and_then(|c| c.retention).or(self.server_retention)
+        created.get(name).and_then(|c| c.retention).or(self.bounds.server)
     }
 
     /// The databases with a retention of their own, shorter than the server's.
@@ -254,11 +267,15 @@ mod tests {
 
     const DAY: Duration = Duration::from_secs(86_400);
 
+    fn bounds(server: Option<Duration>, per_database: bool) -> RetentionBounds {
+        RetentionBounds { server, per_database }
+    }
+
     #[test]
     fn created_databases_outlive_a_restart() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("databases.json");
-        let r = Registry::open(path.clone(), Some(30 * DAY)).unwrap();
+        let r = Registry::open(path.clone(), bounds(Some(30 * DAY), true)).unwrap();
         assert_eq!(r.names(), [DEFAULT]);
         assert!(matches!(r.get(Some("telegraf")), Err(RegistryError::NotFound(_))));
         assert!(r.get(None).unwrap().is_default());
@@ -270,7 +287,7 @@ mod tests {
         r.create("sensors", Some(7 * DAY)).unwrap();
         assert_eq!(r.names(), [DEFAULT, "sensors", "telegraf"]);
         drop(r);
-        let again = Registry::open(path, Some(30 * DAY)).unwrap();
+        let again = Registry::open(path, bounds(Some(30 * DAY), true)).unwrap();
         assert_eq!(again.names(), [DEFAULT, "sensors", "telegraf"]);
         assert_eq!(again.get(Some("telegraf")).unwrap(), t);
         assert_eq!(again.retention_of("sensors"), Some(7 * DAY));
@@ -282,7 +299,7 @@ mod tests {
 
     #[test]
     fn a_database_keeps_readings_at_most_as_long_as_the_server() {
-        let r = Registry::in_memory(Some(30 * DAY));
+        let r = Registry::in_memory(bounds(Some(30 * DAY), true));
         let refused = |name: &str, keep: Duration| match r.create(name, Some(keep)) {
             Err(RegistryError::Retention(why)) => why,
             other => panic!("{name}: {:?}", other.map(|d| d.name().to_owned())),
@@ -301,18 +318,22 @@ mod tests {
         r.create("e", Some(2 * DAY)).unwrap();
         assert!(refused("e", 3 * DAY).contains("conflicts"));
         assert!(r.get(Some("a")).is_err(), "a refused database is not created");
-        // A server that keeps everything: INF is what it does; anything shorter needs
-        // --retention first.
-        let forever = Registry::in_memory(None);
+        // A server that keeps everything: INF is what it does, and a database may keep less
+        // where the store can delete its readings alone (not MongoDB without --retention).
+        let forever = Registry::in_memory(bounds(None, true));
         forever.create("inf", Some(Duration::ZERO)).unwrap();
         assert_eq!(forever.retention_of("inf"), None);
-        let e = forever.create("week", Some(7 * DAY)).err().unwrap().to_string();
-        assert!(e.contains("start it with --retention"), "{e}");
+        forever.create("week", Some(7 * DAY)).unwrap();
+        assert_eq!(forever.retention_of("week"), Some(7 * DAY));
+        let mongo = Registry::in_memory(bounds(None, false));
+        mongo.create("inf", Some(Duration::ZERO)).unwrap();
+        let e = mongo.create("week", Some(7 * DAY)).err().unwrap().to_string();
+        assert!(e.contains("without --retention"), "{e}");
     }
 
     #[test]
     fn a_full_registry_refuses_new_names_only() {
-        let r = Registry::in_memory(None);
+        let r = Registry::in_memory(RetentionBounds::default());
         for i in 1..MAX_DATABASES {
             r.create(&format!("db{i}"), None).unwrap();
         }
@@ -326,7 +347,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("databases.json");
         std::fs::write(&path, b"{not json").unwrap();
-        let e = Registry::open(path, None).err().unwrap().to_string();
+        let e = Registry::open(path, RetentionBounds::default()).err().unwrap().to_string();
         assert!(e.contains("databases.json") && e.contains("not valid"), "{e}");
     }
 }

@@ -81,6 +81,10 @@ impl Store for StoreView {
         self.inner.writes_block()
     }
 
+    fn can_expire_keys(&self) -> bool {
+        self.inner.can_expire_keys()
+    }
+
     fn write_overhead(&self) -> WriteOverhead {
         self.inner.write_overhead()
     }

@@ -397,6 +397,10 @@ impl Store for MemoryStore {
         self.expire_matching(now, policy, None)
     }
 
+    fn can_expire_keys(&self) -> bool {
+        true
+    }
+
     async fn expire_keys(
         &self,
         now: TimestampMs,

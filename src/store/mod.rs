@@ -607,6 +607,12 @@ pub trait Store: Send + Sync + 'static {
         Ok(ExpireReport { done: true, ..ExpireReport::default() })
     }
 
+    /// Whether [`Store::expire_keys`] deletes anything here: a store that keeps the hour
+    /// statistics of the readings it deletes, and can delete one database's alone.
+    fn can_expire_keys(&self) -> bool {
+        false
+    }
+
     /// [`Store::expire`] of raw readings only, for the series whose stored keys `k` are in
     /// `keys.0 <= k < keys.1` (one database's, `Database::key_range`), at a retention `raw`
     /// shorter than the server's: one bounded step from where the last call for the same

@@ -591,6 +591,10 @@ impl Store for EmbeddedStore {
         .await
     }
 
+    fn can_expire_keys(&self) -> bool {
+        true
+    }
+
     async fn expire_keys(
         &self,
         now: TimestampMs,

@@ -435,6 +435,12 @@ impl Store for MongoStore {
         hours::expire(&self.inner, now, policy, budget, None).await
     }
 
+    /// Only with `--retention`: without it no hour statistics are written, and deleting a
+    /// bucket would lose its readings' statistics.
+    fn can_expire_keys(&self) -> bool {
+        self.inner.hour_stats
+    }
+
     async fn expire_keys(
         &self,
         now: TimestampMs,

@@ -237,3 +237,19 @@ async fn a_database_with_a_shorter_retention_loses_its_old_readings_only() {
     assert_eq!(total, 10, "{counted}");
     server.shutdown().await;
 }
+
+/// On a server that keeps readings forever, a database may still keep them less long where
+/// the store can delete one database's readings alone (the embedded and memory stores); the
+/// default database keeps them forever.
+#[tokio::test]
+async fn a_server_that_keeps_everything_lets_a_database_keep_less() {
+    let server = TestServer::start(memory_store(), &[]).await;
+    let created = influxql(&server, None, "CREATE DATABASE week WITH DURATION 168h").await;
+    assert!(created.get("error").is_none(), "{created}");
+    for (db, shown, group) in [("week", "168h0m0s", "24h0m0s"), ("bucketd", "0s", "168h0m0s")] {
+        let rps = influxql(&server, Some(db), "SHOW RETENTION POLICIES").await;
+        let row = &rps["series"][0]["values"][0];
+        assert_eq!((&row[1], &row[2]), (&json!(shown), &json!(group)), "{db}: {rps}");
+    }
+    server.shutdown().await;
+}

@@ -99,7 +99,7 @@ pub async fn expired_hours_keep_exact_statistics(make: Make<'_>) {
     assert!(matches!(e, StoreError::Expired { before, .. } if before == T0 + 2 * HOUR_MS), "{e:?}");
     let message = e.to_string();
     assert!(
-        message.contains("--retention 3h") && message.contains("2024-01-01T02:00:00.000Z"),
+        message.contains("the retention of 3h") && message.contains("2024-01-01T02:00:00.000Z"),
         "{message}"
     );
     assert!(
