@@ -459,6 +459,22 @@ mod tests {
         assert_eq!(counts.last_reason.as_deref(), Some("too big"));
     }
 
+    /// A series of a database other than the default keeps its database through the file: its
+    /// key line names the stored key, prefix and all, for the replay to put it back under.
+    #[test]
+    fn a_databases_series_keeps_its_key_through_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let dl = DeadLetters::open(dir.path().to_owned(), 1 << 20).unwrap();
+        let key = crate::databases::Database::named("telegraf").unwrap().qualify("cpu,host=a");
+        let b = batch(&key, "cpu", &[("host", "a")], vec![("v", FieldValue::Float(2.0))]);
+        dl.write("memory", &[(&b, "refused")]).unwrap();
+        let text = std::fs::read_to_string(&dl.files().unwrap()[0]).unwrap();
+        let found: Vec<Block<'_>> = blocks(&text, 0).collect();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].sensor.as_deref(), Some(key.as_str()), "{text}");
+        assert_eq!(found[0].lines.trim_end(), "cpu,host=a v=2.0 3600005000000");
+    }
+
     #[test]
     fn a_full_directory_refuses_the_block_and_a_replay_removes_what_it_finished() {
         let dir = tempfile::tempdir().unwrap();
