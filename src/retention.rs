@@ -27,9 +27,10 @@ pub const STEP_BUDGET: usize = 256;
 /// first pass over years of data should not hold the disk for hours on end).
 const MAX_STEPS_PER_PASS: usize = 100_000;
 
-/// Starts the task; `None` when nothing is ever deleted (no retention configured). Each pass
-/// covers every series at the server's retention, then each database with a shorter one of
-/// its own (`databases`) at that.
+/// Starts the task; `None` when nothing is ever deleted (no retention configured, and no
+/// database may have one of its own). Each pass covers every series at the server's
+/// retention, if any, then each database with a shorter one of its own (`databases`) at that.
+/// A pass with nothing to do touches neither the store nor the metrics.
 pub fn spawn(
     store: Arc<dyn Store>,
     policy: Retention,
@@ -49,7 +50,9 @@ pub fn spawn(
                 _ = ticks.tick() => {}
             }
             let now = wall_clock_ms();
-            pass(&*store, now, policy, &stop).await;
+            if policy.raw.is_some() || policy.rollups.is_some() {
+                pass(&*store, now, policy, &stop).await;
+            }
             for (db, raw) in databases.own_retentions() {
                 let Some(keys) = db.key_range() else { continue };
                 run(&*store, now, Scope::Keys { raw, keys }, &stop).await;
