@@ -47,7 +47,7 @@ fn app() -> &'static (tokio::runtime::Runtime, Router) {
             fields: vec![("v".into(), FieldValue::Float(1.5))].into(),
         };
         buffers.push(vec![(series.into(), reading)]).unwrap();
-        (runtime, router(QueryState::new(store, buffers)))
+        (runtime, router(QueryState::new(store, buffers, Default::default())))
     })
 }
 
