@@ -38,7 +38,7 @@ pub fn spawn(
     interval: Duration,
     stop: CancellationToken,
 ) -> Option<JoinHandle<()>> {
-    if policy.raw.is_none() && policy.rollups.is_none() && !databases.has_own_retentions() {
+    if policy.raw.is_none() && policy.rollups.is_none() && !databases.allows_own_retentions() {
         return None;
     }
     Some(tokio::spawn(async move {

@@ -130,7 +130,7 @@ impl Registry {
     }
 
     /// Whether a database may have a retention of its own here.
-    pub fn has_own_retentions(&self) -> bool {
+    pub fn allows_own_retentions(&self) -> bool {
         self.bounds.per_database
     }
 

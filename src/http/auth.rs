@@ -37,16 +37,17 @@ pub fn credential(headers: &HeaderMap, query: Option<&str>) -> Credential {
     if let Some(value) = headers.get(header::AUTHORIZATION) {
         return from_authorization(value.as_bytes());
     }
-    let Some(query) = query else {
-        return Credential::Missing;
-    };
-    let Ok(pairs) = serde_urlencoded::from_str::<Vec<(String, String)>>(query) else {
-        return Credential::Missing;
-    };
-    match pairs.into_iter().find(|(k, _)| k == "p") {
-        Some((_, p)) => Credential::Token(p.into_bytes()),
+    match query_param(query, "p") {
+        Some(p) => Credential::Token(p.into_bytes()),
         None => Credential::Missing,
     }
+}
+
+/// The first value of the parameter `name` in a URL's query string, decoded; `None` when it
+/// is absent or the query string is not valid URL encoding.
+fn query_param(query: Option<&str>, name: &str) -> Option<String> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query?).ok()?;
+    pairs.into_iter().find(|(k, _)| k == name).map(|(_, v)| v)
 }
 
 fn from_authorization(value: &[u8]) -> Credential {
@@ -148,10 +149,8 @@ fn database_of(route: &str, query: Option<&str>) -> Option<String> {
         r if DATABASE_ROUTES.contains(&r) => "db",
         _ => return None,
     };
-    let pairs: Vec<(String, String)> =
-        query.and_then(|q| serde_urlencoded::from_str(q).ok()).unwrap_or_default();
-    let named = pairs.into_iter().find(|(k, _)| k == param).map(|(_, v)| v);
-    Some(named.filter(|v| !v.is_empty()).unwrap_or_else(|| crate::databases::DEFAULT.to_owned()))
+    let named = query_param(query, param).filter(|v| !v.is_empty());
+    Some(named.unwrap_or_else(|| crate::databases::DEFAULT.to_owned()))
 }
 
 /// Middleware: lets the request through only with a valid token whose scopes cover the

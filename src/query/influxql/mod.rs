@@ -168,6 +168,27 @@ fn database_of<'a>(
     Ok(Some(named.or(requested).unwrap_or(crate::databases::DEFAULT)))
 }
 
+/// The state `statement` runs on: `state` opened on the database it reads (`read`, from
+/// [`database_of`]). `None` when it answers nothing: a `SHOW` of a database that does not
+/// exist, as in InfluxDB 1.x, where a select and `SHOW RETENTION POLICIES` fail.
+fn open_for(
+    state: &QueryState,
+    statement: &Statement,
+    read: Option<&str>,
+) -> Result<Option<QueryState>, ExecError> {
+    let Some(name) = read else { return Ok(Some(state.clone())) };
+    match state.open(Some(name)) {
+        Ok(opened) => Ok(Some(opened)),
+        Err(RegistryError::NotFound(name)) => match statement {
+            Statement::Select(_) | Statement::ShowRetentionPolicies { .. } => {
+                Err(ExecError(format!("database not found: {name}")))
+            }
+            _ => Ok(None),
+        },
+        Err(e) => Err(ExecError(e.to_string())),
+    }
+}
+
 /// The scope a statement needs: `CREATE DATABASE` is what writers such as Telegraf send
 /// before they write; everything else reads.
 fn scope_of(statement: &Statement) -> Scope {
@@ -221,16 +242,18 @@ pub async fn query(
     if parsed.statements.len() > MAX_STATEMENTS {
         return refused(format!("more than {MAX_STATEMENTS} statements in one query"));
     }
+    let databases: Vec<_> =
+        parsed.statements.iter().map(|s| database_of(s, p.db.as_deref())).collect();
     // Authentication let any valid token through; every statement must be in its scopes, or
     // none runs (as InfluxDB 1.x refuses a query it cannot authorize whole).
     if let Some(Extension(grant)) = &grant {
-        for statement in &parsed.statements {
+        for (statement, read) in parsed.statements.iter().zip(&databases) {
             let needed = scope_of(statement);
             // A statement that reads no database's series needs the scope on some database;
             // `SHOW DATABASES` then lists only those the token may read.
             let database = match statement {
                 Statement::CreateDatabase { name, .. } => Some(name.as_str()),
-                _ => database_of(statement, p.db.as_deref()).ok().flatten(),
+                _ => read.as_ref().ok().copied().flatten(),
             };
             let allowed = match database {
                 Some(db) => grant.access.allow(needed, db),
@@ -243,29 +266,9 @@ pub async fn query(
     }
     let now_ns = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
     let mut results = Vec::with_capacity(parsed.statements.len());
-    for (statement_id, statement) in parsed.statements.iter().enumerate() {
+    for (statement_id, (statement, read)) in parsed.statements.iter().zip(databases).enumerate() {
         let deadline = std::time::Instant::now() + state.limits.statement_time;
-        let opened = match database_of(statement, p.db.as_deref()) {
-            Ok(None) => Ok(Some(state.clone())),
-            Ok(Some(name)) => match state.open(Some(name)) {
-                Ok(opened) => Ok(Some(opened)),
-                // InfluxDB 1.x's answers: a select and SHOW RETENTION POLICIES fail, the other
-                // SHOW statements find nothing.
-                Err(RegistryError::NotFound(_))
-                    if !matches!(
-                        statement,
-                        Statement::Select(_) | Statement::ShowRetentionPolicies { .. }
-                    ) =>
-                {
-                    Ok(None)
-                }
-                Err(RegistryError::NotFound(name)) => {
-                    Err(ExecError(format!("database not found: {name}")))
-                }
-                Err(e) => Err(ExecError(e.to_string())),
-            },
-            Err(e) => Err(e),
-        };
+        let opened = read.and_then(|read| open_for(&state, statement, read));
         let kept = Arc::<Kept>::default();
         let (series, error) = match opened {
             Ok(None) => (Vec::new(), None),
