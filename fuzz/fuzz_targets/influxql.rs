@@ -3,7 +3,7 @@
 //! sources) and is unchanged by an empty statement after it.
 #![no_main]
 
-use bucketd::query::influxql::ast::Statement;
+use bucketd::query::influxql::syntax::ast::Statement;
 use bucketd::query::influxql::parse;
 use libfuzzer_sys::fuzz_target;
 

@@ -39,7 +39,7 @@ use crate::query::sensors::{SensorJson, SensorsResponse};
         super::ops::health,
         super::ops::ready,
         super::ops::render_metrics,
-        super::status::get_status,
+        super::ops::get_status,
     ),
     components(schemas(
         ErrorBody,

@@ -1,5 +1,5 @@
 //! The operations endpoints: `/health`, `/ready`, `/metrics`, and the status summary
-//! (`/api/v1/status`, [`super::status`]).
+//! (`/api/v1/status`, built by [`super::status`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +12,7 @@ use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
 
+use super::status::{StatusResponse, StatusSource};
 use crate::http::{ApiError, ErrorBody};
 use crate::store::Store;
 
@@ -25,7 +26,7 @@ pub struct OpsState {
     pub store: Arc<dyn Store>,
     pub metrics: PrometheusHandle,
     /// The counts `/api/v1/status` reports.
-    pub status: Arc<dyn super::status::StatusSource>,
+    pub status: Arc<dyn StatusSource>,
 }
 
 /// The operations routes, their state applied.
@@ -34,7 +35,7 @@ pub fn router(state: OpsState) -> Router {
         .route("/health", get(health))
         .route("/ready", get(ready))
         .route("/metrics", get(render_metrics))
-        .route("/api/v1/status", get(super::status::get_status))
+        .route("/api/v1/status", get(get_status))
         .with_state(state)
 }
 
@@ -79,4 +80,15 @@ pub(crate) async fn ready(State(state): State<OpsState>) -> Result<impl IntoResp
 )]
 pub(crate) async fn render_metrics(State(state): State<OpsState>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], state.metrics.render())
+}
+
+/// Server status: ingest, buffers, write-ahead log, store.
+#[utoipa::path(
+    get,
+    path = "/api/v1/status",
+    tag = "operations",
+    responses((status = 200, description = "The server's state now.", body = StatusResponse))
+)]
+pub(crate) async fn get_status(State(state): State<OpsState>) -> axum::Json<StatusResponse> {
+    axum::Json(super::status::status(state.store.as_ref(), state.status.as_ref()).await)
 }

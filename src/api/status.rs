@@ -8,11 +8,9 @@
 
 use std::time::Duration;
 
-use axum::Json;
-use axum::extract::State;
 use serde::Serialize;
 
-use super::ops::OpsState;
+use crate::store::Store;
 
 /// How long the status waits for the store's ping before it says "not ready": the console
 /// refreshes every 2 s.
@@ -118,23 +116,17 @@ pub struct WalStatus {
     pub max_bytes: u64,
 }
 
-/// Server status: ingest, buffers, write-ahead log, store.
-#[utoipa::path(
-    get,
-    path = "/api/v1/status",
-    tag = "operations",
-    responses((status = 200, description = "The server's state now.", body = StatusResponse))
-)]
-pub(crate) async fn get_status(State(state): State<OpsState>) -> Json<StatusResponse> {
-    let (ready, reason) = match tokio::time::timeout(STATUS_PING_TIMEOUT, state.store.ping()).await
-    {
+/// The server's state now: the store's readiness (its ping, bounded in time) and `source`'s
+/// counts.
+pub(crate) async fn status(store: &dyn Store, source: &dyn StatusSource) -> StatusResponse {
+    let (ready, reason) = match tokio::time::timeout(STATUS_PING_TIMEOUT, store.ping()).await {
         Ok(Ok(())) => (true, None),
         Ok(Err(e)) => (false, Some(e.to_string())),
         Err(_) => (false, Some(format!("no answer to ping within {STATUS_PING_TIMEOUT:?}"))),
     };
-    let c = state.status.counts();
-    Json(StatusResponse {
-        store: StoreStatus { name: state.store.name().to_owned(), ready, reason },
+    let c = source.counts();
+    StatusResponse {
+        store: StoreStatus { name: store.name().to_owned(), ready, reason },
         readings_accepted_total: c.readings_accepted_total,
         buffered: BufferedStatus {
             readings: c.buffered_readings,
@@ -149,5 +141,5 @@ pub(crate) async fn get_status(State(state): State<OpsState>) -> Json<StatusResp
         flush_errors_total: c.flush_errors_total,
         series: c.buffered_sensors,
         dead_letters: c.dead_letters,
-    })
+    }
 }

@@ -1,29 +1,24 @@
 //! InfluxQL on `GET`/`POST /query`, for Grafana's built-in InfluxDB data source and other
 //! InfluxDB 1.x clients.
 //!
-//! - [`ast`]: the statements; [`parse`] (with `lex`): the parser, whose errors carry InfluxDB's
+//! - [`syntax`]: the statements ([`syntax::ast`]) and the parser, whose errors carry InfluxDB's
 //!   "at line L, char C" positions.
-//! - [`exec`]: runs statements (`Ctx`), lists series, formats times (`epoch`, `tz`).
-//! - [`show`]: the metadata statements; [`select`]: `SELECT`; [`cond`]: `WHERE` (time bounds,
-//!   tag and field conditions); [`agg`]: the aggregate functions and selectors; `select`'s
-//!   `transform`: derivative and the other transformations.
+//! - [`exec`]: runs statements. Its `context` is what a statement runs with (`Ctx`: series
+//!   lists, readings, times as `epoch` and `tz` write them); `show` answers the metadata
+//!   statements, `select` answers `SELECT`, `cond` holds `WHERE` (time bounds, tag and field
+//!   conditions) and `agg` the aggregate functions and selectors.
+//! - This file: the HTTP handler, which parses, checks each statement's scope and database,
+//!   and writes InfluxDB's JSON or CSV.
 //!
 //! The model: a line's measurement and tags are InfluxQL's measurement and tags, a JSON
 //! reading's sensor is its measurement; fields are fields. A statement reads one database:
 //! the one it names (`ON db`, `"db".."m"`), else the request's `db`, else the default; `rp` is
 //! accepted and ignored (a database's one retention policy is `autogen`).
 
-pub mod agg;
-pub mod ast;
-pub mod cond;
 pub mod exec;
-mod go_order;
-mod lex;
-pub mod parse;
-pub mod select;
-pub mod show;
+pub mod syntax;
 
-pub use parse::parse;
+pub use syntax::parse;
 
 use std::sync::Arc;
 
@@ -33,8 +28,8 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use self::ast::{Source, Statement};
 use self::exec::{Ctx, Epoch, ExecError, Series};
+use self::syntax::ast::{Source, Statement};
 use super::QueryState;
 use super::kept::Kept;
 use crate::databases::RegistryError;
@@ -276,7 +271,7 @@ pub async fn query(
                 let grant = grant.as_ref().map(|Extension(g)| g);
                 let ctx =
                     Ctx { state: &opened, now_ns, epoch, deadline, kept: kept.clone(), grant };
-                match ctx.run(statement).await {
+                match exec::run(&ctx, statement).await {
                     Ok(series) => (series, None),
                     Err(e) => (Vec::new(), Some(e.0)),
                 }

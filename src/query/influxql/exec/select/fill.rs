@@ -3,8 +3,8 @@
 use serde_json::Value;
 
 use crate::model::TimestampMs;
-use crate::query::influxql::agg::float;
-use crate::query::influxql::ast::Fill;
+use crate::query::influxql::exec::agg::float;
+use crate::query::influxql::syntax::ast::Fill;
 
 /// A function's value in one window, with the time of the reading a selector picked; `None`
 /// when the window had nothing it counts (so fill applies).

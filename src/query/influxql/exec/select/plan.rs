@@ -1,47 +1,33 @@
-//! `SELECT`: raw readings, or aggregates per time window and tag group.
-//!
-//! `GROUP BY time` windows of `mean`, `count`, `sum`, `min`, `max`, `spread`, `first` and
-//! `last` over numeric fields, with at most tag conditions, are the stores' rollups
-//! ([`Store::rollups`](crate::store::Store::rollups)): whole hours from the hour statistics
-//! without reading the readings, finer windows computed by the store (MongoDB: `$unwind` +
-//! `$group` in the database). Everything else streams the readings of each series once and
-//! folds them into accumulators, so memory grows with windows and groups, not readings (raw
-//! selects, `median`, `percentile`, `mode` and `distinct` keep their values, bounded by
-//! [`QueryLimits::max_held`](crate::query::QueryLimits::max_held)).
-//!
-//! Every measurement is scanned before any is answered: a wildcard's columns are the union
-//! over all of them, as in InfluxDB.
+//! A `SELECT` planned: its columns and calls ([`Plan`]), the measurements and series it reads,
+//! its `GROUP BY time` windows in a zone, and the value arithmetic its columns do.
 
-mod aggregate;
-mod fill;
-mod raw;
-mod transform;
-mod windows;
-
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde_json::Value;
 
-use self::transform::Transform;
-use super::agg::{Func, float};
-use super::ast::{BinaryOp, Dimension, Expr, Field, Fill, RefKind, Select};
-use super::cond::{self, Condition, TimeRange, compile_regex};
-use super::exec::{Ctx, ExecError, Series};
+use super::transform::Transform;
 use crate::model::{FieldValue, Reading, TimestampMs};
+use crate::query::influxql::exec::agg::{Func, float};
+use crate::query::influxql::exec::cond::{Condition, TimeRange, compile_regex};
+use crate::query::influxql::exec::context::{Ctx, Series};
+use crate::query::influxql::exec::error::ExecError;
+use crate::query::influxql::syntax::ast::{
+    BinaryOp, Dimension, Expr, Field, Fill, RefKind, Select,
+};
 use crate::store::{SensorInfo, StoreError};
 use chrono_tz::Tz;
 
 /// Rows (windows × groups) one statement may produce.
 pub const MAX_ROWS: usize = 1_000_000;
 
-const NS_PER_MS: i64 = 1_000_000;
+pub(super) const NS_PER_MS: i64 = 1_000_000;
 
 /// Where a projected column's value comes from.
 #[derive(Clone, Debug)]
-enum ColExpr {
+pub(super) enum ColExpr {
     Call(usize),
     Ref { name: String, kind: Option<RefKind> },
     Lit(Value),
@@ -49,67 +35,72 @@ enum ColExpr {
 }
 
 #[derive(Clone, Debug)]
-struct Call {
-    func: Func,
+pub(super) struct Call {
+    pub(super) func: Func,
     /// `None`: every field (`mean(*)`).
-    field: Option<String>,
+    pub(super) field: Option<String>,
 }
 
 #[derive(Clone, Debug)]
-struct Column {
+pub(super) struct Column {
     /// The alias, or InfluxDB's default name.
-    name: String,
-    aliased: bool,
-    expr: ColExpr,
-    wildcard: bool,
+    pub(super) name: String,
+    pub(super) aliased: bool,
+    pub(super) expr: ColExpr,
+    pub(super) wildcard: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Raw,
     Aggregate,
     Distinct,
 }
 
-struct Plan {
-    kind: Kind,
-    columns: Vec<Column>,
-    calls: Vec<Call>,
+pub(super) struct Plan {
+    pub(super) kind: Kind,
+    pub(super) columns: Vec<Column>,
+    pub(super) calls: Vec<Call>,
     /// One selector with fields or tags beside it (`max(v), host`): those come from the
     /// reading the selector picked.
-    aux: bool,
+    pub(super) aux: bool,
     /// A transformation of the one column's rows (`derivative(mean(x), 1s)`).
-    transform: Option<Transform>,
+    pub(super) transform: Option<Transform>,
 }
 
 /// What every measurement of one statement shares.
-struct Statement<'a> {
-    plan: &'a Plan,
-    condition: Option<&'a Condition>,
-    range: TimeRange,
-    window: Option<Window>,
-    fill: Fill,
+pub(super) struct Statement<'a> {
+    pub(super) plan: &'a Plan,
+    pub(super) condition: Option<&'a Condition>,
+    pub(super) range: TimeRange,
+    pub(super) window: Option<Window>,
+    pub(super) fill: Fill,
     /// `ORDER BY time DESC`.
-    descending: bool,
+    pub(super) descending: bool,
 }
 
 /// How many series a `SELECT *` reads the fields of beside those it selects.
-const WILDCARD_PROBED_SERIES: usize = 64;
+pub(super) const WILDCARD_PROBED_SERIES: usize = 64;
 
 /// One measurement's series, grouped by the `GROUP BY` tags.
-struct Measurement {
-    name: String,
-    tag_keys: BTreeSet<String>,
-    group_keys: Vec<String>,
-    groups: Vec<(Vec<String>, Vec<Arc<SensorInfo>>)>,
+pub(super) struct Measurement {
+    pub(super) name: String,
+    pub(super) tag_keys: BTreeSet<String>,
+    pub(super) group_keys: Vec<String>,
+    pub(super) groups: Vec<(Vec<String>, Vec<Arc<SensorInfo>>)>,
     /// For `SELECT *`: the fields of the measurement's series that are not read (their tags
     /// or SLIMIT leave them out), which InfluxDB lists too; of at most
     /// [`WILDCARD_PROBED_SERIES`] of them.
-    other_fields: BTreeSet<String>,
+    pub(super) other_fields: BTreeSet<String>,
 }
 
 impl Measurement {
-    fn series(&self, group: &[String], columns: Vec<String>, values: Vec<Vec<Value>>) -> Series {
+    pub(super) fn series(
+        &self,
+        group: &[String],
+        columns: Vec<String>,
+        values: Vec<Vec<Value>>,
+    ) -> Series {
         Series {
             name: Some(self.name.clone()),
             tags: (!self.group_keys.is_empty())
@@ -121,22 +112,22 @@ impl Measurement {
 }
 
 #[derive(Clone, Copy, Debug)]
-struct Window {
-    interval: i64,
-    offset: i64,
+pub(super) struct Window {
+    pub(super) interval: i64,
+    pub(super) offset: i64,
     /// `tz(…)`: windows of a day start at local midnight.
-    zone: Option<Tz>,
+    pub(super) zone: Option<Tz>,
 }
 
 impl Window {
-    fn start(&self, ts: TimestampMs) -> TimestampMs {
+    pub(super) fn start(&self, ts: TimestampMs) -> TimestampMs {
         self.bounds(ts).0
     }
 
     /// The window holding `ts`, as InfluxDB computes it: aligned in local time, and where the
     /// zone's offset changes inside the window (daylight saving), the start moves by the
     /// change and the window is that much shorter or longer.
-    fn bounds(&self, ts: TimestampMs) -> (TimestampMs, TimestampMs) {
+    pub(super) fn bounds(&self, ts: TimestampMs) -> (TimestampMs, TimestampMs) {
         let t = ts - self.offset;
         let zone = self.zone.map_or(0, |z| zone_offset_ms(z, t));
         let dt = (t + zone).rem_euclid(self.interval);
@@ -165,7 +156,11 @@ impl Window {
 
     /// Every window start from the one holding `from` to the one holding `to - 1`, each later
     /// than the one before: a zone's rules can never make this repeat a window.
-    fn starts(&self, from: TimestampMs, to: TimestampMs) -> impl Iterator<Item = TimestampMs> + '_ {
+    pub(super) fn starts(
+        &self,
+        from: TimestampMs,
+        to: TimestampMs,
+    ) -> impl Iterator<Item = TimestampMs> + '_ {
         let mut next = Some(self.bounds(from));
         std::iter::from_fn(move || {
             let (start, end) = next?;
@@ -178,7 +173,7 @@ impl Window {
 }
 
 /// The zone's offset from UTC at `ms`, in milliseconds.
-fn zone_offset_ms(zone: Tz, ms: TimestampMs) -> i64 {
+pub(super) fn zone_offset_ms(zone: Tz, ms: TimestampMs) -> i64 {
     use chrono::{Offset, TimeZone};
     match chrono::DateTime::from_timestamp_millis(ms) {
         Some(t) => {
@@ -189,201 +184,28 @@ fn zone_offset_ms(zone: Tz, ms: TimestampMs) -> i64 {
 }
 
 /// `tz('…')`: `None` for UTC, whose times InfluxDB writes with `Z`.
-fn zone(tz: Option<&str>) -> Result<Option<Tz>, ExecError> {
+pub(super) fn zone(tz: Option<&str>) -> Result<Option<Tz>, ExecError> {
     let Some(name) = tz else { return Ok(None) };
     let zone: Tz =
         name.parse().map_err(|_| ExecError::new(format!("unable to find time zone {name:?}")))?;
     Ok((zone != Tz::UTC && zone != Tz::Etc__UTC).then_some(zone))
 }
 
-pub async fn select(ctx: &Ctx<'_>, s: &Select) -> Result<Vec<Series>, ExecError> {
-    if s.into.is_some() {
-        return Err(ExecError::new(
-            "SELECT INTO writes data: bucketd's /query is read-only (write with /write)",
-        ));
-    }
-    let zone = zone(s.tz.as_deref())?;
-    let plan = plan(s)?;
-    let (mut range, rest) = cond::split_time(s.condition.as_ref(), ctx.now_ns)?;
-    let condition = rest.map(Condition::new).transpose()?;
-    let window = match s.group_by.time {
-        None => None,
-        Some(_) if plan.kind == Kind::Raw => {
-            return Err(ExecError::new("GROUP BY requires at least one aggregate function"));
-        }
-        Some(t) => {
-            let interval = to_ms(t.interval_ns, "GROUP BY time interval")?;
-            if interval <= 0 {
-                return Err(ExecError::new("GROUP BY time interval must be positive"));
-            }
-            if !range.has_lower {
-                return Err(ExecError::new(
-                    "aggregate functions with GROUP BY time require a WHERE time clause with a \
-                     lower bound",
-                ));
-            }
-            if !range.has_upper {
-                range.to = range.to.min(ctx.now_ns.div_euclid(NS_PER_MS) + 1);
-            }
-            let offset = to_ms(t.offset_ns, "GROUP BY time offset")?.rem_euclid(interval);
-            Some(Window { interval, offset, zone })
-        }
-    };
-    if range.is_empty() {
-        return Ok(Vec::new());
-    }
-    // A transformation of windows that compares a window with those before it starts one
-    // window early (late, in descending order), as InfluxDB's does, so that the first window of
-    // the range has a row; only the rows of the range asked are answered.
-    let asked = range;
-    if let (Some(t), Some(w)) = (plan.transform, window)
-        && t.reaches_back()
-    {
-        if s.descending {
-            range.to = range.to.saturating_add(w.interval);
-        } else {
-            range.from = range.from.saturating_sub(w.interval);
-        }
-    }
-    let transform = plan.transform.map(|t| match (t, window) {
-        // Per window, unless a unit is named.
-        (Transform::Derivative { unit_ms: None, non_negative }, Some(w)) => {
-            Transform::Derivative { unit_ms: Some(w.interval), non_negative }
-        }
-        _ => t,
-    });
-
-    // `SELECT *` lists the fields of series it leaves out too. bucketd keeps no field schema:
-    // each is probed, so only the first few are kept for it.
-    let probe_left_out = plan.kind == Kind::Raw && plan.columns.iter().any(|c| c.wildcard);
-    let keep_left_out = |left_out: &mut Vec<Arc<SensorInfo>>, info: &Arc<SensorInfo>| {
-        if probe_left_out && left_out.len() < WILDCARD_PROBED_SERIES {
-            left_out.push(info.clone());
-        }
-    };
-    let mut measurements = Vec::new();
-    let mut left_outs = Vec::new();
-    for (name, all) in ctx.series_of(&s.from).await? {
-        let tag_keys: BTreeSet<String> =
-            all.iter().flat_map(|s| s.tags.iter().map(|(k, _)| k.clone())).collect();
-        let group_keys = group_keys(&s.group_by.tags, &tag_keys)?;
-        let mut groups: BTreeMap<Vec<String>, Vec<Arc<SensorInfo>>> = BTreeMap::new();
-        let mut left_out = Vec::new();
-        for info in all {
-            let info = Arc::new(info);
-            if condition.as_ref().is_some_and(|c| !c.series_may_match(&info.tags, &tag_keys)) {
-                keep_left_out(&mut left_out, &info);
-                continue;
-            }
-            let key = group_keys.iter().map(|k| tag_value(&info, k).to_owned()).collect();
-            groups.entry(key).or_default().push(info);
-        }
-        measurements.push(Measurement {
-            name,
-            tag_keys,
-            group_keys,
-            groups: groups.into_iter().collect(),
-            other_fields: BTreeSet::new(),
-        });
-        left_outs.push(left_out);
-    }
-    // LIMIT 0 and SLIMIT 0 mean no limit, as in InfluxDB.
-    let limit = |l: Option<u64>| l.filter(|l| *l > 0).map_or(usize::MAX, |l| l as usize);
-    // SLIMIT and SOFFSET pick series in ascending order, whatever the order of the answer,
-    // and count series without data in range, as InfluxDB's do.
-    let first = s.soffset.unwrap_or(0) as usize;
-    let series = first..first.saturating_add(limit(s.slimit));
-    let mut at = 0;
-    for (m, left_out) in measurements.iter_mut().zip(&mut left_outs) {
-        m.groups.retain(|(_, members)| {
-            at += 1;
-            let keep = series.contains(&(at - 1));
-            if !keep {
-                for info in members {
-                    keep_left_out(left_out, info);
-                }
-            }
-            keep
-        });
-    }
-    for (m, left_out) in measurements.iter_mut().zip(&left_outs) {
-        for info in left_out {
-            m.other_fields.extend(super::show::probe_fields(ctx, info).await?.into_keys());
-        }
-    }
-    let statement = Statement {
-        plan: &plan,
-        condition: condition.as_ref(),
-        range,
-        window,
-        fill: s.fill,
-        descending: s.descending,
-    };
-    let found = match plan.kind {
-        Kind::Raw => raw::run(ctx, &statement, &measurements).await?,
-        Kind::Aggregate | Kind::Distinct => aggregate::run(ctx, &statement, &measurements).await?,
-    };
-
-    let first_window = window.map(|w| w.start(asked.from));
-    let found = found.into_iter().filter_map(|mut series| {
-        // Transformations run in the order rows are answered, as InfluxDB runs them.
-        if s.descending {
-            series.values.reverse();
-        }
-        if let Some(t) = transform {
-            series.values = transform::apply(t, std::mem::take(&mut series.values));
-            if let Some(first) = first_window {
-                series.values.retain(|row| {
-                    row.first().and_then(Value::as_i64).is_some_and(|t| t >= first && t < asked.to)
-                });
-            }
-        }
-        // Times are kept in milliseconds until here, where `epoch` decides how they are written.
-        for row in &mut series.values {
-            if let Some(ms) = row.first().and_then(Value::as_i64) {
-                row[0] = ctx.time_in(ms, zone);
-            }
-        }
-        (!series.values.is_empty()).then_some(series)
-    });
-
-    let mut out = Vec::new();
-    let mut rows = 0usize;
-    for mut series in found {
-        let skip = s.offset.unwrap_or(0) as usize;
-        let take = limit(s.limit);
-        if skip > 0 || take < series.values.len() {
-            series.values = series.values.into_iter().skip(skip).take(take).collect();
-        }
-        rows += series.values.len();
-        if rows > MAX_ROWS {
-            return Err(too_many_rows());
-        }
-        if !series.values.is_empty() {
-            out.push(series);
-        }
-    }
-    if s.descending {
-        out.reverse();
-    }
-    Ok(out)
-}
-
-fn too_many_rows() -> ExecError {
+pub(super) fn too_many_rows() -> ExecError {
     ExecError::new(format!(
         "the statement would answer more than {MAX_ROWS} rows: narrow the time range, use a \
          longer GROUP BY time interval or add LIMIT"
     ))
 }
 
-fn too_many_points(limit: usize) -> ExecError {
+pub(super) fn too_many_points(limit: usize) -> ExecError {
     ExecError::new(format!(
         "the statement would hold more than {limit} readings at once: narrow the time range, \
          group fewer series, or aggregate with GROUP BY time"
     ))
 }
 
-fn to_ms(ns: i64, what: &str) -> Result<i64, ExecError> {
+pub(super) fn to_ms(ns: i64, what: &str) -> Result<i64, ExecError> {
     if ns % NS_PER_MS != 0 {
         return Err(ExecError::new(format!(
             "{what} must be a whole number of milliseconds: bucketd keeps millisecond timestamps"
@@ -392,11 +214,14 @@ fn to_ms(ns: i64, what: &str) -> Result<i64, ExecError> {
     Ok(ns / NS_PER_MS)
 }
 
-fn tag_value<'a>(info: &'a SensorInfo, key: &str) -> &'a str {
+pub(super) fn tag_value<'a>(info: &'a SensorInfo, key: &str) -> &'a str {
     info.tags.iter().find(|(k, _)| k == key).map_or("", |(_, v)| v)
 }
 
-fn group_keys(dims: &[Dimension], tag_keys: &BTreeSet<String>) -> Result<Vec<String>, ExecError> {
+pub(super) fn group_keys(
+    dims: &[Dimension],
+    tag_keys: &BTreeSet<String>,
+) -> Result<Vec<String>, ExecError> {
     let mut keys = BTreeSet::new();
     for d in dims {
         match d {
@@ -415,7 +240,7 @@ fn group_keys(dims: &[Dimension], tag_keys: &BTreeSet<String>) -> Result<Vec<Str
 
 /// Hands `each` the readings of one series' `stream` (ascending, within the statement's range)
 /// that meet the condition.
-async fn readings_of(
+pub(super) async fn readings_of(
     ctx: &Ctx<'_>,
     st: &Statement<'_>,
     m: &Measurement,
@@ -442,7 +267,9 @@ async fn readings_of(
 
 /// A transformation must be the statement's only field; it is planned as its argument (an
 /// aggregate, or a raw field), and applied to the rows that argument gives.
-fn transform_of(fields: &[Field]) -> Result<Option<(Transform, Field, String)>, ExecError> {
+pub(super) fn transform_of(
+    fields: &[Field],
+) -> Result<Option<(Transform, Field, String)>, ExecError> {
     let Some(pos) = fields
         .iter()
         .position(|f| matches!(&f.expr, Expr::Call { name, .. } if Transform::of(name)))
@@ -487,7 +314,7 @@ fn transform_of(fields: &[Field]) -> Result<Option<(Transform, Field, String)>, 
     Ok(Some((t, Field { expr: args[0].clone(), alias: fields[pos].alias.clone() }, name)))
 }
 
-fn plan(s: &Select) -> Result<Plan, ExecError> {
+pub(super) fn plan(s: &Select) -> Result<Plan, ExecError> {
     let transformed = transform_of(&s.fields)?;
     let inner;
     let fields = match &transformed {
@@ -554,7 +381,7 @@ fn plan(s: &Select) -> Result<Plan, ExecError> {
     Ok(Plan { kind, columns, calls, aux, transform })
 }
 
-fn mentions_ref(e: &ColExpr) -> bool {
+pub(super) fn mentions_ref(e: &ColExpr) -> bool {
     match e {
         ColExpr::Ref { .. } => true,
         ColExpr::Binary(_, l, r) => mentions_ref(l) || mentions_ref(r),
@@ -562,11 +389,15 @@ fn mentions_ref(e: &ColExpr) -> bool {
     }
 }
 
-const FUNCTIONS: &str = "mean, median, mode, count, sum, min, max, first, last, spread, stddev, \
+pub(super) const FUNCTIONS: &str = "mean, median, mode, count, sum, min, max, first, last, spread, stddev, \
      percentile and distinct, and the transformations derivative, non_negative_derivative, \
      difference, non_negative_difference, cumulative_sum, moving_average and elapsed";
 
-fn col_expr(e: &Expr, calls: &mut Vec<Call>, wildcard: &mut bool) -> Result<ColExpr, ExecError> {
+pub(super) fn col_expr(
+    e: &Expr,
+    calls: &mut Vec<Call>,
+    wildcard: &mut bool,
+) -> Result<ColExpr, ExecError> {
     Ok(match e {
         Expr::Paren(i) => col_expr(i, calls, wildcard)?,
         Expr::Integer(i) => ColExpr::Lit(Value::from(*i)),
@@ -607,7 +438,7 @@ fn col_expr(e: &Expr, calls: &mut Vec<Call>, wildcard: &mut bool) -> Result<ColE
     })
 }
 
-fn call(name: &str, args: &[Expr], wildcard: &mut bool) -> Result<Call, ExecError> {
+pub(super) fn call(name: &str, args: &[Expr], wildcard: &mut bool) -> Result<Call, ExecError> {
     let field_arg = |a: &Expr, wildcard: &mut bool| -> Result<Option<String>, ExecError> {
         match a {
             Expr::Ref { name, .. } => Ok(Some(name.clone())),
@@ -654,12 +485,12 @@ fn call(name: &str, args: &[Expr], wildcard: &mut bool) -> Result<Call, ExecErro
     }
 }
 
-fn unsupported_function(name: &str) -> ExecError {
+pub(super) fn unsupported_function(name: &str) -> ExecError {
     ExecError::new(format!("unsupported function {name}(): bucketd answers {FUNCTIONS}"))
 }
 
 /// InfluxDB's column names: a field's name, a function's name, `a_b` for `a + b`.
-fn default_name(e: &Expr) -> String {
+pub(super) fn default_name(e: &Expr) -> String {
     fn names(e: &Expr, out: &mut Vec<String>) {
         match e {
             Expr::Ref { name, .. } => out.push(name.clone()),
@@ -687,7 +518,7 @@ fn default_name(e: &Expr) -> String {
 }
 
 /// Adds `_1`, `_2`, … to repeated names, as InfluxDB does.
-fn dedupe(names: &mut [String]) {
+pub(super) fn dedupe(names: &mut [String]) {
     let mut seen: HashMap<String, usize> = HashMap::new();
     for n in names.iter_mut() {
         let count = seen.entry(n.clone()).or_insert(0);
@@ -701,7 +532,7 @@ fn dedupe(names: &mut [String]) {
     }
 }
 
-fn is_tag(name: &str, kind: Option<RefKind>, tag_keys: &BTreeSet<String>) -> bool {
+pub(super) fn is_tag(name: &str, kind: Option<RefKind>, tag_keys: &BTreeSet<String>) -> bool {
     match kind {
         Some(RefKind::Tag) => true,
         Some(_) => false,
@@ -709,7 +540,7 @@ fn is_tag(name: &str, kind: Option<RefKind>, tag_keys: &BTreeSet<String>) -> boo
     }
 }
 
-fn refs_field(e: &ColExpr, tag_keys: &BTreeSet<String>) -> bool {
+pub(super) fn refs_field(e: &ColExpr, tag_keys: &BTreeSet<String>) -> bool {
     match e {
         ColExpr::Ref { name, kind } => !is_tag(name, *kind, tag_keys),
         ColExpr::Binary(_, l, r) => refs_field(l, tag_keys) || refs_field(r, tag_keys),
@@ -718,7 +549,7 @@ fn refs_field(e: &ColExpr, tag_keys: &BTreeSet<String>) -> bool {
 }
 
 /// `::float`, `::integer`, `::string`, `::boolean`: a value of another type is null.
-fn cast(v: &FieldValue, kind: RefKind) -> Value {
+pub(super) fn cast(v: &FieldValue, kind: RefKind) -> Value {
     match (kind, v) {
         (RefKind::Float, FieldValue::Float(f)) => float(*f),
         (RefKind::Float, FieldValue::Int(i)) => float(*i as f64),
@@ -734,7 +565,7 @@ fn cast(v: &FieldValue, kind: RefKind) -> Value {
 
 /// Arithmetic on column values: integers stay integers except in division, and anything with
 /// a null is null.
-fn arith(op: BinaryOp, l: &Value, r: &Value) -> Value {
+pub(super) fn arith(op: BinaryOp, l: &Value, r: &Value) -> Value {
     if let (Some(a), Some(b)) =
         (l.as_i64().filter(|_| l.is_i64()), r.as_i64().filter(|_| r.is_i64()))
     {

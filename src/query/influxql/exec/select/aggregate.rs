@@ -12,15 +12,16 @@ use futures::stream::BoxStream;
 use serde_json::Value;
 
 use super::fill::{Cell, fill};
-use super::windows::Windows;
-use super::{
+use super::plan::{
     ColExpr, Kind, Measurement, NS_PER_MS, Plan, Statement, arith, dedupe, readings_of,
     too_many_points, too_many_rows,
 };
+use super::windows::Windows;
 use crate::model::{FieldValue, HOUR_MS, Reading, TimestampMs};
-use crate::query::influxql::agg::{Acc, Func, arrange_modes};
-use crate::query::influxql::ast::Fill;
-use crate::query::influxql::exec::{Ctx, ExecError, FieldKind, Series};
+use crate::query::influxql::exec::agg::{Acc, Func, arrange_modes};
+use crate::query::influxql::exec::context::{Ctx, FieldKind, Series};
+use crate::query::influxql::exec::error::ExecError;
+use crate::query::influxql::syntax::ast::Fill;
 use crate::store::{FieldStats, Need, Order, RollupSteps, Run, SensorInfo, StepValues, StoreError};
 
 /// A group's cells per (call, field), over its windows. A statement has few of them, so they
@@ -56,14 +57,14 @@ pub(super) async fn run(
     // from its readings (MongoDB: `$unwind` + `$group`), so no reading crosses the wire. Their
     // steps are multiples of the step since the epoch: a zone's windows match them only where
     // its offset is a multiple of the window (and a daylight-saving hour keeps it so).
-    let aligned = |w: &super::Window| match w.zone {
+    let aligned = |w: &super::plan::Window| match w.zone {
         None => true,
         Some(z) => {
             w.interval <= HOUR_MS
                 && HOUR_MS % w.interval == 0
                 && [st.range.from, st.range.to - 1]
                     .iter()
-                    .all(|t| super::zone_offset_ms(z, *t) % w.interval == 0)
+                    .all(|t| super::plan::zone_offset_ms(z, *t) % w.interval == 0)
         }
     };
     let rollups_ok = st.window.is_some_and(|w| aligned(&w) && w.offset == 0)
@@ -157,7 +158,7 @@ pub(super) async fn run(
                             (w.start(st.range.to - 1) - w.start(st.range.from)) / w.interval + 2;
                         total_rows =
                             total_rows.saturating_add(usize::try_from(n).unwrap_or(usize::MAX));
-                        if total_rows > super::MAX_ROWS {
+                        if total_rows > super::plan::MAX_ROWS {
                             return Err(too_many_rows());
                         }
                         w.starts(st.range.from, st.range.to).collect()
@@ -377,7 +378,7 @@ fn windows_entry<'g>(g: &'g mut Group, scan: &mut Scan, i: usize, name: &str) ->
 
 /// The call's error for a value it does not take, unless it takes every field (`mean(*)`
 /// passes strings by).
-fn refuse(call: &super::Call, name: &str, v: &FieldValue) -> Result<(), ExecError> {
+fn refuse(call: &super::plan::Call, name: &str, v: &FieldValue) -> Result<(), ExecError> {
     if call.field.is_none() {
         return Ok(());
     }
@@ -489,7 +490,7 @@ async fn by_slices(
     st: &Statement<'_>,
     m: &Measurement,
     members: &[Arc<SensorInfo>],
-    w: super::Window,
+    w: super::plan::Window,
     g: &mut Group,
     scan: &mut Scan,
 ) -> Result<(), ExecError> {
@@ -593,7 +594,7 @@ async fn prefetch(
 
 /// The window of a statement whose every call is a median (which needs a window's values,
 /// not their order) over windows of whole steps since the epoch: what step values answer.
-fn step_values_window(st: &Statement<'_>) -> Option<super::Window> {
+fn step_values_window(st: &Statement<'_>) -> Option<super::plan::Window> {
     let all_medians = st.plan.calls.iter().all(|c| c.func == Func::Median);
     st.window.filter(|w| w.zone.is_none() && w.offset == 0 && all_medians)
 }

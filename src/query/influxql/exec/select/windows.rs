@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::model::TimestampMs;
-use crate::query::influxql::agg::Acc;
+use crate::query::influxql::exec::agg::Acc;
 
 /// A group's windows of one call and field. A group of one series answered from the store's
 /// rollups (`GROUP BY` every tag) gets its windows at once and in order, and keeps them as
@@ -85,7 +85,7 @@ impl Windows {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::query::influxql::agg::Func;
+    use crate::query::influxql::exec::agg::Func;
 
     #[test]
     fn sorted_windows_answer_as_the_map_made_of_them() {

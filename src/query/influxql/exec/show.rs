@@ -7,11 +7,12 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::Value;
 
-use super::ast::{KeyMatch, NameMatch, Source, Statement};
 use super::cond::{Condition, compile_regex, split_time};
-use super::exec::{Ctx, ExecError, FieldKind, Series};
+use super::context::{Ctx, FieldKind, Series};
+use super::error::ExecError;
 use crate::databases::go_duration;
 use crate::model::{MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS};
+use crate::query::influxql::syntax::ast::{KeyMatch, NameMatch, Source, Statement};
 use crate::store::{Order, SensorInfo};
 
 /// The shard group duration InfluxDB 1.x picks for a retention: shown, not used.
@@ -50,7 +51,7 @@ pub async fn show(ctx: &Ctx<'_>, statement: &Statement) -> Result<Vec<Series>, E
                     .map(String::from)
                     .to_vec(),
                 values: vec![vec![
-                    super::exec::RETENTION_POLICY.into(),
+                    super::context::RETENTION_POLICY.into(),
                     go_duration(keep).into(),
                     go_duration(Some(shard_group(keep))).into(),
                     Value::from(1),
@@ -178,7 +179,10 @@ struct Filter {
 }
 
 impl Filter {
-    fn new(ctx: &Ctx<'_>, condition: Option<&super::ast::Expr>) -> Result<Filter, ExecError> {
+    fn new(
+        ctx: &Ctx<'_>,
+        condition: Option<&crate::query::influxql::syntax::ast::Expr>,
+    ) -> Result<Filter, ExecError> {
         let (_, rest) = split_time(condition, ctx.now_ns)?;
         Ok(Filter { condition: rest.map(Condition::new).transpose()? })
     }

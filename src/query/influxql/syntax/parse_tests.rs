@@ -739,10 +739,10 @@ fn reserved_words_need_quotes() {
 #[test]
 fn fuzz_seeds_parse() {
     for seed in [
-        include_str!("../../../fuzz/seeds/influxql/grafana_graph"),
-        include_str!("../../../fuzz/seeds/influxql/grafana_show"),
-        include_str!("../../../fuzz/seeds/influxql/select_clauses"),
-        include_str!("../../../fuzz/seeds/influxql/other_statements"),
+        include_str!("../../../../fuzz/seeds/influxql/grafana_graph"),
+        include_str!("../../../../fuzz/seeds/influxql/grafana_show"),
+        include_str!("../../../../fuzz/seeds/influxql/select_clauses"),
+        include_str!("../../../../fuzz/seeds/influxql/other_statements"),
     ] {
         parse(seed).unwrap_or_else(|e| panic!("{seed:?}: {e}"));
     }

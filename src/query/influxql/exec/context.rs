@@ -7,9 +7,10 @@ use futures::stream::BoxStream;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::ast::{Source, Statement};
 use super::cond::compile_regex;
-use super::{select, show};
+use super::error::{ExecError, over_time};
+use crate::query::influxql::syntax::ast::Source;
+
 use crate::model::{FieldValue, Reading, TimestampMs};
 use crate::query::QueryState;
 use crate::query::kept::Kept;
@@ -26,23 +27,6 @@ pub const RETENTION_POLICY: &str = "autogen";
 
 /// Series one statement may read: bounds the series lists held while answering it.
 pub const MAX_SERIES: usize = 100_000;
-
-/// Why one statement failed; InfluxDB reports it in that statement's `error`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExecError(pub String);
-
-impl ExecError {
-    pub fn new(message: impl Into<String>) -> ExecError {
-        ExecError(message.into())
-    }
-}
-
-impl From<StoreError> for ExecError {
-    fn from(e: StoreError) -> Self {
-        // The store's own words say what failed: unavailable, or readings past --retention.
-        ExecError(e.to_string())
-    }
-}
 
 /// One series of a statement's result, in InfluxDB 1.x's shape.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -222,39 +206,6 @@ impl Ctx<'_> {
             return Ok(());
         }
         Err(over_time(self.state.limits.statement_time))
-    }
-
-    /// Runs one statement within its time budget: past it, at its next await or its next
-    /// [`Ctx::check_deadline`], whichever comes first, it fails with an error of its own.
-    pub async fn run(&self, statement: &Statement) -> Result<Vec<Series>, ExecError> {
-        let left = self.deadline.saturating_duration_since(std::time::Instant::now());
-        tokio::time::timeout(left, self.run_unbounded(statement))
-            .await
-            .unwrap_or_else(|_| Err(over_time(self.state.limits.statement_time)))
-    }
-
-    async fn run_unbounded(&self, statement: &Statement) -> Result<Vec<Series>, ExecError> {
-        match statement {
-            Statement::Select(s) => select::select(self, s).await,
-            Statement::CreateDatabase { name, duration_ns } => {
-                // Whole milliseconds, as bucketd keeps time; INF (0) stays 0.
-                let retention = duration_ns
-                    .map(|ns| std::time::Duration::from_millis((ns.max(0) / 1_000_000) as u64));
-                self.state
-                    .databases
-                    .create(name, retention)
-                    .map_err(|e| ExecError(e.to_string()))?;
-                Ok(Vec::new())
-            }
-            Statement::Write { what } => Err(ExecError::new(format!(
-                "{what} is not supported: bucketd's /query is read-only (readings are written \
-                 with /write; retention is set with --retention)"
-            ))),
-            Statement::Unsupported { what } => {
-                Err(ExecError::new(format!("{what} is not supported by bucketd")))
-            }
-            other => show::show(self, other).await,
-        }
     }
 
     /// Every series (stored, or only buffered so far) of the measurements `sources` name, by
@@ -562,14 +513,6 @@ fn add_unflushed(
     fields: Option<&[String]>,
 ) {
     each_step_value(&unflushed, step_ms, fields, |name, start, _, v| values.add(name, start, &[v]));
-}
-
-fn over_time(budget: std::time::Duration) -> ExecError {
-    ExecError::new(format!(
-        "the statement ran longer than its time budget of {} (--query-timeout): narrow the \
-         time range, use a longer GROUP BY time interval, or name fewer series",
-        humantime::format_duration(budget)
-    ))
 }
 
 fn too_many_series() -> ExecError {

@@ -10,9 +10,9 @@ use std::collections::{BTreeSet, HashMap};
 
 use regex::Regex;
 
-use super::ast::{BinaryOp, Expr, RefKind};
-use super::exec::ExecError;
+use super::error::ExecError;
 use crate::model::{FieldValue, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, Reading, TimestampMs};
+use crate::query::influxql::syntax::ast::{BinaryOp, Expr, RefKind};
 
 const NS_PER_MS: i64 = 1_000_000;
 

@@ -5,15 +5,16 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{
+use super::plan::{
     ColExpr, Measurement, Statement, arith, cast, dedupe, is_tag, readings_of, refs_field,
     too_many_points,
 };
 use crate::model::Reading;
-use crate::query::influxql::agg::field_json;
-use crate::query::influxql::ast::RefKind;
-use crate::query::influxql::exec::{Ctx, ExecError, Series};
-use crate::query::influxql::go_order::sorted_merge;
+use crate::query::influxql::exec::agg::field_json;
+use crate::query::influxql::exec::context::{Ctx, Series};
+use crate::query::influxql::exec::error::ExecError;
+use crate::query::influxql::exec::go_order::sorted_merge;
+use crate::query::influxql::syntax::ast::RefKind;
 use crate::store::{Order, SensorInfo};
 
 /// A group's readings, each with its series.

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use crate::query::influxql::agg::float;
+use crate::query::influxql::exec::agg::float;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum Transform {
