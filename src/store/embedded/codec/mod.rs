@@ -59,17 +59,16 @@
 //! deltas are never negative.
 
 mod chunk;
-mod chunk_v1;
 mod float;
 mod header;
 mod scan;
 mod series;
 
+#[cfg(test)]
+pub(super) use self::chunk::encode_v1;
 pub use self::chunk::{
     ChunkSummary, Decoded, chunk_summary, decode_chunk, decode_chunk_columns, encode_chunk,
 };
-#[cfg(test)]
-pub(super) use self::chunk_v1::encode::encode_v1;
 pub use self::header::{BucketHeader, HeaderView};
 pub use self::scan::{NumberSink, ScanScratch, scan_numbers};
 pub use self::series::SeriesRecord;

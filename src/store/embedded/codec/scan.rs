@@ -2,10 +2,9 @@
 //! statistics over windows need, and all a scan of many readings should pay for.
 
 use super::chunk::{
-    CHUNK_V2, ChunkSummary, T_BOOL, T_FLOAT, T_INT, T_STR, T_UINT, chunk_prefix, fill_timestamps,
-    get_floats, get_integers,
+    CHUNK_V2, ChunkSummary, T_BOOL, T_FLOAT, T_INT, T_STR, T_UINT, chunk_prefix, decode_v1,
+    fill_timestamps, get_floats, get_integers,
 };
-use super::chunk_v1::decode_v1;
 use super::corrupt;
 use crate::model::{Reading, TimestampMs};
 use crate::store::embedded::EmbeddedError;

@@ -1,18 +1,18 @@
 //! Version 1 of the chunk encoding (see the module doc), which bucketd wrote up to file schema
 //! 5. Still decoded: nothing is rewritten at an upgrade.
 
-use super::chunk::{ChunkSummary, T_BOOL, T_FLOAT, T_INT, T_STR, T_UINT};
-use super::corrupt;
-use super::float::{ScaledMemo, get_float};
+use super::format::{ChunkSummary, T_BOOL, T_FLOAT, T_INT, T_STR, T_UINT};
 use crate::model::{FieldName, FieldValue, Fields, Reading};
 use crate::store::embedded::EmbeddedError;
+use crate::store::embedded::codec::corrupt;
+use crate::store::embedded::codec::float::{ScaledMemo, get_float};
 use crate::wire::{Cursor, unzigzag};
 
-pub(super) const CHUNK_V1: u64 = 1;
+pub(in crate::store::embedded::codec) const CHUNK_V1: u64 = 1;
 
 /// Decodes the readings of a version-1 chunk after its prefix, in stored order, appending them
 /// to `out`.
-pub(super) fn decode_v1(
+pub(in crate::store::embedded::codec) fn decode_v1(
     c: &mut Cursor<'_>,
     summary: ChunkSummary,
     out: &mut Vec<Reading>,
@@ -90,12 +90,12 @@ pub(super) fn decode_v1(
 }
 
 #[cfg(test)]
-pub(super) mod encode {
+pub(in crate::store::embedded) mod encode {
     use std::collections::HashMap;
 
     use super::CHUNK_V1;
     use crate::model::{ReadingView, TimestampMs, ValueRef};
-    use crate::store::embedded::codec::chunk::type_of;
+    use crate::store::embedded::codec::chunk::format::type_of;
     use crate::store::embedded::codec::float::{ScaledMemo, put_float};
     use crate::wire::{put_str, put_varint, zigzag};
 

@@ -1,0 +1,459 @@
+//! Chunks of version 2, the one written: columns, timestamps as deltas of deltas, decimal
+//! floats as scaled integers.
+
+use std::collections::HashMap;
+
+use super::format::{
+    CHUNK_V2, ChunkSummary, MAX_CHUNK_READINGS, T_BOOL, T_FLOAT, T_INT, T_STR, T_UINT, type_of,
+};
+use crate::model::{Columns, FieldName, FieldValue, ReadingView, TimestampMs, ValueRef};
+use crate::store::embedded::EmbeddedError;
+use crate::store::embedded::codec::corrupt;
+use crate::store::embedded::codec::float::{
+    DECIMAL_HEADER, POW10, ScaledMemo, get_float, put_float, scaled, unscaled,
+};
+use crate::wire::{Cursor, put_str, put_varint, unzigzag, zigzag};
+
+/// A float column's mode byte when its values are written one by one, each decimal or XOR-ed
+/// (as in version 1). `DECIMAL_HEADER | k` says that every value has `k` decimals.
+const FLOATS_EACH: u8 = 0;
+
+/// The values of one column (one field name with one type), in reading order. Floats are
+/// gathered and written at the end, because a float column's form depends on all of them;
+/// the others are written as they come.
+enum Column {
+    Float(Vec<f64>),
+    /// Signed or unsigned: the column's type says which; both are wrapping deltas.
+    Int {
+        out: Vec<u8>,
+        prev: u64,
+    },
+    Bool {
+        bits: Vec<u8>,
+        n: usize,
+    },
+    Str(Vec<u8>),
+}
+
+impl Column {
+    fn new(t: u8) -> Column {
+        match t {
+            T_FLOAT => Column::Float(Vec::new()),
+            T_BOOL => Column::Bool { bits: Vec::new(), n: 0 },
+            T_STR => Column::Str(Vec::new()),
+            _ => Column::Int { out: Vec::new(), prev: 0 },
+        }
+    }
+
+    fn push(&mut self, v: ValueRef<'_>) {
+        match (self, v) {
+            (Column::Float(values), ValueRef::Float(f)) => values.push(f),
+            (Column::Int { out, prev }, ValueRef::Int(i)) => put_delta(out, prev, i as u64),
+            (Column::Int { out, prev }, ValueRef::UInt(u)) => put_delta(out, prev, u),
+            (Column::Bool { bits, n }, ValueRef::Bool(b)) => {
+                if *n % 8 == 0 {
+                    bits.push(0);
+                }
+                if b {
+                    *bits.last_mut().expect("pushed above") |= 1 << (*n % 8);
+                }
+                *n += 1;
+            }
+            (Column::Str(out), ValueRef::Str(s)) => put_str(out, s),
+            _ => unreachable!("a column holds values of its own type"),
+        }
+    }
+
+    fn write(self, out: &mut Vec<u8>) {
+        match self {
+            Column::Float(values) => put_floats(out, &values),
+            Column::Int { out: bytes, .. } | Column::Str(bytes) => out.extend_from_slice(&bytes),
+            Column::Bool { bits, .. } => out.extend_from_slice(&bits),
+        }
+    }
+}
+
+/// Integers as zigzag varints of their wrapping difference from the previous one.
+fn put_delta(out: &mut Vec<u8>, prev: &mut u64, v: u64) {
+    put_varint(out, zigzag(v.wrapping_sub(*prev) as i64));
+    *prev = v;
+}
+
+/// The fewest decimals `k` with which every value of a column is exact, and the values scaled.
+fn decimal_column(values: &[f64]) -> Option<(usize, Vec<i64>)> {
+    let mut k = 0;
+    let mut out = Vec::with_capacity(values.len());
+    let mut i = 0;
+    while let Some(&v) = values.get(i) {
+        match scaled(v, k) {
+            Ok(Some(s)) => {
+                out.push(s);
+                i += 1;
+            }
+            // More decimals: start the column again (at most six times).
+            Ok(None) if k + 1 < POW10.len() => {
+                k += 1;
+                out.clear();
+                i = 0;
+            }
+            _ => return None,
+        }
+    }
+    Some((k, out))
+}
+
+/// A float column: when every value has at most six decimals, one mode byte and the varint
+/// deltas of the scaled integers (a sensor's slow change: a byte a value); else each value as
+/// version 1 writes it, with its own header byte.
+fn put_floats(out: &mut Vec<u8>, values: &[f64]) {
+    if values.is_empty() {
+        return;
+    }
+    if let Some((k, scaled)) = decimal_column(values) {
+        out.push(DECIMAL_HEADER | k as u8);
+        let mut prev = 0i64;
+        for s in scaled {
+            put_varint(out, zigzag(s.wrapping_sub(prev)));
+            prev = s;
+        }
+        return;
+    }
+    out.push(FLOATS_EACH);
+    let mut prev_bits = 0u64;
+    let mut memo: ScaledMemo = None;
+    for &v in values {
+        put_float(out, v, prev_bits, &mut memo);
+        prev_bits = v.to_bits();
+    }
+}
+
+/// Timestamps after the first as deltas of their deltas, zigzag-coded, in runs: a token
+/// `zz << 1` is one delta, `zz << 1 | 1` is followed by a varint `n`, for `n + 2` deltas of that
+/// same change. A sensor reporting on a fixed period costs a few bytes a chunk; jitter of up to
+/// ±31 ms a byte a reading.
+fn put_timestamps(out: &mut Vec<u8>, ts: impl Iterator<Item = TimestampMs>) {
+    fn put_run(out: &mut Vec<u8>, (zz, n): (u64, u64)) {
+        if n == 1 {
+            put_varint(out, zz << 1);
+        } else {
+            put_varint(out, zz << 1 | 1);
+            put_varint(out, n - 2);
+        }
+    }
+    let mut ts = ts;
+    let Some(mut prev_ts) = ts.next() else { return };
+    let mut prev_delta = 0i64;
+    let mut run: Option<(u64, u64)> = None;
+    for t in ts {
+        let delta = t - prev_ts;
+        let zz = zigzag(delta - prev_delta);
+        (prev_ts, prev_delta) = (t, delta);
+        match &mut run {
+            Some((z, n)) if *z == zz => *n += 1,
+            _ => {
+                if let Some(r) = run.replace((zz, 1)) {
+                    put_run(out, r);
+                }
+            }
+        }
+    }
+    if let Some(r) = run {
+        put_run(out, r);
+    }
+}
+
+/// Encodes readings that all lie in `hour` and are sorted by timestamp: [`Reading`]s, or a
+/// buffer's rows read in place (the same bytes for the same readings).
+pub fn encode_chunk<R: ReadingView>(hour: TimestampMs, readings: &[R]) -> Vec<u8> {
+    debug_assert!(readings.windows(2).all(|w| w[0].ts() <= w[1].ts()));
+    debug_assert!(readings.iter().all(|r| r.ts() >= hour && r.ts() - hour < crate::model::HOUR_MS));
+    debug_assert!(readings.len() <= MAX_CHUNK_READINGS as usize);
+    let (first, last) = match (readings.first(), readings.last()) {
+        (Some(f), Some(l)) => (f.ts(), l.ts()),
+        _ => (hour, hour),
+    };
+
+    let mut columns: Vec<(&str, u8)> = Vec::new();
+    let mut column_of: HashMap<(&str, u8), u32> = HashMap::new();
+    let mut values: Vec<Column> = Vec::new();
+    let mut shapes: Vec<Vec<u32>> = Vec::new();
+    let mut shape_of: HashMap<Vec<u32>, u32> = HashMap::new();
+    let mut shape_ids: Vec<u32> = Vec::with_capacity(readings.len());
+    let mut shape = Vec::new();
+    // The previous reading, whose shape is `shapes[current]`.
+    let mut prev: Option<&R> = None;
+    let mut current = 0u32;
+    for r in readings {
+        let same = prev.is_some_and(|p| {
+            r.same_shape(p).unwrap_or_else(|| {
+                let known = &shapes[current as usize];
+                let mut n = 0;
+                let alike = r.fields().all(|(name, value)| {
+                    let at = known.get(n);
+                    n += 1;
+                    at.is_some_and(|&c| columns[c as usize] == (name, type_of(value)))
+                });
+                alike && n == known.len()
+            })
+        });
+        prev = Some(r);
+        if !same {
+            shape.clear();
+            for (name, value) in r.fields() {
+                let key = (name, type_of(value));
+                shape.push(*column_of.entry(key).or_insert_with(|| {
+                    columns.push(key);
+                    values.push(Column::new(key.1));
+                    (columns.len() - 1) as u32
+                }));
+            }
+            current = match shape_of.get(&shape) {
+                Some(&id) => id,
+                None => {
+                    shapes.push(shape.clone());
+                    shape_of.insert(shape.clone(), (shapes.len() - 1) as u32);
+                    (shapes.len() - 1) as u32
+                }
+            };
+        }
+        shape_ids.push(current);
+        for ((_, value), &c) in r.fields().zip(&shapes[current as usize]) {
+            values[c as usize].push(value);
+        }
+    }
+
+    let mut out = Vec::with_capacity(32 + readings.len() * 4);
+    put_varint(&mut out, CHUNK_V2);
+    put_varint(&mut out, readings.len() as u64);
+    put_varint(&mut out, (first - hour) as u64);
+    put_varint(&mut out, (last - hour) as u64);
+    put_varint(&mut out, columns.len() as u64);
+    for (name, t) in &columns {
+        put_str(&mut out, name);
+        out.push(*t);
+    }
+    put_varint(&mut out, shapes.len() as u64);
+    for shape in &shapes {
+        put_varint(&mut out, shape.len() as u64);
+        for &c in shape {
+            put_varint(&mut out, u64::from(c));
+        }
+    }
+    if shapes.len() > 1 {
+        for &id in &shape_ids {
+            put_varint(&mut out, u64::from(id));
+        }
+    }
+    put_timestamps(&mut out, readings.iter().map(R::ts));
+    for column in values {
+        column.write(&mut out);
+    }
+    out
+}
+
+pub(super) fn decode_v2(
+    c: &mut Cursor<'_>,
+    summary: ChunkSummary,
+) -> Result<Columns, EmbeddedError> {
+    let count = summary.count as usize;
+    let n_columns = c.len()?;
+    let mut names = Vec::with_capacity(n_columns);
+    let mut types = Vec::with_capacity(n_columns);
+    for _ in 0..n_columns {
+        // Interned: every reading made from a chunk copies its names, and a counted name made
+        // each copy and each drop an atomic operation.
+        names.push(FieldName::interned(c.str()?));
+        let t = c.u8()?;
+        if t > T_STR {
+            return Err(corrupt("unknown field type"));
+        }
+        types.push(t);
+    }
+    let n_shapes = c.len()?;
+    if (n_shapes == 0) != (count == 0) {
+        return Err(corrupt("a chunk's readings have no shape"));
+    }
+    let mut shapes = Vec::with_capacity(n_shapes);
+    for _ in 0..n_shapes {
+        let n = c.len()?;
+        let mut shape = Vec::with_capacity(n);
+        for _ in 0..n {
+            let i = usize::try_from(c.varint()?).unwrap_or(usize::MAX);
+            if i >= n_columns {
+                return Err(corrupt("field column out of range"));
+            }
+            shape.push(i);
+        }
+        shapes.push(shape);
+    }
+    let mut shape_ids = Vec::new();
+    if n_shapes > 1 {
+        if count > c.remaining() {
+            return Err(corrupt("chunk shorter than its readings' shapes"));
+        }
+        shape_ids.reserve(count);
+        for _ in 0..count {
+            let id = usize::try_from(c.varint()?).unwrap_or(usize::MAX);
+            if id >= n_shapes {
+                return Err(corrupt("reading shape out of range"));
+            }
+            shape_ids.push(id);
+        }
+    }
+    let ts = get_timestamps(c, summary)?;
+
+    // How many values each column holds, so that each is read to its end before the next.
+    let mut of_shape = vec![0usize; n_shapes];
+    if n_shapes == 1 {
+        of_shape[0] = count;
+    }
+    for &id in &shape_ids {
+        of_shape[id] += 1;
+    }
+    let mut lengths = vec![0usize; n_columns];
+    for (shape, n) in shapes.iter().zip(&of_shape) {
+        for &col in shape {
+            lengths[col] += n;
+        }
+    }
+    let mut values = Vec::with_capacity(n_columns);
+    for (&t, &n) in types.iter().zip(&lengths) {
+        values.push(get_column(c, t, n)?);
+    }
+    c.finish()?;
+    Columns::new(ts, names, shapes, shape_ids, values).map_err(|m| corrupt(m.0))
+}
+
+/// Every reading's timestamp, checked to rise within the summary's first and last.
+fn get_timestamps(
+    c: &mut Cursor<'_>,
+    summary: ChunkSummary,
+) -> Result<Vec<TimestampMs>, EmbeddedError> {
+    let mut ts = Vec::new();
+    fill_timestamps(c, summary, &mut ts)?;
+    Ok(ts)
+}
+
+/// [`get_timestamps`] into `ts`, which is cleared first.
+pub(in crate::store::embedded::codec) fn fill_timestamps(
+    c: &mut Cursor<'_>,
+    summary: ChunkSummary,
+    ts: &mut Vec<TimestampMs>,
+) -> Result<(), EmbeddedError> {
+    let count = summary.count as usize;
+    ts.clear();
+    ts.reserve(count);
+    if count == 0 {
+        return Ok(());
+    }
+    ts.push(summary.first);
+    let (mut prev_ts, mut prev_delta) = (summary.first, 0i64);
+    while ts.len() < count {
+        let token = c.varint()?;
+        let n = if token & 1 == 0 { 1 } else { c.varint()?.saturating_add(2) };
+        if n > (count - ts.len()) as u64 {
+            return Err(corrupt("chunk has more timestamps than readings"));
+        }
+        let change = unzigzag(token >> 1);
+        if change == 0 {
+            // A fixed period, the common run: checked once at its end, not per reading.
+            let end = i64::try_from(n)
+                .ok()
+                .and_then(|n| prev_delta.checked_mul(n))
+                .and_then(|span| prev_ts.checked_add(span))
+                .filter(|&t| t <= summary.last)
+                .ok_or_else(|| corrupt("chunk timestamp beyond its last"))?;
+            let (start, delta) = (prev_ts, prev_delta);
+            ts.extend((1..=n as i64).map(|k| start + k * delta));
+            prev_ts = end;
+            continue;
+        }
+        for _ in 0..n {
+            prev_delta = prev_delta
+                .checked_add(change)
+                .filter(|&d| d >= 0)
+                .ok_or_else(|| corrupt("chunk timestamps out of order"))?;
+            prev_ts = prev_ts
+                .checked_add(prev_delta)
+                .filter(|&t| t <= summary.last)
+                .ok_or_else(|| corrupt("chunk timestamp beyond its last"))?;
+            ts.push(prev_ts);
+        }
+    }
+    if prev_ts != summary.last {
+        return Err(corrupt("chunk's last timestamp does not match its summary"));
+    }
+    Ok(())
+}
+
+/// A float column's `n` values (its mode byte first), each handed to `each`.
+pub(in crate::store::embedded::codec) fn get_floats(
+    c: &mut Cursor<'_>,
+    n: usize,
+    mut each: impl FnMut(f64),
+) -> Result<(), EmbeddedError> {
+    let mode = c.u8()?;
+    if mode == FLOATS_EACH {
+        let (mut prev_bits, mut memo) = (0u64, None);
+        for _ in 0..n {
+            prev_bits = get_float(c, prev_bits, &mut memo)?;
+            each(f64::from_bits(prev_bits));
+        }
+    } else {
+        let k = usize::from(mode & 0x0f);
+        if mode & 0xf0 != DECIMAL_HEADER || k >= POW10.len() {
+            return Err(corrupt("bad float column mode"));
+        }
+        let mut s = 0i64;
+        for _ in 0..n {
+            s = s.wrapping_add(unzigzag(c.varint()?));
+            each(unscaled(s, k));
+        }
+    }
+    Ok(())
+}
+
+/// An integer column's `n` values, as their unsigned bits, each handed to `each`.
+pub(in crate::store::embedded::codec) fn get_integers(
+    c: &mut Cursor<'_>,
+    n: usize,
+    mut each: impl FnMut(u64),
+) -> Result<(), EmbeddedError> {
+    let mut prev = 0u64;
+    for _ in 0..n {
+        prev = prev.wrapping_add(unzigzag(c.varint()?) as u64);
+        each(prev);
+    }
+    Ok(())
+}
+
+/// A column's `n` values.
+fn get_column(c: &mut Cursor<'_>, t: u8, n: usize) -> Result<Vec<FieldValue>, EmbeddedError> {
+    // Every value takes a byte at least, a bool an eighth.
+    let least = if t == T_BOOL { n.div_ceil(8) } else { n };
+    if least > c.remaining() {
+        return Err(corrupt("chunk shorter than its columns"));
+    }
+    let mut values = Vec::with_capacity(n);
+    match t {
+        T_FLOAT if n > 0 => get_floats(c, n, |v| values.push(FieldValue::Float(v)))?,
+        T_FLOAT => {}
+        T_INT | T_UINT => get_integers(c, n, |prev| {
+            values.push(if t == T_INT {
+                FieldValue::Int(prev as i64)
+            } else {
+                FieldValue::UInt(prev)
+            })
+        })?,
+        T_BOOL => {
+            let bits = c.bytes(n.div_ceil(8))?;
+            values.extend((0..n).map(|i| FieldValue::Bool(bits[i / 8] >> (i % 8) & 1 != 0)));
+        }
+        _ => {
+            for _ in 0..n {
+                values.push(FieldValue::Str(c.string()?));
+            }
+        }
+    }
+    Ok(values)
+}
