@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # Instructions executed by bucketd binaries for the same fixed work, counted by callgrind: the
-# comparison to use for changes of a few percent, which this machine's timing noise (10-20%
-# between identical flat-out runs) hides.
+# comparison to use for changes of a few percent, which this machine's timing noise hides.
 #
 # Each binary runs under `valgrind --tool=callgrind` on a fresh embedded store, CPU 0, with
-# `--flush-interval 10s` (under callgrind bucketd takes ~20,000 readings/s, so each sensor
-# still gets ~20 readings per flush, as at full speed with the default 1 s); `loadtest` on
+# `--flush-interval 10s` (under callgrind bucketd is far slower, so each sensor still gets
+# several readings per flush, as at full speed); `loadtest` on
 # CPU 1 sends COUNT readings (10,000 sensors, 5,000-line bodies on /write, 2 connections);
 # then bucketd is stopped (SIGINT: it flushes everything) and the program's total instruction
 # count is printed with the instructions per reading, and the hottest functions (self cost).

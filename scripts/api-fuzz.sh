@@ -123,8 +123,8 @@ curl -fsS -X POST -H 'Content-Type: application/json' \
 # Phases: the document's examples, the coverage phase (boundary and invalid values of every
 # parameter) and fuzzing. No stateful phase: the document declares no links between operations.
 # One worker: with two, schemathesis' threads parse Python source concurrently and CPython 3.11
-# fails with "AST constructor recursion depth mismatch"; one is fast enough (about 8,000 cases
-# a minute) and keeps the order of requests, so a seed reproduces a run.
+# fails with "AST constructor recursion depth mismatch"; one is fast enough for the bounded
+# run and keeps the order of requests, so a seed reproduces a run.
 # Run from $out: schemathesis keeps what `st replay` needs in .schemathesis/ under the current
 # directory, and the source tree is no place for it.
 set +e

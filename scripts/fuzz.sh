@@ -4,7 +4,8 @@
 # RUSTC_BOOTSTRAP=1 the stable toolchain accepts them, so no nightly toolchain is needed.
 #
 # Builds are debug builds (`--dev`: overflow checks on, so an arithmetic overflow is a crash)
-# without a sanitizer (bucketd has no unsafe code of its own; panics are what we look for).
+# without a sanitizer: bucketd's only unsafe code is the allocator call in src/alloc.rs, which
+# takes no pointers, and the fuzzed parsers and routes have none; panics are what we look for.
 # A crash leaves its input in fuzz/artifacts/<target>/ and fails this script; reproduce with
 #   RUSTC_BOOTSTRAP=1 cargo fuzz run --dev --sanitizer none <target> fuzz/artifacts/<target>/<file>
 set -euo pipefail

@@ -1,14 +1,12 @@
 //! The allocator's upkeep. `main.rs` makes mimalloc the global allocator (it says why).
 //!
-//! mimalloc gives freed memory back to the OS after a delay (10 ms for pages, 100 ms for
-//! whole segments), and only from inside its own calls: what was freed just before the threads
-//! that freed it went quiet stays resident until one of them allocates again. So the flusher
-//! calls [`release_freed`] when nothing is due (and once a second while something always
-//! is), and an embedded range reader when it returns.
-//! Measured on one core, the compare.sh load then `--verify` reading the 10,000 sensors back
-//! with four range queries at a time: peak RSS was 135-170 MiB, in five runs of six reached
-//! while verifying, 25-45 MiB above the end of the load; with these calls 136-144 MiB, reached
-//! during the load.
+//! mimalloc gives freed memory back to the OS after a delay (mimalloc 2's defaults: 10 ms for
+//! pages, 100 ms for whole segments), and only from inside its own calls: what was freed just
+//! before the threads that freed it went quiet stays resident until one of them allocates
+//! again. So the flusher calls [`release_freed`] when nothing is due (and once a second while
+//! something always is), and an embedded range reader when it returns. Without these calls, a
+//! load followed by range queries peaked while the queries ran, above the load's own peak; with
+//! them the peak stays the load's.
 
 /// Gives back to the OS what mimalloc has freed and kept past its delay: a walk of the calling
 /// thread's heap and the purges due in its arenas. For a thread about to wait. With another

@@ -178,9 +178,9 @@ pub struct Config {
     /// sync finished: one fsync at a time, and every write that arrived during it shares the
     /// next, so the fsync's own duration paces the log. A window only lengthens each
     /// acknowledgement's wait, and a connection waits for its acknowledgement before it sends
-    /// again: with a few busy connections the CPU idled meanwhile (10 ms left one core idle;
-    /// 2 ms, two cores 5-7% of a flat-out run; loadtest/README.md). A window still bounds the
-    /// rate where every fsync is costly: `2ms` allows at most 500 a second.
+    /// again: with a few busy connections the CPU idles meanwhile (docs/performance.md). A
+    /// window still bounds the rate where every fsync is costly: `2ms` allows at most 500 a
+    /// second.
     #[arg(long, env = "BUCKETD_WAL_SYNC_INTERVAL", default_value = "0s", value_parser = parse_duration)]
     pub wal_sync_interval: Duration,
 
@@ -457,8 +457,8 @@ impl Config {
             series: Some(Arc::new(SeriesLimit::new(self.max_series))),
             // Room for every series the cardinality bound admits: a cache smaller than the
             // fleet forgets everything each time it fills, and every line then pays the full
-            // parse, validation and admission (a 200,000-sensor fleet spent a tenth of its
-            // time there with 100,000 entries).
+            // parse, validation and admission (a fleet larger than the cache spent much of its
+            // time there).
             known: Arc::new(KnownSeries::new(self.max_series)),
             ..InputLimits::default()
         }

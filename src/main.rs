@@ -7,9 +7,10 @@ use bucketd::config::{Command, Config, LogFormat};
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-// Ingest allocates and frees several small objects per reading (series keys, field names) on
-// one thread while the flusher frees them on another; glibc malloc spent over half the CPU
-// time of a line-protocol load in its own bookkeeping (see loadtest/README.md).
+// mimalloc rather than the system allocator: the threads that parse and merge pushes allocate
+// all the time (packed readings, the buffers' row blocks, string values), and the flusher frees
+// most of it once written, often on another thread. mimalloc's per-thread heaps keep that
+// traffic cheap, and it can be asked to give freed memory back to the OS (src/alloc.rs).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -101,7 +101,7 @@ impl From<ValueRef<'_>> for FieldValue {
 
 /// One reading as the stores' encoders see it: a timestamp and its fields in order, borrowed
 /// from wherever the reading is held. The embedded store writes a flushed buffer's rows through
-/// it, without making a [`Reading`] of each row (that cost a sixth of its write).
+/// it, without making a [`Reading`] of each row, which was a large part of its write.
 pub trait ReadingView {
     fn ts(&self) -> TimestampMs;
     fn fields(&self) -> impl Iterator<Item = (&str, ValueRef<'_>)>;
@@ -455,7 +455,7 @@ fn escape_into(out: &mut String, text: &str, escaped: impl Fn(u8) -> bool) {
 /// once per key for the life of the process and never freed, so copying and dropping it touch
 /// no reference count, and two interned series are the same series exactly when they are the
 /// same pointer. With two cores parsing and merging, a shared count was an atomic write per
-/// line to a cache line the other core had just written: a quarter of the parser's time. The
+/// line to a cache line the other core had just written, much of the parser's time. The
 /// interned series are bounded by the cardinality limit that admitted them (see
 /// [`KnownSeries`](crate::ingest::validate::KnownSeries)). Every other series (JSON items, the
 /// log's replay, tests) is [`Series::shared`]: reference-counted and freed with its last reading.

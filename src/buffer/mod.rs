@@ -636,7 +636,7 @@ impl Buffers {
     /// for a quiet one. Shorter when the pushes of the last 5-10 s came closer together:
     /// twice the longest gap between them (at least a tick). A pause twice as long as any in
     /// the load so far means the load stopped, and its readings need not wait the full 2 s
-    /// to be written (a flat-out load pushes every few milliseconds).
+    /// to be written (a flat-out load pushes far more often than that).
     fn quiet_after(&self, gaps: &Gaps) -> Duration {
         let at_most = (self.config.flush_interval / 5).clamp(self.tick(), QUIET_AT_MOST);
         match gaps.longest() {
@@ -648,8 +648,7 @@ impl Buffers {
     /// How many readings make a buffer due by size. A full bucket's worth, while the buffers
     /// hold little. Once they hold a sixteenth of the bound, an eighth of that: such a buffer
     /// already fills a chunk worth its write, and a fast sensor's waiting for a whole bucket
-    /// is memory held for no fewer writes (a flat-out load filled every buffer at once, and
-    /// the buffers peaked near half the bound). A slow sensor never gets there within its
+    /// is memory held for no fewer writes (a flat-out load filled every buffer at once). A slow sensor never gets there within its
     /// flush interval, so the fleet's buffers still wait for their age. Under pressure,
     /// the average sensor's length, if shorter.
     fn due_length(&self) -> usize {

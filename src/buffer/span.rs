@@ -4,8 +4,8 @@ use crate::model::TimestampMs;
 
 /// The hasher of the buffer map and of a merge's sensor index. Keys are client-chosen sensor
 /// keys, so it is seeded randomly per process (foldhash's `RandomState`) as SipHash's is; it is
-/// several times cheaper than SipHash on short keys, and every staged reading of a body with
-/// many distinct sensors hashes its key in the merge.
+/// much cheaper than SipHash on short keys, and every staged reading of a body with many
+/// distinct sensors hashes its key in the merge.
 pub(super) type BuildHasher = foldhash::fast::RandomState;
 
 /// First and last timestamp of a set of readings; `EMPTY` is the identity of `merge`.

@@ -63,8 +63,8 @@ pub trait Settle: Send + Sync {
 /// Readings per `Store::write` call at most: bounds the memory a write holds twice (the batch
 /// and its encoding; the MongoDB store splits its commands by size itself). 250,000 rather
 /// than 100,000: each call ends in one commit (the embedded store's fsync), and a commit
-/// writes each B-tree page its batches dirtied once, however many sensors share it; on two
-/// cores the final drain of a flat-out load took 1.2 s instead of 2.5-3.0 (loadtest/README.md).
+/// writes each B-tree page its batches dirtied once, however many sensors share it, so the
+/// final drain of a flat-out load takes far less time.
 pub const MAX_READINGS_PER_WRITE: usize = 250_000;
 
 /// How often a flusher that always finds something due gives freed memory back (see

@@ -63,8 +63,8 @@ impl InputLimits {
 /// Every line of every connection reads this map, on every core: it is a lock-free map
 /// (`papaya`), whose reads write nothing shared, and it hands out [`Series::interned`] series,
 /// whose copies count no references. (A sharded map's read lock and an `Arc`'s count were
-/// atomic writes per line to cache lines the other core had just written: half of the parser's
-/// time on two cores.)
+/// atomic writes per line to cache lines the other core had just written: much of the
+/// parser's time on two cores.)
 ///
 /// One map holds both kinds of entry, so that a series costs one entry and no copy of its text
 /// in the usual case, where a line writes its tags sorted and its text is its key:

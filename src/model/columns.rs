@@ -1,8 +1,7 @@
 //! One series' consecutive readings in columns, as the embedded store's chunks hold them: what a
 //! range query writes its page from. Making a [`Reading`] of each (a vector of fields, a copy
-//! of every name), passing it along and dropping it after the page wrote it cost a range query
-//! about a third of its instructions; a page reads the values where the chunk's decoder put
-//! them.
+//! of every name), passing it along and dropping it after the page wrote it was a large part of
+//! a range query's work; a page reads the values where the chunk's decoder put them.
 
 use super::{FieldName, FieldValue, Fields, Reading, TimestampMs};
 

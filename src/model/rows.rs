@@ -1,6 +1,6 @@
 //! One series' readings of one hour as typed slots: a timestamp, a sequence number, and per
 //! field a kind and 64 value bits for each reading. A reading so costs 8 bytes plus 8 per field
-//! while the buffer's readings share their kinds (a `Reading` in a vector costs about 120),
+//! while the buffer's readings share their kinds (a `Reading` in a vector costs far more, with its fields' own allocation),
 //! which is what lets the buffers wait for a longer flush interval within the same memory. The
 //! buffers append to them, and a flushed buffer's rows are moved, as they are, into the
 //! [`Batch`](super::Batch) the store writes, which reads them in place ([`Row`]) or makes the
@@ -37,7 +37,7 @@ pub struct Rows {
     shared: u32,
     /// Rows held. Counted here (in what was padding) rather than from the full blocks: those
     /// are behind `more`, and a merge reads every buffer's length before and after it appends,
-    /// which cost a cache miss per sensor per merge (3% of a flat-out load's time).
+    /// which cost a cache miss per sensor per merge.
     len: u32,
     /// The sequence number the heads count from: the first pushed.
     seq_base: Seq,
@@ -76,8 +76,8 @@ fn rows_of<'a>(
 /// Rows per block. A buffer that outgrows one block is given another instead of being copied
 /// into a larger vector: growing one vector by a quarter copied each row about four times
 /// over its life, and those copies (`realloc`, the reads and writes of memory long out of
-/// cache) were a fifth of the merge. A block of two-field rows is 1.5 KiB; at most one block
-/// per buffer is partly empty.
+/// cache) were a large part of the merge's time. A block of two-field rows is 1.5 KiB; at most
+/// one block per buffer is partly empty.
 const BLOCK_ROWS: usize = 64;
 
 const ABSENT: u8 = 0;
@@ -274,10 +274,10 @@ impl Rows {
         }
         let at = self.tail.len();
         if at + row > self.tail.capacity() {
-            // A quarter more (at least two rows) up to a block, not twice: doubling left a
-            // third of the rows' memory unused on average, and a slow sensor's ten rows sat in
-            // room for sixteen. The first row alone: a sensor that sends once per flush
-            // interval holds one (a million of them, 96 MB). Never past a block, so that a
+            // A quarter more (at least two rows) up to a block, not twice: doubling leaves up
+            // to half of the rows' memory unused, and a slow sensor's ten rows sat in room for
+            // sixteen. The first row alone: a sensor that sends once per flush interval holds
+            // one, and a fleet may have a million such sensors. Never past a block, so that a
             // full tail becomes a block without being copied.
             let grow = if at == 0 && self.full().is_empty() { row } else { (at / 4).max(2 * row) };
             self.tail.reserve_exact(grow.min(block - at));
@@ -434,7 +434,7 @@ impl Rows {
         assert!((0..crate::model::HOUR_MS).contains(&offset), "a buffer holds one hour");
         // Read only when a string comes: the count lives behind `more`, which a buffer with
         // full blocks has, and reading it for every push was a cache miss per sensor per
-        // merge (two fifths of this function's time, flat out).
+        // merge (much of this function's time, flat out).
         let first_str = if field_kinds.contains(&STR) { self.strs().len() } else { 0 };
         let mut strs: smallvec::SmallVec<[String; 1]> = smallvec::SmallVec::new();
         let seq_base = self.seq_base;

@@ -1,7 +1,7 @@
 //! The writers of the query responses: timestamps, JSON numbers and strings, CSV fields.
 //! Timestamps come out as chrono formats them and JSON as serde_json writes it (the tests hold
 //! them to that), but straight into the output buffer: chrono and serde_json's float formatting
-//! cost a range query about a third of its CPU time.
+//! were a large part of a range query's CPU time.
 
 use chrono::{DateTime, SecondsFormat};
 
@@ -24,7 +24,7 @@ pub fn write_ts(buf: &mut Vec<u8>, ts: TimestampMs) {
 const MS_PER_DAY: i64 = 86_400_000;
 
 /// Writes timestamps as [`format_ts`] does, straight into a buffer. A range query formats one
-/// per reading, and chrono's formatter plus a `String` each time was a quarter of its CPU
+/// per reading, and chrono's formatter plus a `String` each time was a large part of its CPU
 /// time; for the accepted years 0000 to 9999 the shape is fixed, so it is filled in directly.
 /// The date of the last day seen is kept: a range's readings mostly share their day.
 pub struct TsWriter {
@@ -190,7 +190,7 @@ fn needs_json_escape(s: &[u8]) -> bool {
 
 /// A float, byte for byte as serde_json writes it (its shortest round-trip form), with a fast
 /// path for the fixed-resolution values sensors send (21.37, 1013.25, 40.0), where the general
-/// shortest-digits search was a tenth of a range query's CPU time.
+/// shortest-digits search was a noticeable part of a range query's CPU time.
 fn write_json_f64(buf: &mut Vec<u8>, v: f64) {
     match short_decimal(v) {
         Some((s, k)) => write_fixed_point(buf, s, k),

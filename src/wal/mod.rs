@@ -19,8 +19,7 @@
 //! that is no longer appended to and whose readings are all settled is deleted by the writer
 //! thread, or, up to [`SPARE_FILES`] of them, renamed to a spare that a later segment is
 //! written over: on ext4 and its kind an `fdatasync` of blocks a file already has skips the
-//! journal commit that one extending the file needs (measured under a two-core load: a
-//! quarter to a third less time a sync). A spare serves only this process (its sequence numbers are all
+//! journal commit that one extending the file needs, so a sync takes less time. A spare serves only this process (its sequence numbers are all
 //! below the ones still to come, which is what tells a reused file's earlier bytes apart; see
 //! [`segment`]); leftover spares are deleted at start and at close. `max_bytes` bounds the
 //! whole directory, spares and the earlier length of reused files included: an append that

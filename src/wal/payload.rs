@@ -15,8 +15,8 @@
 //! ```
 //!
 //! Why not postcard of the items, as version 1: that wrote every reading's series (key,
-//! measurement and tags) and field names in full, 91 bytes for a compare.sh line of 75 (46
-//! now), and the log wrote more bytes a reading than the store did. A body's lines are of
+//! measurement and tags) and field names in full, more bytes than the line itself, and the log
+//! wrote more bytes a reading than the store did. A body's lines are of
 //! series it names once or a few times, and of the same few fields.
 
 use std::collections::HashMap;

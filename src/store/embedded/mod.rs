@@ -50,10 +50,11 @@
 //! pass later moves chunks of hours that are over into `chunks`, which needs no schema change.
 //!
 //! Schema 6 writes chunks column by column (chunk encoding version 2, [`codec`]): a reading of
-//! two fields of fixed resolution at a fixed period takes about two bytes, where version 1
-//! took seven. Version-1 chunks are still decoded, and a bucket may hold both; the first
-//! write that joins a small old chunk rewrites it in the new encoding. The schema number is
-//! bumped so that a schema-5 bucketd, which cannot decode version 2, refuses the file at open.
+//! two fields of fixed resolution at a fixed period takes a fraction of what version 1 took
+//! (the `measure_chunk_encoding` test in [`codec`] prints the bytes a reading). Version-1
+//! chunks are still decoded, and a bucket may hold both; the first write that joins a small
+//! old chunk rewrites it in the new encoding. The schema number is bumped so that a schema-5
+//! bucketd, which cannot decode version 2, refuses the file at open.
 //!
 //! # Durability
 //! All batches of one [`Store::write`] call are committed in ONE redb write transaction with
@@ -444,8 +445,8 @@ impl Store for EmbeddedStore {
         let fail_after = self.fail_after.swap(usize::MAX, std::sync::atomic::Ordering::SeqCst);
         let w = write::Writing { writer, limits: self.limits, fail_after };
         // On the calling thread, the flusher's own (`writes_block`), with the borrowed
-        // batches: copying them for `spawn_blocking` cost ~15% of the server's CPU under a
-        // 10,000-sensor load and held each flushed reading twice in memory.
+        // batches: copying them for `spawn_blocking` was a large part of the server's CPU
+        // under a 10,000-sensor load and held each flushed reading twice in memory.
         let run = std::panic::AssertUnwindSafe(|| write::write_batches(&self.db(), w, batches));
         std::panic::catch_unwind(run).unwrap_or_else(|_| {
             let e = StoreError::Internal("embedded write panicked".into());

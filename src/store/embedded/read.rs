@@ -43,7 +43,8 @@ enum Piece {
     /// A chunk of an hour written in timestamp order, overlapping the range, still encoded. The
     /// stream decodes it on the consumer's thread, so that the readings are allocated and freed
     /// by the same thread: mimalloc frees another thread's allocations through a slower atomic
-    /// path, and with three allocations per reading that was a tenth of a large range query.
+    /// path, and with three allocations per reading that was a noticeable part of a large range
+    /// query.
     Chunk { hour: TimestampMs, bytes: Vec<u8> },
     /// Readings of an hour written out of order: in range, sorted, in query order.
     Readings(Vec<Reading>),

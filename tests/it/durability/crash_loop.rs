@@ -58,8 +58,8 @@ struct Ledger {
     sent: BTreeSet<i64>,
 }
 
-/// `pause` between a writer's requests keeps the volume within what the MongoDB stand-in
-/// (hundreds of operations a second) reads back in time.
+/// `pause` between a writer's requests keeps the volume within what the MongoDB stand-in (far
+/// slower than MongoDB) reads back in time.
 async fn crash_loop(data_dir: &Path, args: &[&str], rounds: usize, pause: Duration) {
     let mut rng = Lcg::seeded("crash loop");
     let client = reqwest::Client::builder().timeout(Duration::from_secs(120)).build().unwrap();

@@ -35,8 +35,8 @@ use futures::future::BoxFuture;
 /// The writer the suite writes as (a second one where a case says so).
 pub const W: WriterId = WriterId(1);
 
-/// Every case must finish within this, stand-ins included (the MongoDB stand-in manages a few
-/// hundred statements a second).
+/// Every case must finish within this, stand-ins included (the MongoDB stand-in is far slower
+/// than MongoDB).
 pub const CASE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// 2024-01-01T00:00:00Z: an hour boundary.

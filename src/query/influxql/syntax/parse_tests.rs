@@ -749,7 +749,7 @@ fn fuzz_seeds_parse() {
 }
 
 /// The deepest inputs the bounds allow parse, compare and drop within 1 MiB of stack in a debug
-/// build (about 7 KiB a level at worst; far less optimised), half of a tokio worker's 2 MiB.
+/// build (debug frames are far larger than optimised ones), half of a tokio worker's 2 MiB.
 #[test]
 fn deepest_inputs_fit_a_small_stack() {
     let inputs = [

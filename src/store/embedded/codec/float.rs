@@ -87,7 +87,7 @@ pub(super) fn put_float(out: &mut Vec<u8>, v: f64, prev_bits: u64, memo: &mut Sc
 /// The decoder's memory of a field's last decimal float: `(k, s)` when it was `s / 10^k` with
 /// `|s| <= SCALED_MEMO_LIMIT`. For such values `scaled_prev(bits, k) == s` (the two roundings
 /// between `s` and `s / 10^k * 10^k` are off by at most `|s| * 2^-52 <= 1/4`), so the next
-/// value with `k` decimals skips that multiplication and its `round`, a tenth of decoding.
+/// value with `k` decimals skips that multiplication and its `round`, a noticeable part of decoding.
 pub(super) type ScaledMemo = Option<(usize, i64)>;
 const SCALED_MEMO_LIMIT: u64 = 1 << 50;
 
