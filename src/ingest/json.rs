@@ -43,8 +43,8 @@ use serde::Deserialize;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::series_key::{self, ParsedSeries};
 use super::validate::{self, InputLimits};
+use crate::model::series_key::{self, ParsedSeries};
 use crate::model::{FieldName, FieldValue, Fields, Item, Reading, Series, SeriesMeta, TimestampMs};
 
 /// One rejected item: its 0-based index in the request (array position or NDJSON line), why,

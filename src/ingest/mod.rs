@@ -8,7 +8,6 @@ pub mod json;
 pub mod line_protocol;
 pub mod memory;
 pub mod metrics;
-pub mod series_key;
 pub mod tcp;
 pub mod validate;
 

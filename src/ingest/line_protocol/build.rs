@@ -3,8 +3,8 @@
 
 use super::Precision;
 use super::entry::{Bad, Scratch, Value};
-use crate::ingest::series_key::{self, series_key};
 use crate::ingest::validate::{self, InputLimits};
+use crate::model::series_key::{self, series_key};
 use crate::model::{FieldValue, Item, Reading, Series, SeriesMeta, TimestampMs};
 
 /// Turns a parsed entry into the owned series and reading, and validates them.

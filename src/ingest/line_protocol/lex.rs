@@ -1,7 +1,7 @@
 //! Bytes to tokens: which bytes each part of a line may hold, where an entry ends, and the
 //! scanning of one token.
 
-use crate::ingest::series_key;
+use crate::model::series_key;
 
 // ---- byte classes -------------------------------------------------------------------------
 

@@ -5,8 +5,8 @@ use proptest::prelude::*;
 
 use super::entry::echo;
 use super::*;
-use crate::ingest::series_key::{parse_series_key, series_key};
 use crate::ingest::validate::SeriesLimit;
+use crate::model::series_key::{parse_series_key, series_key};
 use crate::model::{FieldValue, Series};
 
 const NOW: i64 = 1_700_000_000_000;

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use bucketd::ingest::line_protocol::{Precision, parse_body};
-use bucketd::ingest::series_key::series_key;
 use bucketd::ingest::validate::InputLimits;
+use bucketd::model::series_key;
 use bucketd::model::{FieldValue, Reading, SeriesMeta};
 use serde_json::Value;
 

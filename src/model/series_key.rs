@@ -5,6 +5,9 @@
 //!
 //! The byte rules below are line protocol's own for that part of a line. Its lexer builds its
 //! byte table from them, so the key and the parser cannot drift apart.
+//!
+//! Ingest builds and parses keys, the log rebuilds them, and InfluxQL's `SHOW SERIES` prints
+//! them: they live here, below all three.
 
 use std::borrow::Cow;
 
@@ -13,46 +16,42 @@ const fn is_control(b: u8) -> bool {
 }
 
 /// Bytes allowed in a measurement: anything but `,`, space and control characters.
-pub(super) const fn in_measurement(b: u8) -> bool {
+pub const fn in_measurement(b: u8) -> bool {
     !(is_control(b) || b == b',' || b == b' ')
 }
 
 /// Bytes allowed in tag keys (and in line protocol's field keys): anything but `,`, `=`, space
 /// and control characters.
-pub(super) const fn in_key(b: u8) -> bool {
+pub const fn in_key(b: u8) -> bool {
     !(is_control(b) || b == b',' || b == b'=' || b == b' ')
 }
 
 /// Bytes allowed in tag values: anything but `,`, `=`, space, `\r` and `\n` (the reference
 /// decoder allows other control characters here, unlike in keys).
-pub(super) const fn in_tag_value(b: u8) -> bool {
+pub const fn in_tag_value(b: u8) -> bool {
     !(b == b',' || b == b'=' || b == b' ' || b == b'\r' || b == b'\n')
 }
 
-// The key itself and its escape rules are the model's: the query side prints keys too.
-pub use crate::model::series_key;
-pub(super) use crate::model::{escaped_in_key, escaped_in_measurement};
-
 /// Sorts tags by key. Stable, so among tags with the same key the one given first stays first:
 /// JSON names both values in its conflict message in the order the client gave them.
-pub(super) fn sort_tags<K: Ord, V>(tags: &mut [(K, V)]) {
+pub fn sort_tags<K: Ord, V>(tags: &mut [(K, V)]) {
     tags.sort_by(|a, b| a.0.cmp(&b.0));
 }
 
 /// The first two neighbours of sorted tags that share a key: a series has each tag key once.
-pub(super) fn repeated_key<K: Eq, V>(sorted: &[(K, V)]) -> Option<[&(K, V); 2]> {
+pub fn repeated_key<K: Eq, V>(sorted: &[(K, V)]) -> Option<[&(K, V); 2]> {
     sorted.windows(2).find(|w| w[0].0 == w[1].0).map(|w| [&w[0], &w[1]])
 }
 
 /// A series key taken apart by [`parse_series_key`].
-pub(super) struct ParsedSeries<'a> {
+pub struct ParsedSeries<'a> {
     pub measurement: Cow<'a, str>,
     pub tags: Vec<(Cow<'a, str>, Cow<'a, str>)>,
 }
 
 /// Splits a series key (`measurement[,tag=value...]`, as [`series_key`] writes it) into its
 /// unescaped measurement and tags, in the order written. `None` when `key` is not exactly that.
-pub(super) fn parse_series_key(key: &str) -> Option<ParsedSeries<'_>> {
+pub fn parse_series_key(key: &str) -> Option<ParsedSeries<'_>> {
     let mut p = 0;
     let measurement = token(key, &mut p, in_measurement, escaped_in_measurement)?;
     let s = key.as_bytes();
@@ -78,7 +77,7 @@ pub(super) fn parse_series_key(key: &str) -> Option<ParsedSeries<'_>> {
 
 /// The measurement of a string that may or may not be a series key: its text up to the first
 /// unescaped `,`, with the measurement escapes (`\,` and `\ `) undone. Spaces are kept.
-pub(super) fn measurement_prefix(key: &str) -> Cow<'_, str> {
+pub fn measurement_prefix(key: &str) -> Cow<'_, str> {
     let s = key.as_bytes();
     let mut i = 0;
     let mut escaped = false;
@@ -150,6 +149,52 @@ fn unescape(raw: &[u8], escapes: impl Fn(u8) -> bool) -> Vec<u8> {
         i += 1;
     }
     out
+}
+
+/// Bytes a backslash escapes in a measurement.
+pub const fn escaped_in_measurement(b: u8) -> bool {
+    b == b',' || b == b' '
+}
+
+/// Bytes a backslash escapes in tag keys, tag values (and field keys).
+pub const fn escaped_in_key(b: u8) -> bool {
+    b == b',' || b == b'=' || b == b' '
+}
+
+/// The series key of a measurement and its tags (sorted by key): the line-protocol text of
+/// that part of a line, e.g. `env,sensor=s1,site=w3`. Escapes `,` and space in the measurement
+/// and `,`, `=` and space in tag keys and values, so parsing the key gives the series back.
+pub fn series_key<K: AsRef<str>, V: AsRef<str>>(
+    measurement: &str,
+    sorted_tags: &[(K, V)],
+) -> String {
+    series_key_of(measurement, sorted_tags.iter().map(|(k, v)| (k.as_ref(), v.as_ref())))
+}
+
+pub(super) fn series_key_of<'a>(
+    measurement: &str,
+    sorted_tags: impl Iterator<Item = (&'a str, &'a str)> + Clone,
+) -> String {
+    let len =
+        measurement.len() + sorted_tags.clone().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>();
+    let mut key = String::with_capacity(len);
+    escape_into(&mut key, measurement, escaped_in_measurement);
+    for (k, v) in sorted_tags {
+        key.push(',');
+        escape_into(&mut key, k, escaped_in_key);
+        key.push('=');
+        escape_into(&mut key, v, escaped_in_key);
+    }
+    key
+}
+
+fn escape_into(out: &mut String, text: &str, escaped: impl Fn(u8) -> bool) {
+    for c in text.chars() {
+        if c.is_ascii() && escaped(c as u8) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
 }
 
 #[cfg(test)]
