@@ -1,5 +1,5 @@
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::*;
 use crate::buffer::{BufferConfig, BufferFull, Buffers};
@@ -8,6 +8,8 @@ use crate::store::memory::MemoryStore;
 use crate::store::{BucketLimits, Store};
 use crate::wal::identity::Identity;
 use crate::wal::refill;
+use crate::wal::segment::HEADER_BYTES;
+use crate::wal::spare::SPARE_FILES;
 
 /// What a push into the log can fail with, as `Buffers::push_or_spill` needs it.
 #[derive(Debug)]
