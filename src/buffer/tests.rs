@@ -3,9 +3,16 @@ use std::time::Duration;
 use futures::FutureExt;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
+use tokio::time::Instant;
+
 use super::entry::HOUR_BYTES;
+use super::span::Span;
+use super::take::Released;
 use super::*;
-use crate::model::{FieldValue, Item, SeriesMeta, hour_start};
+use crate::model::{
+    Batch, FieldValue, HOUR_MS, Item, Reading, Rows, Series, SeriesMeta, TimestampMs, hour_start,
+};
+use crate::store::WriteOverhead;
 
 /// A reading of series `key` at `ts`, tagged with a unique `seq` so tests can follow it.
 pub(crate) fn item(key: &str, ts: TimestampMs, seq: i64) -> Item {
