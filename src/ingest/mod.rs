@@ -1,5 +1,6 @@
-//! Wire formats and the listeners that speak them. Parsers ([`json`], [`line_protocol`], and
-//! the [`series_key`] both build) turn bytes into readings that [`validate`] admits;
+//! Wire formats and the listeners that speak them. Parsers ([`json`], [`line_protocol`], both
+//! keying series by [`model::series_key`](crate::model::series_key)) turn bytes into readings
+//! that [`validate`] admits;
 //! [`http`] and [`tcp`] move bytes in and hand readings to [`intake`], counted by [`metrics`].
 
 pub mod http;
