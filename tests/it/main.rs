@@ -14,6 +14,7 @@
 //! Test data lives beside this directory (`tests/data/`, `tests/mongo_standin/`) and is found
 //! through `CARGO_MANIFEST_DIR`.
 
+mod docs;
 mod durability;
 mod edge;
 mod ingest;
