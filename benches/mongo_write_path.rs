@@ -27,20 +27,6 @@
 //! command limits with the measured statement size). `loadtest/README.md` scales them to
 //! 10,000 sensors.
 
-// The integration tests' stand-in launcher, shared rather than copied: how the venv is built
-// and the bridge started must stay the same for both.
-// The bench connects through its counting proxies, not with the tests' `connect` helper.
-#[allow(dead_code)]
-#[path = "../tests/it/support/mongo_standin.rs"]
-mod mongo_standin;
-#[path = "../tests/it/support/venv.rs"]
-mod venv;
-// The Store suite's helpers for building and reading batches, shared rather than copied; the
-// bench uses a few of the suite's items, not its cases.
-#[allow(dead_code, unused_macros, unused_imports)]
-#[path = "../tests/it/store/suite.rs"]
-mod suite;
-
 mod common;
 
 use std::sync::Arc;
@@ -54,9 +40,12 @@ use bucketd::flush::Flusher;
 use bucketd::model::{Batch, FieldValue, HOUR_MS, Item, Reading};
 use bucketd::store::mongo::{MongoConfig, MongoStore};
 use bucketd::store::{BucketLimits, Store};
+// The integration tests' stand-in launcher and batch builders: how the venv is built and the
+// bridge started must stay the same for both. The bench connects through its counting
+// proxies, not with the stand-in's `connect` helper.
+use bucketd_test_support::mongo_standin::{MongoBackend, StandInOptions};
+use bucketd_test_support::store::{self as suite, W};
 use common::{reading, series};
-use mongo_standin::{MongoBackend, StandInOptions};
-use suite::W;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

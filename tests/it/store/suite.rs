@@ -22,18 +22,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bucketd::model::{
-    Batch, FieldName, FieldValue, HOUR_MS, Reading, Series, SeriesMeta, TimestampMs, WriterId,
-    hour_start,
+    Batch, FieldName, FieldValue, HOUR_MS, Reading, Series, TimestampMs, WriterId, hour_start,
 };
 use bucketd::store::{
     BucketLimits, FieldStats, Order, RangeQuery, RollupQuery, RollupRow, SensorInfo, SensorQuery,
-    Store, StoreError, WriteReport,
+    Store, StoreError,
 };
-use futures::StreamExt;
+pub use bucketd_test_support::store::{
+    W, batches, normalize, normalized, range, read, reading, series, write_ok,
+};
 use futures::future::BoxFuture;
-
-/// The writer the suite writes as (a second one where a case says so).
-pub const W: WriterId = WriterId(1);
 
 /// Every case must finish within this, stand-ins included (the MongoDB stand-in is far slower
 /// than MongoDB).
@@ -151,78 +149,6 @@ pub(crate) use store_suite;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
-
-pub fn series(key: &str, measurement: &str, tags: &[(&str, &str)]) -> Series {
-    let mut tags: Vec<(String, String)> =
-        tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    tags.sort();
-    Series::shared(SeriesMeta::new(key, measurement, &tags))
-}
-
-pub fn reading(ts: TimestampMs, fields: &[(&str, FieldValue)]) -> Reading {
-    Reading { ts, fields: fields.iter().map(|&(n, ref v)| (n.into(), v.clone())).collect() }
-}
-
-/// Groups readings into one batch per hour, keeping their order within each hour; hours in
-/// the order they first appear.
-pub fn batches(series: &Series, readings: &[Reading]) -> Vec<Batch> {
-    let mut hours: Vec<(TimestampMs, Vec<Reading>)> = Vec::new();
-    for r in readings {
-        let hour = hour_start(r.ts);
-        match hours.iter_mut().find(|(h, _)| *h == hour) {
-            Some((_, rs)) => rs.push(r.clone()),
-            None => hours.push((hour, vec![r.clone()])),
-        }
-    }
-    hours.into_iter().map(|(hour, rs)| Batch::new(series.clone(), hour, rs)).collect()
-}
-
-/// Writes and insists that every batch succeeded.
-pub async fn write_ok(store: &dyn Store, batches: &[Batch]) -> Vec<WriteReport> {
-    let results = store.write(W, batches).await;
-    assert_eq!(results.len(), batches.len(), "one result per batch");
-    results
-        .into_iter()
-        .enumerate()
-        .map(|(i, r)| {
-            r.unwrap_or_else(|e| panic!("batch {i} ({}) failed: {e}", batches[i].series.key()))
-        })
-        .collect()
-}
-
-pub fn range(sensor: &str, from: TimestampMs, to: TimestampMs) -> RangeQuery {
-    RangeQuery { sensor: sensor.into(), from, to, order: Order::Asc, limit: None }
-}
-
-pub async fn read(store: &dyn Store, query: RangeQuery) -> Vec<Reading> {
-    let mut stream = store.readings(query.clone());
-    let mut out = Vec::new();
-    while let Some(r) = stream.next().await {
-        out.push(normalize(r.unwrap_or_else(|e| panic!("{query:?} failed: {e}"))));
-    }
-    out
-}
-
-pub fn normalize_value(v: FieldValue) -> FieldValue {
-    match v {
-        FieldValue::UInt(u) => match i64::try_from(u) {
-            Ok(i) => FieldValue::Int(i),
-            Err(_) => FieldValue::Float(u as f64),
-        },
-        v => v,
-    }
-}
-
-pub fn normalize(r: Reading) -> Reading {
-    Reading {
-        ts: r.ts,
-        fields: r.fields.into_iter().map(|(n, v)| (n, normalize_value(v))).collect(),
-    }
-}
-
-pub fn normalized(readings: &[Reading]) -> Vec<Reading> {
-    readings.iter().cloned().map(normalize).collect()
-}
 
 /// Readings of `[from, to)` as a store must return them ascending: by time, equal times in
 /// the order given (the order they were written).

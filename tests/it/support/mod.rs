@@ -8,11 +8,11 @@
 pub mod binary;
 pub mod browser;
 pub mod influxd;
-pub mod mongo_standin;
 pub mod proxy;
 pub mod query;
 pub mod server;
-pub mod venv;
+
+pub use bucketd_test_support::{mongo_standin, venv};
 
 use std::process::Command;
 

@@ -14,11 +14,15 @@ pub const PYTHON_ENV: &str = "BUCKETD_TEST_PYTHON";
 
 const VENV_TIMEOUT: Duration = Duration::from_secs(600);
 
-fn target_dir() -> PathBuf {
-    // CARGO_TARGET_TMPDIR is <target>/tmp, for integration tests only.
-    Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .expect("CARGO_TARGET_TMPDIR has a parent")
+/// Cargo's target directory: test and bench binaries run from `<target>/<profile>/deps/`.
+/// (`CARGO_TARGET_TMPDIR` would say it, but Cargo sets it only for the integration tests and
+/// benches themselves, not for a library they use.)
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    exe.ancestors()
+        .nth(3)
+        .filter(|dir| exe.parent().is_some_and(|deps| deps.ends_with("deps")) && dir.is_dir())
+        .unwrap_or_else(|| panic!("{} does not run from <target>/<profile>/deps", exe.display()))
         .to_path_buf()
 }
 

@@ -2,7 +2,7 @@
 //! test, or points the test at a real server when `BUCKETD_TEST_MONGODB_URI` is set.
 //!
 //! The stand-in's Python environment is a venv under `<target>/mongo-standin-venv`
-//! ([`super::venv`]). Without python3 the tests fail with a message saying what to install:
+//! ([`crate::venv`]). Without python3 the tests fail with a message saying what to install:
 //! they are never skipped.
 
 use std::io::{BufRead, BufReader};
@@ -14,17 +14,18 @@ use std::time::Duration;
 
 /// Set to run the store tests against a real MongoDB (7.0+) instead of the stand-in.
 pub const REAL_SERVER_ENV: &str = "BUCKETD_TEST_MONGODB_URI";
-pub use super::venv::PYTHON_ENV;
+pub use crate::venv::PYTHON_ENV;
 
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn standin_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mongo_standin")
+    // This crate sits beside the tests, in the repository it serves.
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mongo_standin")
 }
 
 /// The stand-in venv's interpreter, creating the venv if needed.
 fn venv_python() -> PathBuf {
-    super::venv::python(
+    crate::venv::python(
         "mongo-standin",
         &standin_dir().join("requirements.txt"),
         &format!(
