@@ -7,6 +7,10 @@
 //! something always is), and an embedded range reader when it returns. Without these calls, a
 //! load followed by range queries peaked while the queries ran, above the load's own peak; with
 //! them the peak stays the load's.
+//!
+//! The one module that may use `unsafe` (the workspace's lints deny it elsewhere): mimalloc's
+//! own entry points are C functions.
+#![allow(unsafe_code)]
 
 /// Gives back to the OS what mimalloc has freed and kept past its delay: a walk of the calling
 /// thread's heap and the purges due in its arenas. For a thread about to wait. With another
