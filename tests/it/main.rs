@@ -6,9 +6,11 @@
 //! - [`store`]: the shared Store suite on every store, and what only MongoDB has;
 //! - [`durability`]: nothing acknowledged is lost or stored twice: SIGTERM and kill -9 of the
 //!   real binary, crash loops, a full disk, a full log, schema upgrades, MongoDB faults;
-//! - [`edge`]: the server's edges: authentication, operational endpoints, slow clients.
+//! - [`edge`]: the server's edges: authentication, operational endpoints, slow clients;
+//! - [`docs`]: what the docs say of the binary holds (the configuration page's flags).
 //!
-//! [`support`] holds the shared helpers. Run one area with `cargo test --test it ingest::`, one
+//! [`support`] holds the shared helpers (the MongoDB stand-in and the venvs come from the
+//! dev-only `bucketd-test-support` crate, which the benches use too). Run one area with `cargo test --test it ingest::`, one
 //! test with `cargo test --test it -- --exact <module path>::<name>`.
 //!
 //! Test data lives beside this directory (`tests/data/`, `tests/mongo_standin/`) and is found

@@ -17,8 +17,6 @@ const MAX_DEPTH: usize = 500;
 const EXPECT_EXPR: &str = "identifier, string, number, bool";
 const EXPECT_STATEMENT: &str =
     "SELECT, DELETE, SHOW, CREATE, DROP, EXPLAIN, GRANT, REVOKE, ALTER, SET, KILL";
-const EXPECT_SHOW: &str = "CONTINUOUS, DATABASES, DIAGNOSTICS, FIELD, GRANTS, MEASUREMENT, MEASUREMENTS, \
-     QUERIES, RETENTION, SERIES, SHARD, SHARDS, STATS, SUBSCRIPTIONS, TAG, USERS";
 
 /// InfluxQL's reserved words: unquoted, they are never names.
 const KEYWORDS: &[&str] = &[

@@ -3,7 +3,11 @@
 
 use super::super::ast::{KeyMatch, NameMatch, ParseError, Source, Statement};
 use super::super::lex::Tok;
-use super::{EXPECT_SHOW, Parser};
+use super::Parser;
+
+/// What may follow `SHOW`, as InfluxDB names it in its error.
+pub(super) const EXPECT_SHOW: &str = "CONTINUOUS, DATABASES, DIAGNOSTICS, FIELD, GRANTS, MEASUREMENT, MEASUREMENTS, \
+     QUERIES, RETENTION, SERIES, SHARD, SHARDS, STATS, SUBSCRIPTIONS, TAG, USERS";
 
 impl Parser<'_> {
     pub(super) fn show(&mut self) -> Result<Statement, ParseError> {

@@ -628,7 +628,7 @@ fn show_statements_with_every_clause() {
         err_at("SHOW TAG VALUES WITH KEY > a"),
         (s("found >, expected =, !=, =~, !~, IN"), 1, 26)
     );
-    assert_eq!(err_at("SHOW FOO").0, format!("found FOO, expected {}", super::EXPECT_SHOW));
+    assert_eq!(err_at("SHOW FOO").0, format!("found FOO, expected {}", super::show::EXPECT_SHOW));
 }
 
 #[test]
