@@ -8,10 +8,11 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode};
 
-use bucketd::model::{Batch, FieldValue, Reading, SeriesMeta, TimestampMs, hour_start};
+use bucketd::model::{FieldValue, Reading, Series, SeriesMeta, TimestampMs};
 use bucketd::query::{QueryLimits, QueryState, Unflushed, router};
 use bucketd::store::memory::MemoryStore;
 use bucketd::store::{BucketLimits, SensorInfo, Store};
+use bucketd_test_support::store::batches;
 use bytes::Bytes;
 use tower::ServiceExt;
 
@@ -110,18 +111,8 @@ pub fn reading(ts: TimestampMs, fields: Vec<(&str, FieldValue)>) -> Reading {
 
 /// Writes readings through the Store trait, one batch per hour, in the order given.
 pub async fn write(store: &MemoryStore, series: &SeriesMeta, readings: &[Reading]) {
-    let meta = Arc::new(series.clone());
-    let mut hours: Vec<(TimestampMs, Vec<Reading>)> = Vec::new();
-    for r in readings {
-        let hour = hour_start(r.ts);
-        match hours.iter_mut().find(|(h, _)| *h == hour) {
-            Some((_, rs)) => rs.push(r.clone()),
-            None => hours.push((hour, vec![r.clone()])),
-        }
-    }
-    let batches: Vec<Batch> =
-        hours.into_iter().map(|(hour, rs)| Batch::new(meta.clone(), hour, rs)).collect();
-    for result in store.write(W, &batches).await {
+    let series = Series::shared(series.clone());
+    for result in store.write(W, &batches(&series, readings)).await {
         result.expect("memory store write");
     }
 }
