@@ -3,17 +3,12 @@
 
 use super::reading::Reading;
 use super::rows::Rows;
+use super::seq::Seq;
 use super::series::Series;
 use super::time::{TimestampMs, hour_start};
 
 /// What ingest hands on: a reading and its series.
 pub type Item = (Series, Reading);
-
-/// A reading's write sequence number: assigned at ingest, increasing in the order readings
-/// enter the buffers (and the write-ahead log). The stores record the highest one they hold per
-/// (series, hour), which is what makes a retried flush and a WAL replay land exactly once; see
-/// docs/design/ingest.md, "Exactly once".
-pub type Seq = u64;
 
 /// Ascending sequence numbers read by index: a slice of them, or a batch's first readings
 /// ([`SettledRun`]), whose numbers are read in place rather than collected (a flush cycle

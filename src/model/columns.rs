@@ -1,9 +1,12 @@
 //! One series' consecutive readings in columns, as the embedded store's chunks hold them: what a
 //! range query writes its page from. Making a [`Reading`] of each (a vector of fields, a copy
 //! of every name), passing it along and dropping it after the page wrote it was a large part of
-//! a range query's work; a page reads the values where the chunk's decoder put them.
+//! a range query's work (docs/performance.md#range-pages-without-a-reading-per-row); a page
+//! reads the values where the chunk's decoder put them.
 
-use super::{FieldName, FieldValue, Fields, Reading, TimestampMs};
+use super::reading::Reading;
+use super::time::TimestampMs;
+use super::value::{FieldName, FieldValue, Fields};
 
 /// Readings ascending by time. Each reading has a shape: the columns of its fields, in the
 /// order the reading had them. A column holds the values of the readings that have its field,

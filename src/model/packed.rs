@@ -8,8 +8,14 @@
 //! the buffers cannot use.
 //! The merge appends each reading to its buffer's [`Rows`] from the slots as they are.
 
+use super::batch::Item;
+use super::reading::Reading;
+use super::rows::Rows;
 use super::rows::{kind_of, slot_of, string_bytes};
-use super::{FieldName, FieldValue, Item, Reading, Rows, Seq, Series, TimestampMs};
+use super::seq::Seq;
+use super::series::Series;
+use super::time::TimestampMs;
+use super::value::{FieldName, FieldValue};
 
 /// The names and kinds of a reading's fields, in the order sent.
 #[derive(Debug, PartialEq)]

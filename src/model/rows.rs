@@ -12,7 +12,10 @@
 //! met each name: a reading that sent its fields in another order returns them reordered, the
 //! same names and values.
 
-use super::{FieldName, FieldValue, Fields, Reading, ReadingView, Seq, TimestampMs, ValueRef};
+use super::reading::{Reading, ReadingView};
+use super::seq::Seq;
+use super::time::TimestampMs;
+use super::value::{FieldName, FieldValue, Fields, ValueRef};
 
 /// The readings, row after row, in blocks of `BLOCK_ROWS` rows, so that appending a reading
 /// writes one place in memory (a buffer per sensor is thousands of buffers, each append a
@@ -76,8 +79,8 @@ fn rows_of<'a>(
 /// Rows per block. A buffer that outgrows one block is given another instead of being copied
 /// into a larger vector: growing one vector by a quarter copied each row about four times
 /// over its life, and those copies (`realloc`, the reads and writes of memory long out of
-/// cache) were a large part of the merge's time. A block of two-field rows is 1.5 KiB; at most
-/// one block per buffer is partly empty.
+/// cache) were a large part of the merge's time (docs/performance.md#row-blocks). A block of
+/// two-field rows is 1.5 KiB; at most one block per buffer is partly empty.
 const BLOCK_ROWS: usize = 64;
 
 const ABSENT: u8 = 0;

@@ -24,7 +24,7 @@ impl FieldValue {
 }
 
 /// A field's value where it is held, its string borrowed: what a store encodes from, whether
-/// the reading is a [`Reading`] or a row of a buffer's [`Rows`] (no reading is made for it).
+/// the reading is a [`Reading`](super::Reading) or a row of a buffer's [`Rows`](super::Rows) (no reading is made for it).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ValueRef<'a> {
     Float(f64),
