@@ -14,15 +14,16 @@ pub const PYTHON_ENV: &str = "BUCKETD_TEST_PYTHON";
 
 const VENV_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Cargo's target directory: test and bench binaries run from `<target>/<profile>/deps/`.
-/// (`CARGO_TARGET_TMPDIR` would say it, but Cargo sets it only for the integration tests and
-/// benches themselves, not for a library they use.)
+/// Cargo's target directory: the one the running test or bench binary lies under
+/// (`<target>/[<triple>/]<profile>/deps/`), marked by the `CACHEDIR.TAG` Cargo writes at its
+/// root. (`CARGO_TARGET_TMPDIR` would say it, but Cargo sets it only for the integration tests
+/// and benches themselves, not for a library they use.)
 pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     exe.ancestors()
-        .nth(3)
-        .filter(|dir| exe.parent().is_some_and(|deps| deps.ends_with("deps")) && dir.is_dir())
-        .unwrap_or_else(|| panic!("{} does not run from <target>/<profile>/deps", exe.display()))
+        .skip(1)
+        .find(|dir| dir.join("CACHEDIR.TAG").is_file())
+        .unwrap_or_else(|| panic!("{} is under no Cargo target directory", exe.display()))
         .to_path_buf()
 }
 
