@@ -2,8 +2,7 @@
 //! `bucketd::store::mongo::encode_batch` exactly as the write path builds them (no server).
 //!
 //! Two shapes: a full bucket (one batch of 1,000 readings, what a busy sensor flushes), and a
-//! cycle of the 10,000-sensor × 1 reading/s load at a 1 s flush interval (the old default;
-//! 10,000 batches of one reading each, one statement per batch).
+//! cycle of the 10,000-sensor × 1 reading/s load at a 1 s flush interval (10,000 batches of one reading each, one statement per batch).
 //!
 //! Run: `cargo bench --bench bson`
 

@@ -14,7 +14,7 @@
 //!
 //! # The memory bound
 //! `held_bytes` counts, in bytes, what the buffers hold: the rows of every buffer
-//! ([`Rows::heap_bytes`]), the rows taken by the flusher whose write has not returned (and
+//! ([`Rows::heap_bytes`](crate::model::Rows::heap_bytes)), the rows taken by the flusher whose write has not returned (and
 //! those put back after a retriable failure), a fixed share per sensor entry, the hour buffers
 //! that outgrew their entry, a share per batch in flight, and the estimate of pushes staged
 //! but not yet merged. A push reserves its estimate ([`Packed::estimated_bytes`]) with one
@@ -26,7 +26,7 @@
 //! optional cap in readings).
 //!
 //! # Visibility of in-flight readings
-//! The flusher moves a due buffer's readings into a [`Batch`] of the current cycle and leaves a
+//! The flusher moves a due buffer's readings into a [`Batch`](crate::model::Batch) of the current cycle and leaves a
 //! marker (cycle, index) in the hour buffer, so queries still see those readings until the write
 //! returns. The cycle's batches are published through a `OnceLock` when the take scan ends; a
 //! query that meets a marker of a cycle still being assembled waits for that (short, await-free)

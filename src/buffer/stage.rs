@@ -13,8 +13,9 @@ use crate::model::{Packed, Rows, Seq, Series, TimestampMs, hour_start};
 
 /// A push that leaves this many readings staged merges the stage (see `Buffers::merge`). A
 /// merge pays each sensor's cache misses (its map slot, its buffer, its tail) once for all of
-/// its staged readings: at 10,000 sensors, 32,768 was about 3 readings a sensor, and the
-/// larger stage landed more, flat out. Packed, that many take about 3 MiB.
+/// its staged readings, so a larger stage merges more readings a sensor at once; this size
+/// landed more than half of it, flat out (docs/performance.md#the-stages-size). Packed, that
+/// many take about 3 MiB.
 pub(crate) const STAGE_READINGS: usize = 65_536;
 
 /// Bounded by the memory bound: a push's bytes are reserved before they are staged, and a

@@ -348,7 +348,7 @@ pub(crate) struct Released {
     pub retried: usize,
 }
 
-/// Which buffers [`Buffers::take`] takes.
+/// Which buffers `Buffers::take` takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TakeMode {
     /// Buffers at their due length (see [`Buffers::due_length`]); whose oldest reading is

@@ -5,7 +5,7 @@
 //! # Cycle
 //! The task wakes every tick ([`Buffers::tick`]: a fortieth of the flush interval, 10 to
 //! 250 ms), or early when a push filled a buffer to the batch size or found the buffers under
-//! memory pressure. Each cycle takes the due buffers ([`Buffers::take`]: full, within a tick of
+//! memory pressure. Each cycle takes the due buffers (`Buffers::take`: full, within a tick of
 //! the flush interval, larger than average under pressure, or all of them once no push came
 //! for a while), at most [`MAX_READINGS_PER_WRITE`] readings, and writes them with ONE
 //! `Store::write` call; another cycle follows at once while more is due.

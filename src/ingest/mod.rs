@@ -1,5 +1,5 @@
 //! Wire formats and the listeners that speak them. Parsers ([`json`], [`line_protocol`], both
-//! keying series by [`model::series_key`](crate::model::series_key)) turn bytes into readings
+//! keying series by [`model::series_key`](mod@crate::model::series_key)) turn bytes into readings
 //! that [`validate`] admits;
 //! [`http`] and [`tcp`] move bytes in and hand readings to [`intake`], counted by [`metrics`].
 

@@ -16,7 +16,8 @@
 //!
 //! Why not postcard of the items, as version 1: that wrote every reading's series (key,
 //! measurement and tags) and field names in full, more bytes than the line itself, and the log
-//! wrote more bytes a reading than the store did. A body's lines are of
+//! wrote more bytes a reading than the store did (docs/performance.md#log-records). A body's
+//! lines are of
 //! series it names once or a few times, and of the same few fields.
 
 use std::collections::HashMap;

@@ -100,7 +100,7 @@ impl Segment {
     }
 }
 
-/// A settled segment's file, renamed to [`segment::spare_path`] to be written over.
+/// A settled segment's file, renamed to [`segment::spare_path`](super::segment::spare_path) to be written over.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Spare {
     pub(super) id: u64,

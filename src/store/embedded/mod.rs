@@ -51,7 +51,8 @@
 //!
 //! Schema 6 writes chunks column by column (chunk encoding version 2, [`codec`]): a reading of
 //! two fields of fixed resolution at a fixed period takes a fraction of what version 1 took
-//! (the `measure_chunk_encoding` test in [`codec`] prints the bytes a reading). Version-1
+//! (docs/performance.md#chunks-column-by-column; the `measure_chunk_encoding` test in
+//! [`codec`] prints the bytes a reading). Version-1
 //! chunks are still decoded, and a bucket may hold both; the first write that joins a small
 //! old chunk rewrites it in the new encoding. The schema number is bumped so that a schema-5
 //! bucketd, which cannot decode version 2, refuses the file at open.
@@ -446,7 +447,8 @@ impl Store for EmbeddedStore {
         let w = write::Writing { writer, limits: self.limits, fail_after };
         // On the calling thread, the flusher's own (`writes_block`), with the borrowed
         // batches: copying them for `spawn_blocking` was a large part of the server's CPU
-        // under a 10,000-sensor load and held each flushed reading twice in memory.
+        // under a 10,000-sensor load and held each flushed reading twice in memory
+        // (docs/performance.md#embedded-writes-on-a-thread-of-their-own).
         let run = std::panic::AssertUnwindSafe(|| write::write_batches(&self.db(), w, batches));
         std::panic::catch_unwind(run).unwrap_or_else(|_| {
             let e = StoreError::Internal("embedded write panicked".into());

@@ -1,4 +1,4 @@
-//! InfluxQL's text: [`ast`], the statements; [`parse`] (with `lex`), the parser, whose errors
+//! InfluxQL's text: [`ast`], the statements; [`parse`](mod@parse) (with `lex`), the parser, whose errors
 //! carry InfluxDB's "at line L, char C" positions.
 
 pub mod ast;

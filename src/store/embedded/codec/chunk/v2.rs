@@ -162,7 +162,7 @@ fn put_timestamps(out: &mut Vec<u8>, ts: impl Iterator<Item = TimestampMs>) {
     }
 }
 
-/// Encodes readings that all lie in `hour` and are sorted by timestamp: [`Reading`]s, or a
+/// Encodes readings that all lie in `hour` and are sorted by timestamp: [`Reading`](crate::model::Reading)s, or a
 /// buffer's rows read in place (the same bytes for the same readings).
 pub fn encode_chunk<R: ReadingView>(hour: TimestampMs, readings: &[R]) -> Vec<u8> {
     debug_assert!(readings.windows(2).all(|w| w[0].ts() <= w[1].ts()));
