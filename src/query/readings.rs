@@ -27,7 +27,7 @@ use super::error::QueryError;
 use super::kept::Kept;
 use super::params::{Params, parse_limit, parse_time, resolve_range};
 use super::source::Source;
-use super::{QueryState, now_ms, sensor_known};
+use super::state::{QueryState, now_ms, sensor_known};
 use crate::model::{FieldValue, Reading, TimestampMs};
 use crate::store::{Order, RangeQuery};
 

@@ -15,7 +15,7 @@ use super::encode::format_ts;
 use super::error::QueryError;
 use super::kept::Kept;
 use super::params::{Params, parse_step, parse_time, resolve_range};
-use super::{QueryState, now_ms, sensor_known};
+use super::state::{QueryState, now_ms, sensor_known};
 use crate::model::{Reading, TimestampMs};
 use crate::store::{FieldStats, Need, RollupQuery, RollupSteps, StoreError};
 

@@ -6,11 +6,11 @@ use axum::Json;
 use axum::extract::{RawQuery, State};
 use serde::Serialize;
 
-use super::QueryState;
 use super::cursor::{decode_sensor_cursor, encode_sensor_cursor};
 use super::encode::format_ts;
 use super::error::QueryError;
 use super::params::{Params, parse_limit};
+use super::state::QueryState;
 use crate::store::{SensorInfo, SensorQuery};
 
 #[derive(Serialize, utoipa::ToSchema)]

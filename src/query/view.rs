@@ -9,7 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::stream::{BoxStream, StreamExt};
 
-use super::Unflushed;
+use super::unflushed::Unflushed;
 use crate::databases::Database;
 use crate::model::{Batch, Reading, Seq, TimestampMs, WriterId};
 use crate::store::{

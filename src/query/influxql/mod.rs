@@ -30,8 +30,8 @@ use serde::Serialize;
 
 use self::exec::{Ctx, Epoch, ExecError, Series};
 use self::syntax::ast::{Source, Statement};
-use super::QueryState;
 use super::kept::Kept;
+use super::state::QueryState;
 use crate::databases::RegistryError;
 use crate::http::auth::out_of_scope;
 use crate::http::{ApiError, InfluxError, influxdb_headers};

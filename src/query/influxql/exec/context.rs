@@ -12,10 +12,10 @@ use super::error::{ExecError, over_time};
 use crate::query::influxql::syntax::ast::Source;
 
 use crate::model::{FieldValue, Reading, TimestampMs};
-use crate::query::QueryState;
 use crate::query::kept::Kept;
 use crate::query::merge::merge;
 use crate::query::rollups::{each_step_value, merge_unflushed, merged_rollups};
+use crate::query::state::QueryState;
 use crate::store::{
     Need, Order, RangeQuery, RollupQuery, RollupSteps, Run, SensorInfo, SensorQuery, StepValues,
     StoreError,

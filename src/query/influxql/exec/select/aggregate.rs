@@ -484,7 +484,7 @@ fn answered_by_slice(plan: &Plan) -> bool {
 /// slices of the length its series so far suggest, toward a quarter of the limit
 /// ([`QueryLimits::max_held`]), and only a single window over the limit is refused.
 ///
-/// [`QueryLimits::max_held`]: crate::query::QueryLimits::max_held
+/// [`QueryLimits::max_held`]: crate::query::state::QueryLimits::max_held
 async fn by_slices(
     ctx: &Ctx<'_>,
     st: &Statement<'_>,

@@ -7,7 +7,7 @@
 //! `$group` in the database). Everything else streams the readings of each series once and
 //! folds them into accumulators, so memory grows with windows and groups, not readings (raw
 //! selects, `median`, `percentile`, `mode` and `distinct` keep their values, bounded by
-//! [`QueryLimits::max_held`](crate::query::QueryLimits::max_held)).
+//! [`QueryLimits::max_held`](crate::query::state::QueryLimits::max_held)).
 //!
 //! Every measurement is scanned before any is answered: a wildcard's columns are the union
 //! over all of them, as in InfluxDB.
