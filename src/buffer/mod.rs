@@ -13,8 +13,9 @@
 //! re-creating it (and cloning its key) every cycle.
 //!
 //! # The memory bound
-//! `held_bytes` counts, in bytes, what the buffers hold: the rows of every buffer
-//! ([`Rows::heap_bytes`](crate::model::Rows::heap_bytes)), the rows taken by the flusher whose write has not returned (and
+//! `held_bytes` (kept by `budget`) counts, in bytes, what the buffers hold: the rows of every
+//! buffer ([`Rows::heap_bytes`](crate::model::Rows::heap_bytes)), the rows taken by the flusher
+//! whose write has not returned (and
 //! those put back after a retriable failure), a fixed share per sensor entry, the hour buffers
 //! that outgrew their entry, a share per batch in flight, and the estimate of pushes staged
 //! but not yet merged. A push reserves its estimate ([`Packed::estimated_bytes`]) with one
@@ -58,6 +59,7 @@
 //! `.await` (the guards hold `std` lock guards, which are not `Send` either, so a spawned
 //! future that held one would not compile).
 
+mod budget;
 mod entry;
 mod read;
 mod span;
@@ -224,38 +226,9 @@ impl Buffers {
         self.room.notified().await
     }
 
-    /// Accounts for `n` readings just reserved, `held` now being `now`.
-    fn grew(&self, n: usize, now: usize) {
-        ::metrics::gauge!(READINGS_BUFFERED).increment(n as f64);
-        let before = self.peak.fetch_max(now, Ordering::AcqRel);
-        if now > before {
-            // Rare (only while the peak grows); the lock keeps a racing smaller `set` from
-            // being the last word.
-            let _publish = self.peak_publish.lock().unwrap_or_else(|e| e.into_inner());
-            ::metrics::gauge!(READINGS_BUFFERED_PEAK).set(self.peak() as f64);
-        }
-    }
-
     /// The most readings ever held at once (see `peak`).
     pub fn peak(&self) -> usize {
         self.peak.load(Ordering::Acquire)
-    }
-
-    async fn wait_and_reserve(&self, n: usize, bytes: usize) {
-        if n == 0 {
-            return;
-        }
-        loop {
-            // Register interest before checking, so a release between the check and the await
-            // still wakes us.
-            let notified = self.room.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.reserve(n, bytes, true).is_ok() {
-                return;
-            }
-            notified.await;
-        }
     }
 
     /// Numbers reserved `readings` and stages them, under the order mutex.
@@ -270,32 +243,6 @@ impl Buffers {
         self.stage(readings, bytes, Seqs::From(first), false);
         drop(order);
         self.merge_if_large();
-    }
-
-    fn release(&self, n: usize, bytes: usize) {
-        if n > 0 {
-            self.held.fetch_sub(n, Ordering::AcqRel);
-            ::metrics::gauge!(READINGS_BUFFERED).decrement(n as f64);
-        }
-        if bytes > 0 {
-            self.held_bytes.fetch_sub(bytes, Ordering::AcqRel);
-            ::metrics::gauge!(BUFFERED_BYTES).decrement(bytes as f64);
-        }
-        if n > 0 || bytes > 0 {
-            self.room.notify_waiters();
-        }
-    }
-
-    /// Counts what the buffers now hold beyond (or short of) what was reserved: `grown` bytes
-    /// more, `shrunk` bytes less. Past the bound is allowed here: it is memory already in use.
-    fn rebalance(&self, grown: usize, shrunk: usize) {
-        if grown > shrunk {
-            let d = grown - shrunk;
-            self.held_bytes.fetch_add(d, Ordering::AcqRel);
-            ::metrics::gauge!(BUFFERED_BYTES).increment(d as f64);
-        } else if shrunk > grown {
-            self.release(0, shrunk - grown);
-        }
     }
 
     /// Readings currently held (buffered or being flushed).
@@ -319,64 +266,10 @@ impl Buffers {
         self.merge();
         self.entries.load(Ordering::Relaxed)
     }
-
-    /// Whether the flusher writes the larger buffers before they are due: from half of either
-    /// bound on, so that the bound is reached only when the store cannot keep up (the other
-    /// half is room for what arrives while the early writes run).
-    fn under_pressure(&self) -> bool {
-        self.held_bytes.load(Ordering::Relaxed) >= self.config.max_buffered_bytes / 2
-            || self.held.load(Ordering::Relaxed) >= (self.config.max_buffered_readings / 2).max(1)
-    }
-
-    /// Reserves room for `n` readings of `bytes`, all or nothing. With `oversize`, a push
-    /// larger than the whole bound is let in when nothing is held.
-    fn reserve(&self, n: usize, bytes: usize, oversize: bool) -> Result<(), BufferFull> {
-        if n == 0 {
-            return Ok(());
-        }
-        let empty = self.held.load(Ordering::Acquire) == 0;
-        bounded_add(&self.held_bytes, bytes, self.config.max_buffered_bytes, oversize && empty)
-            .map_err(|buffered| BufferFull {
-                buffered,
-                limit: self.config.max_buffered_bytes,
-                unit: "bytes",
-            })?;
-        match bounded_add(&self.held, n, self.config.max_buffered_readings, oversize && empty) {
-            Ok(now) => {
-                self.grew(n, now);
-                ::metrics::gauge!(BUFFERED_BYTES).increment(bytes as f64);
-                Ok(())
-            }
-            Err(buffered) => {
-                self.held_bytes.fetch_sub(bytes, Ordering::AcqRel);
-                Err(BufferFull {
-                    buffered,
-                    limit: self.config.max_buffered_readings,
-                    unit: "readings",
-                })
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 pub(crate) mod tests;
-
-/// Adds `n` to `held` if the sum stays within `limit` (or `always`); returns the new sum, or
-/// what `held` was when it did not fit.
-fn bounded_add(held: &AtomicUsize, n: usize, limit: usize, always: bool) -> Result<usize, usize> {
-    let mut cur = held.load(Ordering::Acquire);
-    loop {
-        let fits = cur.checked_add(n).is_some_and(|t| t <= limit) || (always && cur == 0);
-        if !fits {
-            return Err(cur);
-        }
-        match held.compare_exchange_weak(cur, cur + n, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Ok(cur + n),
-            Err(actual) => cur = actual,
-        }
-    }
-}
 
 /// Where sequence numbers start: see the module doc.
 fn wall_clock_nanos() -> Seq {
