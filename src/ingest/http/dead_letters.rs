@@ -14,7 +14,7 @@ use axum::Json;
 use axum::extract::State;
 use serde::Serialize;
 
-use super::{IngestState, NDJSON_PUSH_READINGS, now_ms, push};
+use super::state::{IngestState, NDJSON_PUSH_READINGS, now_ms, push};
 use crate::flush::dead_letter::{self, DeadLetterError};
 use crate::http::ApiError;
 use crate::ingest::line_protocol::{self, Precision};

@@ -9,7 +9,7 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 
 use super::body::read_body;
-use super::{IngestState, now_ms, push};
+use super::state::{IngestState, now_ms, push};
 use crate::http::error::{InfluxV2ErrorBody, MAX_LISTED_ERRORS};
 use crate::http::{ApiError, ErrorBody, InfluxApi, InfluxError};
 use crate::ingest::line_protocol::{self, LineError, Precision};

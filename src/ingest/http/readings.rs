@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::body::{Encoding, GzipStream, content_encoding, read_body};
 use super::schemas::{AcceptedBody, IngestBody};
-use super::{IngestState, NDJSON_PUSH_READINGS, now_ms, push};
+use super::state::{IngestState, NDJSON_PUSH_READINGS, now_ms, push};
 use crate::http::error::{MAX_LISTED_ERRORS, RejectedItem, RejectedItems};
 use crate::http::{ApiError, ErrorBody};
 use crate::ingest::json::{self, ItemError, NdjsonDecoder};
