@@ -20,7 +20,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{BadName, DEFAULT, Database};
+use super::database::{BadName, DEFAULT, Database};
 
 /// Most databases, the default one included: each costs a line of `SHOW DATABASES` and a
 /// registry entry, and many would mean a client making one per sensor.
