@@ -18,7 +18,7 @@ const VENV_TIMEOUT: Duration = Duration::from_secs(600);
 /// (`<target>/[<triple>/]<profile>/deps/`), marked by the `CACHEDIR.TAG` Cargo writes at its
 /// root. (`CARGO_TARGET_TMPDIR` would say it, but Cargo sets it only for the integration tests
 /// and benches themselves, not for a library they use.)
-pub fn target_dir() -> PathBuf {
+fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     exe.ancestors()
         .skip(1)
@@ -27,9 +27,10 @@ pub fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// Runs `cmd` to completion within `limit`; panics with its output on failure or timeout.
-fn run_bounded(mut cmd: Command, name: &str, what: &str, limit: Duration) {
-    let log_path = target_dir().join(format!("{name}-{}.log", std::process::id()));
+/// Runs `cmd` to completion within `limit`, its output logged under `target`; panics with
+/// that output on failure or timeout.
+fn run_bounded(mut cmd: Command, target: &Path, name: &str, what: &str, limit: Duration) {
+    let log_path = target.join(format!("{name}-{}.log", std::process::id()));
     let log = File::create(&log_path).expect("create venv setup log");
     let mut child = cmd
         .stdin(Stdio::null())
@@ -60,12 +61,12 @@ fn run_bounded(mut cmd: Command, name: &str, what: &str, limit: Duration) {
 pub fn python(name: &str, requirements_path: &Path, missing: &str) -> PathBuf {
     let python = std::env::var(PYTHON_ENV).unwrap_or_else(|_| "python3".to_owned());
     let requirements = fs::read_to_string(requirements_path).expect("read requirements.txt");
-    let venv = target_dir().join(format!("{name}-venv"));
+    let target = target_dir();
+    let venv = target.join(format!("{name}-venv"));
     let ready = venv.join("bucketd-ready");
     let venv_python = venv.join("bin/python");
 
-    let lock =
-        File::create(target_dir().join(format!("{name}-venv.lock"))).expect("create venv lock");
+    let lock = File::create(target.join(format!("{name}-venv.lock"))).expect("create venv lock");
     lock.lock().expect("lock the venv");
     if fs::read_to_string(&ready).ok().as_deref() != Some(requirements.as_str()) {
         if Command::new(&python).arg("--version").output().is_err() {
@@ -74,11 +75,12 @@ pub fn python(name: &str, requirements_path: &Path, missing: &str) -> PathBuf {
         let _ = fs::remove_dir_all(&venv);
         let mut create = Command::new(&python);
         create.args(["-m", "venv"]).arg(&venv);
-        run_bounded(create, name, &format!("creating the {name} venv"), VENV_TIMEOUT);
+        run_bounded(create, &target, name, &format!("creating the {name} venv"), VENV_TIMEOUT);
         let mut install = Command::new(&venv_python);
         install.args(["-m", "pip", "install", "--disable-pip-version-check", "-q", "-r"]);
         install.arg(requirements_path);
-        run_bounded(install, name, &format!("installing the {name} requirements"), VENV_TIMEOUT);
+        let what = format!("installing the {name} requirements");
+        run_bounded(install, &target, name, &what, VENV_TIMEOUT);
         fs::write(&ready, &requirements).expect("mark the venv ready");
     }
     drop(lock);

@@ -12,12 +12,9 @@ use bucketd::model::{FieldValue, Reading, Series, SeriesMeta, TimestampMs};
 use bucketd::query::{QueryLimits, QueryState, Unflushed, router};
 use bucketd::store::memory::MemoryStore;
 use bucketd::store::{BucketLimits, SensorInfo, Store};
-use bucketd_test_support::store::batches;
+use bucketd_test_support::store::{W, batches};
 use bytes::Bytes;
 use tower::ServiceExt;
-
-/// The writer these writes are made as.
-const W: bucketd::model::WriterId = bucketd::model::WriterId(1);
 
 /// Stands in for the buffers: readings per sensor in arrival order.
 #[derive(Default)]
