@@ -110,7 +110,8 @@ fn describe() {
     describe_counter!(
         READINGS_ACCEPTED,
         Unit::Count,
-        "Readings accepted into the buffers, by protocol (json, ndjson, lp_http, lp_tcp)."
+        "Readings accepted into the buffers, by protocol (json, ndjson, lp_http, lp_tcp, \
+         prometheus, otlp, dead_letters)."
     );
     describe_counter!(
         READINGS_REJECTED,

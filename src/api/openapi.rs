@@ -33,6 +33,7 @@ use crate::query::sensors::{SensorJson, SensorsResponse};
         crate::ingest::http::readings::write_readings,
         crate::ingest::http::influx::write_v1,
         crate::ingest::http::influx::write_v2,
+        crate::ingest::http::prometheus::remote_write,
         crate::ingest::http::dead_letters::replay,
         crate::ingest::http::influx::ping,
         crate::query::influxql::query,

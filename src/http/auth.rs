@@ -93,11 +93,17 @@ pub const ALWAYS_OPEN: &[&str] =
 pub const OPERATIONS: &[&str] = &["/health", "/ready", "/metrics"];
 
 /// The routes that write.
-pub const WRITES: &[&str] = &["/write", "/api/v2/write"];
+pub const WRITES: &[&str] = &["/write", "/api/v2/write", "/api/v1/write"];
 
 /// The routes that read or write one database's series, named by a parameter.
-pub const DATABASE_ROUTES: &[&str] =
-    &["/write", "/api/v2/write", "/api/v1/readings", "/api/v1/rollups", "/api/v1/sensors"];
+pub const DATABASE_ROUTES: &[&str] = &[
+    "/write",
+    "/api/v2/write",
+    "/api/v1/write",
+    "/api/v1/readings",
+    "/api/v1/rollups",
+    "/api/v1/sensors",
+];
 
 /// The routes that change how the server works rather than its data.
 pub const ADMINISTRATION: &[&str] = &["/api/v1/dead-letters/replay"];

@@ -12,6 +12,10 @@ pub enum Protocol {
     LpTcp,
     /// Dead letters written back (`POST /api/v1/dead-letters/replay`).
     DeadLetters,
+    /// Prometheus remote write.
+    PromRemoteWrite,
+    /// OpenTelemetry metrics over HTTP.
+    Otlp,
 }
 
 impl Protocol {
@@ -22,6 +26,8 @@ impl Protocol {
             Protocol::LpHttp => "lp_http",
             Protocol::LpTcp => "lp_tcp",
             Protocol::DeadLetters => "dead_letters",
+            Protocol::PromRemoteWrite => "prometheus",
+            Protocol::Otlp => "otlp",
         }
     }
 }

@@ -9,6 +9,8 @@ pub mod json;
 pub mod line_protocol;
 pub mod memory;
 pub mod metrics;
+pub mod point;
+pub mod prometheus;
 pub mod tcp;
 pub mod validate;
 

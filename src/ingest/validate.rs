@@ -200,6 +200,8 @@ pub enum InvalidReading {
     /// The mark that starts a database's keys.
     #[error("sensor key starts with the control character U+001F")]
     ReservedSensor,
+    #[error("the point names no measurement")]
+    NoMeasurement,
     #[error("sensor key is {len} bytes, more than the limit of {max}")]
     SensorTooLong { len: usize, max: usize },
     #[error("reading has no fields")]
@@ -210,6 +212,8 @@ pub enum InvalidReading {
     TooManyTags { count: usize, max: usize },
     #[error("field or tag name {name:?} is invalid: {why}")]
     BadName { name: String, why: &'static str },
+    #[error("tag {name:?} appears more than once")]
+    DuplicateTag { name: String },
     #[error("field {name:?} appears more than once")]
     DuplicateField { name: String },
     #[error("value of {name:?} is too long ({len} bytes, limit {max})")]
@@ -230,12 +234,13 @@ impl InvalidReading {
         match self {
             InvalidReading::EmptySensor
             | InvalidReading::ReservedSensor
+            | InvalidReading::NoMeasurement
             | InvalidReading::SensorTooLong { .. } => "sensor",
             InvalidReading::NoFields
             | InvalidReading::TooManyFields { .. }
             | InvalidReading::TooManyTags { .. }
             | InvalidReading::DuplicateField { .. } => "fields",
-            InvalidReading::BadName { .. } => "name",
+            InvalidReading::BadName { .. } | InvalidReading::DuplicateTag { .. } => "name",
             InvalidReading::ValueTooLong { .. } | InvalidReading::NotFinite { .. } => "value",
             InvalidReading::TimestampOutOfRange { .. } => "timestamp",
             InvalidReading::TooManySeries { .. } => "cardinality",

@@ -19,18 +19,50 @@ const GZIP_STREAM_SLICE: usize = 1024;
 pub(super) enum Encoding {
     Identity,
     Gzip,
+    /// Snappy's block format, which Prometheus' remote write requires. [`read_body`] hands it
+    /// on compressed: its decoder checks the size it declares.
+    Snappy,
 }
 
-pub(super) fn content_encoding(headers: &HeaderMap) -> Result<Encoding, ApiError> {
-    let Some(value) = headers.get(header::CONTENT_ENCODING) else {
-        return Ok(Encoding::Identity);
+impl Encoding {
+    fn name(self) -> &'static str {
+        match self {
+            Encoding::Identity => "none",
+            Encoding::Gzip => "gzip",
+            Encoding::Snappy => "snappy",
+        }
+    }
+}
+
+/// What the route's clients send: bucketd's and InfluxDB's writes.
+pub(super) const IDENTITY_OR_GZIP: &[Encoding] = &[Encoding::Identity, Encoding::Gzip];
+
+/// The request's `Content-Encoding`, if it is one of `allowed`.
+pub(super) fn content_encoding(
+    headers: &HeaderMap,
+    allowed: &[Encoding],
+) -> Result<Encoding, ApiError> {
+    let given = match headers.get(header::CONTENT_ENCODING) {
+        None => Some(Encoding::Identity),
+        Some(value) => match value.to_str().map(|v| v.trim().to_ascii_lowercase()) {
+            Ok(v) if v.is_empty() || v == "identity" => Some(Encoding::Identity),
+            Ok(v) if v == "gzip" || v == "x-gzip" => Some(Encoding::Gzip),
+            Ok(v) if v == "snappy" => Some(Encoding::Snappy),
+            _ => None,
+        },
     };
-    match value.to_str().map(|v| v.trim().to_ascii_lowercase()) {
-        Ok(v) if v.is_empty() || v == "identity" => Ok(Encoding::Identity),
-        Ok(v) if v == "gzip" || v == "x-gzip" => Ok(Encoding::Gzip),
-        _ => Err(ApiError::UnsupportedMediaType(format!(
-            "unsupported Content-Encoding {value:?}; use gzip or none"
-        ))),
+    match given {
+        Some(encoding) if allowed.contains(&encoding) => Ok(encoding),
+        _ => {
+            let value = headers.get(header::CONTENT_ENCODING);
+            let names: Vec<&str> = allowed.iter().map(|e| e.name()).collect();
+            Err(ApiError::UnsupportedMediaType(match value {
+                Some(value) => {
+                    format!("unsupported Content-Encoding {value:?}; use {}", names.join(" or "))
+                }
+                None => format!("missing Content-Encoding; use {}", names.join(" or ")),
+            }))
+        }
     }
 }
 
@@ -41,16 +73,17 @@ pub(super) struct ReadBody {
     pub held: Charge,
 }
 
-/// Reads a body whole, refusing to hold more than `limit` bytes before or after decompression,
-/// or more than `memory` has room for.
+/// Reads a body whole, in one of the `allowed` encodings, refusing to hold more than `limit`
+/// bytes before or after decompression, or more than `memory` has room for.
 pub(super) async fn read_body(
     body: Body,
     headers: &HeaderMap,
+    allowed: &[Encoding],
     limit: usize,
     memory: &RequestMemory,
     protocol: Protocol,
 ) -> Result<ReadBody, ApiError> {
-    let encoding = content_encoding(headers)?;
+    let encoding = content_encoding(headers, allowed)?;
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -79,7 +112,7 @@ pub(super) async fn read_body(
         raw.extend_from_slice(&chunk);
     }
     let bytes = match encoding {
-        Encoding::Identity => raw,
+        Encoding::Identity | Encoding::Snappy => raw,
         Encoding::Gzip => {
             let plain = gunzip_limited(&raw, limit)?;
             memory.try_charge(&mut held, plain.len())?;

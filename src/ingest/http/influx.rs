@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use serde::Deserialize;
 
-use super::body::read_body;
+use super::body::{IDENTITY_OR_GZIP, read_body};
 use super::state::{IngestState, now_ms, push};
 use crate::http::error::{InfluxV2ErrorBody, MAX_LISTED_ERRORS};
 use crate::http::{ApiError, ErrorBody, InfluxApi, InfluxError};
@@ -133,8 +133,9 @@ async fn write_line_protocol(
 ) -> Result<StatusCode, ApiError> {
     // Before the body is read: a write to a database that does not exist costs nothing more.
     let limits = state.limits_in(database)?;
-    let read = read_body(body, headers, state.http.max_body_bytes, &state.memory, Protocol::LpHttp)
-        .await?;
+    let limit = state.http.max_body_bytes;
+    let read =
+        read_body(body, headers, IDENTITY_OR_GZIP, limit, &state.memory, Protocol::LpHttp).await?;
     // Held until the readings are pushed: the body and then its readings are its share.
     let (bytes, _held) = (read.bytes, read.held);
     // At most this many readings: one per line.

@@ -6,6 +6,7 @@
 //! | `POST /api/v1/readings` (JSON: one reading or an array) | 202 `{"accepted": n}` | 400 `{"error", "accepted", "rejected": [{"index", "error"}] (first 100), "rejected_count"}` with the valid items accepted; 400 malformed/empty; 413 over `--max-body-bytes` (also decompressed) or more readings than `--max-buffered-readings`; 415 content type/encoding; 503 + `Retry-After: 1` buffers full (nothing accepted) |
 //! | `POST /api/v1/readings` (`application/x-ndjson`, streamed) | 202 `{"accepted": n}` | as JSON, but pushed every 10,000 lines: a 503 body's `accepted` counts pieces already taken, which stay accepted; only each line is bound by `--max-body-bytes` |
 //! | `POST /write` (v1), `POST /api/v2/write` (v2), gzip accepted | 204 | 400 partial write (good lines kept; v1 `{"error"}`, v2 `{"code": "invalid", "message"}` naming the first 100 bad lines, 1-based); 400 bad precision; 413; 503 + `Retry-After` (nothing accepted) |
+//! | `POST /api/v1/write` (Prometheus remote write 1.0, snappy) | 204 | 400 unreadable body or partial write (series refused; NaN/±Inf samples are skipped, not refused); 413; 415 not snappy or remote write 2.0; 503 + `Retry-After` (nothing accepted) |
 //! | `GET`, `HEAD` `/ping` | 204, `X-Influxdb-Version`, `X-Influxdb-Build: OSS` | |
 //!
 //! Write routes share one concurrency limit (`--max-concurrent-writes`, over it: 503 +
@@ -20,6 +21,7 @@
 //! # Layout
 //! - [`readings`]: bucketd's JSON/NDJSON endpoint.
 //! - [`influx`]: InfluxDB's write endpoints and `/ping`.
+//! - [`prometheus`]: Prometheus remote write.
 //! - [`dead_letters`]: `POST /api/v1/dead-letters/replay`, what the store refused written back.
 //! - `body`: reading bodies, gzip.
 //! - `state`: what every write endpoint shares: `IngestState`, `HttpLimits`, and the push that
@@ -29,6 +31,7 @@
 mod body;
 pub mod dead_letters;
 pub mod influx;
+pub mod prometheus;
 pub mod readings;
 pub mod schemas;
 mod state;
@@ -73,6 +76,7 @@ pub fn router(state: IngestState) -> Router {
         .route("/api/v1/readings", post(readings::write_readings))
         .route("/write", post(influx::write_v1))
         .route("/api/v2/write", post(influx::write_v2))
+        .route("/api/v1/write", post(prometheus::remote_write))
         .route("/api/v1/dead-letters/replay", post(dead_letters::replay))
         .route_layer(guard)
         .route("/ping", get(influx::ping))

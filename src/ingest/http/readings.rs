@@ -10,7 +10,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::json;
 
-use super::body::{Encoding, GzipStream, content_encoding, read_body};
+use super::body::{Encoding, GzipStream, IDENTITY_OR_GZIP, content_encoding, read_body};
 use super::schemas::{AcceptedBody, IngestBody};
 use super::state::{IngestState, NDJSON_PUSH_READINGS, now_ms, push};
 use crate::http::error::{MAX_LISTED_ERRORS, RejectedItem, RejectedItems};
@@ -157,8 +157,9 @@ pub(crate) async fn write_readings(
     let limits = state.limits_in(params.db.as_deref())?;
     match json_body_kind(&headers)? {
         JsonBody::Document => {
+            let limit = state.http.max_body_bytes;
             let read =
-                read_body(body, &headers, state.http.max_body_bytes, &state.memory, Protocol::Json)
+                read_body(body, &headers, IDENTITY_OR_GZIP, limit, &state.memory, Protocol::Json)
                     .await?;
             // Held until the readings are pushed (see `write_line_protocol`).
             let (bytes, _held) = (read.bytes, read.held);
@@ -174,7 +175,7 @@ pub(crate) async fn write_readings(
             tally.into_response()
         }
         JsonBody::Ndjson => {
-            let encoding = content_encoding(&headers)?;
+            let encoding = content_encoding(&headers, IDENTITY_OR_GZIP)?;
             stream_ndjson(&state, &limits, body, encoding).await
         }
     }
@@ -259,10 +260,24 @@ mod tests {
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/csv"));
         assert!(matches!(json_body_kind(&h), Err(ApiError::UnsupportedMediaType(_))));
 
-        assert_eq!(content_encoding(&h).unwrap(), Encoding::Identity);
+        assert_eq!(content_encoding(&h, IDENTITY_OR_GZIP).unwrap(), Encoding::Identity);
         h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("GZIP"));
-        assert_eq!(content_encoding(&h).unwrap(), Encoding::Gzip);
+        assert_eq!(content_encoding(&h, IDENTITY_OR_GZIP).unwrap(), Encoding::Gzip);
         h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("br"));
-        assert!(matches!(content_encoding(&h), Err(ApiError::UnsupportedMediaType(_))));
+        assert!(matches!(
+            content_encoding(&h, IDENTITY_OR_GZIP),
+            Err(ApiError::UnsupportedMediaType(_))
+        ));
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("snappy"));
+        assert!(matches!(
+            content_encoding(&h, IDENTITY_OR_GZIP),
+            Err(ApiError::UnsupportedMediaType(_))
+        ));
+        assert_eq!(content_encoding(&h, &[Encoding::Snappy]).unwrap(), Encoding::Snappy);
+        h.remove(header::CONTENT_ENCODING);
+        assert!(matches!(
+            content_encoding(&h, &[Encoding::Snappy]),
+            Err(ApiError::UnsupportedMediaType(_))
+        ));
     }
 }

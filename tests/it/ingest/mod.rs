@@ -8,4 +8,5 @@ mod line_protocol;
 mod line_protocol_conformance;
 mod memory_budget;
 mod mongo;
+mod prometheus;
 mod tcp;

@@ -160,7 +160,7 @@ fn find_influxd() -> Option<PathBuf> {
 
 /// A port nobody listens on now (bound to port 0 and dropped): influxd may still lose it to
 /// another process before it binds, which [`Influxd::start`] retries.
-fn free_port() -> SocketAddr {
+pub fn free_port() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
 }
 

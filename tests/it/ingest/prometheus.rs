@@ -1,0 +1,142 @@
+//! Prometheus remote write with a real Prometheus: it scrapes a target the test serves and
+//! remote-writes what it scraped to bucketd, which must then hold what Prometheus holds,
+//! sample for sample.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bucketd::model::FieldValue;
+use bucketd::store::Store;
+
+use crate::support::prometheus::Prometheus;
+use crate::support::server::{TestServer, memory_store, stored};
+
+/// Samples of each series Prometheus must hold before the comparison.
+const SCRAPES: usize = 5;
+/// How long Prometheus may take to scrape them and bucketd to hold what it sent.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// A scrape target whose values change at every scrape, with a NaN sample beside them.
+async fn serve_target() -> std::net::SocketAddr {
+    let scrapes = Arc::new(AtomicU64::new(0));
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let n = scrapes.fetch_add(1, Ordering::Relaxed) as f64;
+            async move {
+                format!(
+                    "# TYPE sensor_temperature gauge\n\
+                     sensor_temperature{{room=\"kitchen\"}} {}\n\
+                     sensor_temperature{{room=\"hall\"}} {}\n\
+                     # TYPE sensor_quantile gauge\n\
+                     sensor_quantile NaN\n",
+                    20.0 + n * 0.25,
+                    -n / 3.0,
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+/// The series key bucketd files a Prometheus series under: the metric name as measurement,
+/// the other labels as tags.
+fn series_key(labels: &serde_json::Value) -> String {
+    let labels = labels.as_object().unwrap();
+    let mut key = labels["__name__"].as_str().unwrap().to_owned();
+    for (name, value) in labels.iter().filter(|(name, _)| *name != "__name__") {
+        key.push_str(&format!(",{name}={}", value.as_str().unwrap()));
+    }
+    key
+}
+
+/// What `store` holds of `key`, up to `until` (ms): `(timestamp, value)`.
+async fn held(store: &dyn Store, key: &str, until: i64) -> Vec<(i64, f64)> {
+    stored(store, key)
+        .await
+        .into_iter()
+        .filter(|r| r.ts <= until)
+        .map(|r| {
+            assert_eq!(r.fields.len(), 1, "{key}: {r:?}");
+            assert_eq!(r.fields[0].0.as_str(), "value");
+            let FieldValue::Float(v) = r.fields[0].1 else { panic!("{key}: {r:?}") };
+            (r.ts, v)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bucketd_holds_what_prometheus_scraped_sample_for_sample() {
+    let store = memory_store();
+    let server = TestServer::start(store.clone(), &["--flush-interval", "20ms"]).await;
+    let target = serve_target().await;
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1h\n\
+         scrape_configs:\n  - job_name: sensors\n    static_configs:\n      - targets: ['{target}']\n\
+         remote_write:\n  - url: {}\n    queue_config:\n      batch_send_deadline: 200ms\n      \
+         min_backoff: 50ms\n      max_backoff: 500ms\n",
+        server.url("/api/v1/write")
+    );
+    let prometheus = Prometheus::start(&config).await;
+
+    // Prometheus' own samples of the target's series, once it holds enough of each.
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let expected: BTreeMap<String, Vec<(i64, f64)>> = loop {
+        let samples = prometheus.samples("{job=\"sensors\"}", "1h").await;
+        let kitchen = samples.iter().find(|(labels, _)| labels["room"] == "kitchen");
+        if kitchen.is_some_and(|(_, values)| values.len() >= SCRAPES) {
+            break samples
+                .iter()
+                .map(|(labels, values)| (series_key(labels), values.clone()))
+                .collect();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "Prometheus scraped too little:\n{}",
+            prometheus.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let until = expected.values().flatten().map(|&(ts, _)| ts).max().unwrap();
+    let temperature = format!("sensor_temperature,instance={target},job=sensors,room=kitchen");
+    assert!(expected.contains_key(&temperature), "{:?}", expected.keys());
+    assert!(expected.contains_key(&format!("up,instance={target},job=sensors")));
+
+    // bucketd holds exactly those samples, once Prometheus has sent them; NaN is not stored.
+    let mut finite = expected.clone();
+    let nan_key = format!("sensor_quantile,instance={target},job=sensors");
+    assert!(finite.remove(&nan_key).is_some_and(|v| v.iter().all(|(_, v)| v.is_nan())));
+    loop {
+        let mut got = BTreeMap::new();
+        for key in finite.keys() {
+            got.insert(key.clone(), held(&*store, key, until).await);
+        }
+        if got == finite {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "bucketd does not hold what Prometheus holds:\nPrometheus: {finite:#?}\nbucketd: {got:#?}\n{}",
+            prometheus.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(held(&*store, &nan_key, i64::MAX).await.is_empty());
+    let metrics = server.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains(r#"bucketd_readings_accepted_total{protocol="prometheus"}"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .contains(r#"bucketd_readings_rejected_total{protocol="prometheus",reason="value"}"#),
+        "{metrics}"
+    );
+    drop(prometheus);
+    server.shutdown().await;
+}
