@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test bucketd has. Installs what the tests need and cannot install themselves:
-#   - promtool (Debian package `prometheus`), which checks the /metrics output;
+#   - promtool and prometheus (Debian package `prometheus`): promtool checks the /metrics
+#     output, and a real Prometheus remote-writes to bucketd (tests/it/ingest/prometheus.rs);
 #   - influxd (Debian package `influxdb`, InfluxDB 1.6), the reference the InfluxQL oracle
 #     test (tests/it/query/influxql_oracle.rs) compares bucketd's /query answers with;
 #   - python3 with venv, for the MongoDB stand-in (the tests build the venv themselves under
@@ -8,7 +9,8 @@
 #   - headless Chromium (Debian package `chromium`), which the web console's browser tests
 #     (tests/it/edge/console_browser.rs) drive, and a font for its screenshots.
 #   - curl and openssl, the real clients of the TLS tests (tests/it/edge/tls.rs), which also
-#     build a venv with InfluxDB's Python client.
+#     build a venv with InfluxDB's Python client; the OTLP test (tests/it/ingest/otlp.rs)
+#     builds one with the OpenTelemetry SDK.
 # Set BUCKETD_TEST_MONGODB_URI=mongodb://... to run the MongoDB tests against a real server
 # instead of the stand-in (e.g. after `docker compose up mongo`).
 set -euo pipefail
@@ -25,8 +27,8 @@ apt_install() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
-if ! command -v promtool >/dev/null; then
-  echo "scripts/test.sh: installing promtool (Debian package prometheus)"
+if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
+  echo "scripts/test.sh: installing promtool and prometheus (Debian package prometheus)"
   apt_install prometheus
 fi
 if ! command -v influxd >/dev/null; then

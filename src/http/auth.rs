@@ -93,7 +93,7 @@ pub const ALWAYS_OPEN: &[&str] =
 pub const OPERATIONS: &[&str] = &["/health", "/ready", "/metrics"];
 
 /// The routes that write.
-pub const WRITES: &[&str] = &["/write", "/api/v2/write", "/api/v1/write"];
+pub const WRITES: &[&str] = &["/write", "/api/v2/write", "/api/v1/write", "/v1/metrics"];
 
 /// The routes that read or write one database's series, named by a parameter.
 pub const DATABASE_ROUTES: &[&str] = &[

@@ -163,7 +163,7 @@ impl ApiError {
     }
 
     /// Logs what deserves a log line and returns the message that is safe to send.
-    fn log_and_public_message(&self) -> String {
+    pub(crate) fn log_and_public_message(&self) -> String {
         match self {
             ApiError::Internal(detail) | ApiError::WalFailed(detail) => {
                 tracing::error!(error = %detail, "request failed");
@@ -180,7 +180,7 @@ impl ApiError {
         self.to_string()
     }
 
-    fn finish(&self, body: Response) -> Response {
+    pub(crate) fn finish(&self, body: Response) -> Response {
         let mut response = body;
         *response.status_mut() = self.status();
         // A full disk is temporary too: the log takes writes again once there is room.

@@ -7,6 +7,7 @@
 //! | `POST /api/v1/readings` (`application/x-ndjson`, streamed) | 202 `{"accepted": n}` | as JSON, but pushed every 10,000 lines: a 503 body's `accepted` counts pieces already taken, which stay accepted; only each line is bound by `--max-body-bytes` |
 //! | `POST /write` (v1), `POST /api/v2/write` (v2), gzip accepted | 204 | 400 partial write (good lines kept; v1 `{"error"}`, v2 `{"code": "invalid", "message"}` naming the first 100 bad lines, 1-based); 400 bad precision; 413; 503 + `Retry-After` (nothing accepted) |
 //! | `POST /api/v1/write` (Prometheus remote write 1.0, snappy) | 204 | 400 unreadable body or partial write (series refused; NaN/±Inf samples are skipped, not refused); 413; 415 not snappy or remote write 2.0; 503 + `Retry-After` (nothing accepted) |
+//! | `POST /v1/metrics` (OTLP, protobuf or JSON, gzip accepted) | 200 `ExportMetricsServiceResponse` (`partial_success` counts refused points) | 400 unreadable body; 413; 415; 503 + `Retry-After` (nothing accepted); errors carry a `google.rpc.Status` |
 //! | `GET`, `HEAD` `/ping` | 204, `X-Influxdb-Version`, `X-Influxdb-Build: OSS` | |
 //!
 //! Write routes share one concurrency limit (`--max-concurrent-writes`, over it: 503 +
@@ -22,6 +23,7 @@
 //! - [`readings`]: bucketd's JSON/NDJSON endpoint.
 //! - [`influx`]: InfluxDB's write endpoints and `/ping`.
 //! - [`prometheus`]: Prometheus remote write.
+//! - [`otlp`]: OpenTelemetry metrics over HTTP.
 //! - [`dead_letters`]: `POST /api/v1/dead-letters/replay`, what the store refused written back.
 //! - `body`: reading bodies, gzip.
 //! - `state`: what every write endpoint shares: `IngestState`, `HttpLimits`, and the push that
@@ -31,6 +33,7 @@
 mod body;
 pub mod dead_letters;
 pub mod influx;
+pub mod otlp;
 pub mod prometheus;
 pub mod readings;
 pub mod schemas;
@@ -77,6 +80,7 @@ pub fn router(state: IngestState) -> Router {
         .route("/write", post(influx::write_v1))
         .route("/api/v2/write", post(influx::write_v2))
         .route("/api/v1/write", post(prometheus::remote_write))
+        .route("/v1/metrics", post(otlp::export_metrics))
         .route("/api/v1/dead-letters/replay", post(dead_letters::replay))
         .route_layer(guard)
         .route("/ping", get(influx::ping))

@@ -8,5 +8,6 @@ mod line_protocol;
 mod line_protocol_conformance;
 mod memory_budget;
 mod mongo;
+mod otlp;
 mod prometheus;
 mod tcp;
