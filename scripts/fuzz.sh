@@ -19,7 +19,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked --version 0.13.2
 fi
 
-targets=(line_protocol json_reading query_params influxql prometheus_remote_write otlp)
+targets=(line_protocol json_reading query_params influxql prometheus_remote_write otlp mqtt_payload)
 cargo fuzz build --dev --sanitizer none
 for target in "${targets[@]}"; do
   echo "scripts/fuzz.sh: fuzzing $target for ${seconds}s"

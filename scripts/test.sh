@@ -8,6 +8,8 @@
 #     target/mongo-standin-venv from tests/mongo_standin/requirements.txt);
 #   - headless Chromium (Debian package `chromium`), which the web console's browser tests
 #     (tests/it/edge/console_browser.rs) drive, and a font for its screenshots.
+#   - mosquitto (Debian package `mosquitto`), the broker of the MQTT tests
+#     (tests/it/ingest/mqtt.rs);
 #   - curl and openssl, the real clients of the TLS tests (tests/it/edge/tls.rs), which also
 #     build a venv with InfluxDB's Python client; the OTLP test (tests/it/ingest/otlp.rs)
 #     builds one with the OpenTelemetry SDK.
@@ -42,6 +44,10 @@ fi
 if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
   echo "scripts/test.sh: installing python3-venv for the MongoDB stand-in"
   apt_install python3-venv
+fi
+if ! [ -x /usr/sbin/mosquitto ] && ! command -v mosquitto >/dev/null; then
+  echo "scripts/test.sh: installing mosquitto for the MQTT tests"
+  apt_install mosquitto
 fi
 for tool in curl openssl; do
   if ! command -v "$tool" >/dev/null; then

@@ -12,6 +12,7 @@ use crate::buffer::BufferConfig;
 use crate::flush::FlushConfig;
 use crate::flush::dead_letter::{DeadLetterError, DeadLetters};
 pub use crate::ingest::intake::AckMode;
+use crate::ingest::mqtt::{Broker, MqttConfig, PayloadFormat, TopicTemplate};
 use crate::ingest::validate::{InputLimits, KnownSeries, SeriesLimit};
 use crate::model::WriterId;
 use crate::store::{BucketLimits, Retention};
@@ -342,6 +343,42 @@ pub struct Config {
     #[arg(long, env = "BUCKETD_TLS_RELOAD_INTERVAL", default_value = "10s", value_parser = parse_positive_duration)]
     pub tls_reload_interval: Duration,
 
+    /// MQTT broker to subscribe to: mqtt://[user[:password]@]host[:port], or mqtts:// for TLS
+    /// (percent-encode special characters of the user and password). Off unless given.
+    #[arg(long, env = "BUCKETD_MQTT_URL", value_parser = parse_broker)]
+    pub mqtt_url: Option<Broker>,
+
+    /// Topic filter of the MQTT subscription, QoS 1, wildcards allowed (`sensors/#`); repeat
+    /// the flag (or separate with commas in the variable) for more.
+    #[arg(long = "mqtt-topic", env = "BUCKETD_MQTT_TOPICS", value_delimiter = ',')]
+    pub mqtt_topics: Vec<String>,
+
+    /// Client id of bucketd's persistent MQTT session; default `bucketd-<writer id>`, which
+    /// stays the same across restarts with the same --wal-dir.
+    #[arg(long, env = "BUCKETD_MQTT_CLIENT_ID")]
+    pub mqtt_client_id: Option<String>,
+
+    /// How MQTT payloads are read: line protocol (`line`), bucketd's JSON readings (`json`), a
+    /// plain number named by its topic (`number`), or `auto`: JSON when it starts with `{` or
+    /// `[`, a number when it is one, else line protocol.
+    #[arg(long, env = "BUCKETD_MQTT_PAYLOAD", value_enum, default_value = "auto")]
+    pub mqtt_payload: PayloadFormat,
+
+    /// Names a plain number from its topic: `/`-separated levels of literal text, `+` (any),
+    /// `{measurement}`, `{field}`, or `{tag}` (that level is the tag's value). Example:
+    /// `{site}/{room}/{field}` stores `21.5` on `home/kitchen/temperature` as
+    /// `mqtt,room=kitchen,site=home temperature=21.5`.
+    #[arg(long, env = "BUCKETD_MQTT_TOPIC_TEMPLATE")]
+    pub mqtt_topic_template: Option<TopicTemplate>,
+
+    /// The database MQTT readings go to; the default database when not given.
+    #[arg(long, env = "BUCKETD_MQTT_DATABASE")]
+    pub mqtt_database: Option<String>,
+
+    /// PEM certificates to trust for an mqtts:// broker, instead of the system's roots.
+    #[arg(long, env = "BUCKETD_MQTT_CA")]
+    pub mqtt_ca: Option<PathBuf>,
+
     /// Log output format. The level comes from RUST_LOG (default `info`).
     #[arg(long, env = "BUCKETD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -356,10 +393,53 @@ impl Config {
         T: Into<std::ffi::OsString> + Clone,
     {
         let config = Config::try_parse_from(args)?;
-        config.retention_policy().map_err(|why| {
+        let conflict = |why: String| {
             clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, format!("{why}\n"))
-        })?;
+        };
+        config.retention_policy().map_err(conflict)?;
+        config.check_mqtt().map_err(conflict)?;
         Ok(config)
+    }
+
+    fn check_mqtt(&self) -> Result<(), String> {
+        let needs_url = [
+            (!self.mqtt_topics.is_empty(), "--mqtt-topic"),
+            (self.mqtt_client_id.is_some(), "--mqtt-client-id"),
+            (self.mqtt_topic_template.is_some(), "--mqtt-topic-template"),
+            (self.mqtt_database.is_some(), "--mqtt-database"),
+            (self.mqtt_ca.is_some(), "--mqtt-ca"),
+        ];
+        match &self.mqtt_url {
+            None => match needs_url.iter().find(|(given, _)| *given) {
+                Some((_, flag)) => Err(format!("{flag} needs --mqtt-url")),
+                None => Ok(()),
+            },
+            Some(_) if self.mqtt_topics.is_empty() => {
+                Err("--mqtt-url needs at least one --mqtt-topic to subscribe to".into())
+            }
+            Some(_)
+                if self.mqtt_payload == PayloadFormat::Number
+                    && self.mqtt_topic_template.is_none() =>
+            {
+                Err("--mqtt-payload number needs --mqtt-topic-template to name what it stores"
+                    .into())
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// The MQTT subscription, if `--mqtt-url` asks for one; `writer` names the default client.
+    pub fn mqtt_config(&self, writer: WriterId) -> Option<MqttConfig> {
+        Some(MqttConfig {
+            broker: self.mqtt_url.clone()?,
+            topics: self.mqtt_topics.clone(),
+            client_id: self.mqtt_client_id.clone().unwrap_or_else(|| format!("bucketd-{writer}")),
+            payload: self.mqtt_payload,
+            template: self.mqtt_topic_template.clone(),
+            ca: self.mqtt_ca.clone(),
+            max_message_bytes: self.body_limit(),
+            keep_alive: Duration::from_secs(30),
+        })
     }
 
     /// The retention of raw readings and of hour statistics; `Err` when the statistics would
@@ -547,6 +627,10 @@ fn parse_positive_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// Humane durations: `250ms`, `1s`, `2m`, `1h 30m`, `30d`.
+fn parse_broker(s: &str) -> Result<Broker, String> {
+    s.parse()
+}
+
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 250ms, 1s, 2m, 30d)"))
 }

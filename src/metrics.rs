@@ -26,6 +26,7 @@ pub const HTTP_CONNECTIONS: &str = "bucketd_http_connections_total"; // {result}
 pub const TLS_HANDSHAKES: &str = "bucketd_tls_handshakes_total"; // {listener, result}
 pub const TLS_RELOADS: &str = "bucketd_tls_reloads_total"; // {result}
 pub const SERIES_TRACKED: &str = "bucketd_series"; // gauge
+pub const MQTT_CONNECTED: &str = "bucketd_mqtt_connected"; // gauge
 pub const READINGS_LANDED_DESPITE_ERROR: &str = "bucketd_readings_landed_despite_error_total";
 pub const WAL_BYTES: &str = "bucketd_wal_bytes"; // gauge
 pub const WAL_SEGMENTS: &str = "bucketd_wal_segments"; // gauge
@@ -111,7 +112,7 @@ fn describe() {
         READINGS_ACCEPTED,
         Unit::Count,
         "Readings accepted into the buffers, by protocol (json, ndjson, lp_http, lp_tcp, \
-         prometheus, otlp, dead_letters)."
+         prometheus, otlp, mqtt, dead_letters)."
     );
     describe_counter!(
         READINGS_REJECTED,
@@ -279,6 +280,12 @@ fn describe() {
         SERIES_TRACKED,
         Unit::Count,
         "Distinct series this process has accepted readings for (bounded by --max-series)."
+    );
+    describe_gauge!(
+        MQTT_CONNECTED,
+        Unit::Count,
+        "1 while the MQTT subscription (--mqtt-url) is connected to its broker and subscribed, \
+         else 0."
     );
 }
 

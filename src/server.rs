@@ -2,7 +2,8 @@
 //! shutdown signal.
 //!
 //! Shutdown order: stop accepting (HTTP graceful shutdown; the TCP accept loop ends and open
-//! connections stop after their current read), wait up to `shutdown_timeout` for requests and
+//! connections stop after their current read; the MQTT subscription acknowledges what it
+//! stored and disconnects), wait up to `shutdown_timeout` for requests and
 //! connections in progress, then drain the buffers into the store with another
 //! `shutdown_timeout` (the refill bringing in readings spilled to the log shares that
 //! deadline), and close the write-ahead log. So a stop takes at most twice
@@ -35,9 +36,10 @@ use crate::flush::dead_letter::DeadLetters;
 use crate::flush::{Flusher, Settle, ShutdownReport};
 use crate::http::auth::AuthPolicy;
 use crate::http::serve::ServeConfig;
-use crate::ingest::http::{HttpLimits, IngestState};
+use crate::ingest::http::{HttpLimits, IngestState, NDJSON_PUSH_READINGS};
 use crate::ingest::intake::{AckMode, Intake};
 use crate::ingest::memory::RequestMemory;
+use crate::ingest::mqtt;
 use crate::ingest::tcp::{self, TCP_MAX_LINE_BYTES, TCP_MAX_PUSH_READINGS, TcpConfig};
 use crate::model::Seq;
 use crate::query::QueryState;
@@ -363,7 +365,7 @@ impl Server {
                 databases: databases.clone(),
             },
             query: {
-                let mut query = QueryState::new(store.clone(), buffers.clone(), databases);
+                let mut query = QueryState::new(store.clone(), buffers.clone(), databases.clone());
                 query.limits.statement_time = config.query_timeout;
                 query
             },
@@ -407,7 +409,7 @@ impl Server {
                 idle_timeout: config.tcp_idle_timeout,
                 max_push_readings: TCP_MAX_PUSH_READINGS
                     .min(config.max_buffered_readings.unwrap_or(usize::MAX)),
-                memory: request_memory,
+                memory: request_memory.clone(),
             };
             tokio::spawn(tcp::serve(
                 listener,
@@ -418,6 +420,24 @@ impl Server {
                 stop.clone(),
             ))
         });
+
+        let mqtt_task = match config.mqtt_config(identity.writer) {
+            None => None,
+            Some(mqtt) => {
+                let database = databases
+                    .get(config.mqtt_database.as_deref())
+                    .map_err(|e| anyhow::anyhow!("--mqtt-database: {e}"))?;
+                let sink = mqtt::Sink {
+                    intake: intake.clone(),
+                    limits: limits.in_database(database),
+                    memory: request_memory.clone(),
+                    max_push_readings: NDJSON_PUSH_READINGS
+                        .min(config.max_buffered_readings.unwrap_or(usize::MAX)),
+                };
+                tracing::info!(broker = ?mqtt.broker, topics = ?mqtt.topics, client_id = mqtt.client_id, "MQTT: subscribing");
+                Some(mqtt::spawn(mqtt, sink, stop.clone())?)
+            }
+        };
 
         // An HTTP server that ends by itself has failed; still drain what was accepted.
         let mut failure = None;
@@ -437,6 +457,9 @@ impl Server {
                 let _ = (&mut http_task).await;
             }
             if let Some(task) = tcp_task {
+                let _ = task.await;
+            }
+            if let Some(task) = mqtt_task {
                 let _ = task.await;
             }
         };

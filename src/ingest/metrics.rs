@@ -16,6 +16,8 @@ pub enum Protocol {
     PromRemoteWrite,
     /// OpenTelemetry metrics over HTTP.
     Otlp,
+    /// Messages of the MQTT subscription.
+    Mqtt,
 }
 
 impl Protocol {
@@ -28,6 +30,7 @@ impl Protocol {
             Protocol::DeadLetters => "dead_letters",
             Protocol::PromRemoteWrite => "prometheus",
             Protocol::Otlp => "otlp",
+            Protocol::Mqtt => "mqtt",
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod json;
 pub mod line_protocol;
 pub mod memory;
 pub mod metrics;
+pub mod mqtt;
 pub mod otlp;
 pub mod point;
 pub mod prometheus;

@@ -8,6 +8,7 @@ mod line_protocol;
 mod line_protocol_conformance;
 mod memory_budget;
 mod mongo;
+mod mqtt;
 mod otlp;
 mod prometheus;
 mod tcp;

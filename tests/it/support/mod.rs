@@ -8,6 +8,7 @@
 pub mod binary;
 pub mod browser;
 pub mod influxd;
+pub mod mosquitto;
 pub mod prometheus;
 pub mod proxy;
 pub mod query;

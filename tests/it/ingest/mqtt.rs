@@ -1,0 +1,168 @@
+//! MQTT through a real Mosquitto broker and the real binary: messages published while bucketd
+//! was down are stored once it is back, and a `kill -9` in the middle of a burst loses nothing
+//! the broker was told was delivered.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::support::binary::Bucketd;
+use crate::support::mosquitto::Mosquitto;
+use crate::support::server::metric_sum;
+
+/// A guard against a hang, not a performance bound.
+const PATIENCE: Duration = Duration::from_secs(120);
+const T0_MS: i64 = 1_700_000_000_000;
+
+fn spawn(data: &Path, broker: &Mosquitto, topic: &str, client_id: &str) -> Bucketd {
+    let url = broker.url();
+    Bucketd::spawn_args(
+        data,
+        "100ms",
+        &[
+            "--mqtt-url",
+            &url,
+            "--mqtt-topic",
+            topic,
+            "--mqtt-client-id",
+            client_id,
+            "--mqtt-topic-template",
+            "plant/{room}/{field}",
+        ],
+    )
+}
+
+async fn metric(bucketd: &Bucketd, client: &reqwest::Client, name: &str) -> f64 {
+    let text = client.get(format!("{}/metrics", bucketd.base)).send().await.unwrap();
+    metric_sum(&text.text().await.unwrap(), name)
+}
+
+/// Waits until bucketd is subscribed.
+async fn wait_subscribed(bucketd: &mut Bucketd, client: &reqwest::Client, broker: &Mosquitto) {
+    bucketd.wait_ready(client).await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while metric(bucketd, client, "bucketd_mqtt_connected").await != 1.0 {
+        assert!(tokio::time::Instant::now() < deadline, "not subscribed:\n{}", broker.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every reading of `sensor` with field `field`, by value, with how many times it is stored.
+async fn stored(
+    bucketd: &Bucketd,
+    client: &reqwest::Client,
+    sensor: &str,
+    field: &str,
+) -> BTreeMap<i64, usize> {
+    let query = [("sensor", sensor), ("from", "0"), ("to", "4000000000000"), ("limit", "100000")];
+    let url =
+        format!("{}/api/v1/readings?{}", bucketd.base, serde_urlencoded::to_string(query).unwrap());
+    let body: serde_json::Value = client.get(url).send().await.unwrap().json().await.unwrap();
+    let mut values = BTreeMap::new();
+    for r in body["readings"].as_array().unwrap_or_else(|| panic!("{body}")) {
+        *values.entry(r["fields"][field].as_f64().unwrap() as i64).or_default() += 1;
+    }
+    values
+}
+
+/// Waits until `sensor` holds every value of `expected`, and returns what it holds.
+async fn wait_stored(
+    bucketd: &Bucketd,
+    client: &reqwest::Client,
+    sensor: &str,
+    field: &str,
+    expected: impl Iterator<Item = i64> + Clone,
+) -> BTreeMap<i64, usize> {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let got = stored(bucketd, client, sensor, field).await;
+        if expected.clone().all(|v| got.contains_key(&v)) {
+            return got;
+        }
+        let missing: Vec<i64> =
+            expected.clone().filter(|v| !got.contains_key(v)).take(20).collect();
+        assert!(tokio::time::Instant::now() < deadline, "{sensor}: still missing {missing:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_published_while_bucketd_was_down_are_stored() {
+    let broker = Mosquitto::start().await;
+    let data = tempfile::tempdir().unwrap();
+    let client = reqwest::Client::new();
+    let mut bucketd = spawn(data.path(), &broker, "plant/#", "it-away");
+    wait_subscribed(&mut bucketd, &client, &broker).await;
+    // The session exists at the broker: what is published now waits for it.
+    assert!(bucketd.terminate().success());
+
+    let mut messages: Vec<(String, String)> =
+        (0..50).map(|i| ("plant/kitchen/temperature".to_owned(), format!("{i}"))).collect();
+    messages.extend((0..50).map(|i| {
+        ("plant/lines".to_owned(), format!("lp,src=away v={i} {}", (T0_MS + i) * 1_000_000))
+    }));
+    messages
+        .push(("plant/json".into(), format!(r#"{{"sensor": "js", "ts": {T0_MS}, "value": 7}}"#)));
+    broker.publish("publisher-away", &messages, Duration::ZERO).await;
+
+    let mut bucketd = spawn(data.path(), &broker, "plant/#", "it-away");
+    bucketd.wait_ready(&client).await;
+    wait_stored(&bucketd, &client, "mqtt,room=kitchen", "temperature", 0..50).await;
+    wait_stored(&bucketd, &client, "lp,src=away", "v", 0..50).await;
+    wait_stored(&bucketd, &client, "js", "value", 7..8).await;
+    // Counted from the store alone: a range read while a write lands may see it twice.
+    bucketd.wait_settled(&client, PATIENCE.as_secs()).await;
+    for (what, sensor, field, n) in [
+        ("numbers", "mqtt,room=kitchen", "temperature", 50),
+        ("lines", "lp,src=away", "v", 50),
+        ("json", "js", "value", 1),
+    ] {
+        let got = stored(&bucketd, &client, sensor, field).await;
+        assert_eq!(got.len(), n, "{what}: {got:?}");
+        assert!(got.values().all(|&times| times == 1), "{what} stored twice: {got:?}");
+    }
+    let accepted =
+        metric(&bucketd, &client, r#"bucketd_readings_accepted_total{protocol="mqtt"}"#).await;
+    assert_eq!(accepted, 101.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_during_a_burst_loses_nothing_the_broker_delivered() {
+    const N: i64 = 5_000;
+    let broker = Mosquitto::start().await;
+    let data = tempfile::tempdir().unwrap();
+    let client = reqwest::Client::new();
+    let mut bucketd = spawn(data.path(), &broker, "burst/#", "it-burst");
+    wait_subscribed(&mut bucketd, &client, &broker).await;
+
+    let messages: Vec<(String, String)> = (0..N)
+        .map(|i| {
+            (format!("burst/{}", i % 7), format!("burst,src=k v={i} {}", (T0_MS + i) * 1_000_000))
+        })
+        .collect();
+    // Paced, so that bucketd acknowledges as it goes and a kill lands between acknowledgements.
+    let publish = broker.publish("publisher-burst", &messages, Duration::from_micros(500));
+    let kill = async {
+        // Once bucketd has taken part of the burst, and more is on its way.
+        let accepted = r#"bucketd_readings_accepted_total{protocol="mqtt"}"#;
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        let taken = loop {
+            let taken = metric(&bucketd, &client, accepted).await;
+            if taken >= (N / 3) as f64 {
+                break taken;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "bucketd took too little of the burst");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        bucketd.child.kill().unwrap();
+        bucketd.child.wait().unwrap();
+        taken
+    };
+    let ((), taken) = tokio::join!(publish, kill);
+    assert!(taken < N as f64, "the kill came after bucketd had taken the whole burst");
+
+    let mut bucketd = spawn(data.path(), &broker, "burst/#", "it-burst");
+    bucketd.wait_ready(&client).await;
+    let got = wait_stored(&bucketd, &client, "burst,src=k", "v", 0..N).await;
+    assert_eq!(got.len(), N as usize);
+}
