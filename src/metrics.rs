@@ -27,6 +27,7 @@ pub const TLS_HANDSHAKES: &str = "bucketd_tls_handshakes_total"; // {listener, r
 pub const TLS_RELOADS: &str = "bucketd_tls_reloads_total"; // {result}
 pub const SERIES_TRACKED: &str = "bucketd_series"; // gauge
 pub const MQTT_CONNECTED: &str = "bucketd_mqtt_connected"; // gauge
+pub const MQTT_CONNECTIONS: &str = "bucketd_mqtt_connections_total"; // {result}
 pub const READINGS_LANDED_DESPITE_ERROR: &str = "bucketd_readings_landed_despite_error_total";
 pub const WAL_BYTES: &str = "bucketd_wal_bytes"; // gauge
 pub const WAL_SEGMENTS: &str = "bucketd_wal_segments"; // gauge
@@ -280,6 +281,12 @@ fn describe() {
         SERIES_TRACKED,
         Unit::Count,
         "Distinct series this process has accepted readings for (bounded by --max-series)."
+    );
+    describe_counter!(
+        MQTT_CONNECTIONS,
+        Unit::Count,
+        "Connections of the MQTT subscription to its broker, by result (connected, refused: \
+         the broker said no, as to a wrong password; failed: no answer, a network or TLS error)."
     );
     describe_gauge!(
         MQTT_CONNECTED,

@@ -31,7 +31,7 @@ use super::{MqttConfig, Sink};
 use crate::ingest::intake::IntakeError;
 use crate::ingest::memory::Charge;
 use crate::ingest::metrics::{Protocol, count_accepted, count_received, count_rejected};
-use crate::metrics::MQTT_CONNECTED;
+use crate::metrics::{MQTT_CONNECTED, MQTT_CONNECTIONS};
 use crate::model::Item;
 use crate::wal::WalError;
 
@@ -172,6 +172,7 @@ impl Connection {
             match event {
                 Ok(Event::Incoming(Packet::ConnAck(ack))) => {
                     backoff = BACKOFF_FIRST;
+                    metrics::counter!(MQTT_CONNECTIONS, "result" => "connected").increment(1);
                     tracing::info!(session_present = ack.session_present, "MQTT: connected");
                     let filters = self
                         .topics
@@ -273,6 +274,11 @@ impl Connection {
 }
 
 fn log_connection_error(e: &ConnectionError, retry_in: Duration) {
+    let result = match e {
+        ConnectionError::ConnectionRefused(_) => "refused",
+        _ => "failed",
+    };
+    metrics::counter!(MQTT_CONNECTIONS, "result" => result).increment(1);
     tracing::warn!(error = %e, ?retry_in, "MQTT: connection lost or refused; reconnecting");
 }
 

@@ -2,34 +2,39 @@
 //! was down are stored once it is back, and a `kill -9` in the middle of a burst loses nothing
 //! the broker was told was delivered.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
 use crate::support::binary::Bucketd;
+use crate::support::ca::Ca;
+use crate::support::in_own_process;
 use crate::support::mosquitto::Mosquitto;
-use crate::support::server::metric_sum;
+use crate::support::server::{
+    FlakyStore, Identity, TestServer, assert_stored_exactly, identity, memory_store, metric_sum,
+};
 
 /// A guard against a hang, not a performance bound.
 const PATIENCE: Duration = Duration::from_secs(120);
 const T0_MS: i64 = 1_700_000_000_000;
 
 fn spawn(data: &Path, broker: &Mosquitto, topic: &str, client_id: &str) -> Bucketd {
-    let url = broker.url();
-    Bucketd::spawn_args(
-        data,
-        "100ms",
-        &[
-            "--mqtt-url",
-            &url,
-            "--mqtt-topic",
-            topic,
-            "--mqtt-client-id",
-            client_id,
-            "--mqtt-topic-template",
-            "plant/{room}/{field}",
-        ],
-    )
+    spawn_at(data, &broker.url(), topic, client_id, &[])
+}
+
+fn spawn_at(data: &Path, url: &str, topic: &str, client_id: &str, more: &[&str]) -> Bucketd {
+    let mut args = vec![
+        "--mqtt-url",
+        url,
+        "--mqtt-topic",
+        topic,
+        "--mqtt-client-id",
+        client_id,
+        "--mqtt-topic-template",
+        "plant/{room}/{field}",
+    ];
+    args.extend_from_slice(more);
+    Bucketd::spawn_args(data, "100ms", &args)
 }
 
 async fn metric(bucketd: &Bucketd, client: &reqwest::Client, name: &str) -> f64 {
@@ -47,7 +52,8 @@ async fn wait_subscribed(bucketd: &mut Bucketd, client: &reqwest::Client, broker
     }
 }
 
-/// Every reading of `sensor` with field `field`, by value, with how many times it is stored.
+/// Every reading of `sensor` with field `field`, by value, with how many times it is stored;
+/// nothing while bucketd does not know the sensor yet.
 async fn stored(
     bucketd: &Bucketd,
     client: &reqwest::Client,
@@ -57,8 +63,12 @@ async fn stored(
     let query = [("sensor", sensor), ("from", "0"), ("to", "4000000000000"), ("limit", "100000")];
     let url =
         format!("{}/api/v1/readings?{}", bucketd.base, serde_urlencoded::to_string(query).unwrap());
-    let body: serde_json::Value = client.get(url).send().await.unwrap().json().await.unwrap();
+    let response = client.get(url).send().await.unwrap();
     let mut values = BTreeMap::new();
+    if response.status() == reqwest::StatusCode::NOT_FOUND {
+        return values;
+    }
+    let body: serde_json::Value = response.json().await.unwrap();
     for r in body["readings"].as_array().unwrap_or_else(|| panic!("{body}")) {
         *values.entry(r["fields"][field].as_f64().unwrap() as i64).or_default() += 1;
     }
@@ -165,4 +175,137 @@ async fn a_kill_during_a_burst_loses_nothing_the_broker_delivered() {
     bucketd.wait_ready(&client).await;
     let got = wait_stored(&bucketd, &client, "burst,src=k", "v", 0..N).await;
     assert_eq!(got.len(), N as usize);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_subscription_comes_back_after_the_broker_restarts() {
+    let mut broker = Mosquitto::start().await;
+    let data = tempfile::tempdir().unwrap();
+    let client = reqwest::Client::new();
+    let mut bucketd = spawn(data.path(), &broker, "plant/#", "it-restart");
+    wait_subscribed(&mut bucketd, &client, &broker).await;
+    let one = vec![("plant/hall/temperature".to_owned(), "1".to_owned())];
+    broker.publish("publisher-restart", &one, Duration::ZERO).await;
+    wait_stored(&bucketd, &client, "mqtt,room=hall", "temperature", 1..2).await;
+
+    // The broker forgets the session (no persistence): bucketd must subscribe again.
+    broker.restart().await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while metric(&bucketd, &client, "bucketd_mqtt_connected").await != 0.0 {
+        assert!(tokio::time::Instant::now() < deadline, "the lost connection went unnoticed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    wait_subscribed(&mut bucketd, &client, &broker).await;
+    let two = vec![("plant/hall/temperature".to_owned(), "2".to_owned())];
+    broker.publish("publisher-restart", &two, Duration::ZERO).await;
+    wait_stored(&bucketd, &client, "mqtt,room=hall", "temperature", 1..3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_and_a_password_log_in_and_a_wrong_password_does_not() {
+    let certs = tempfile::tempdir().unwrap();
+    let ca = Ca::new(certs.path(), "mqtt-ca");
+    let (cert, key) = ca.issue(&["127.0.0.1", "localhost"], "broker");
+    let plain = crate::support::influxd::free_port().port();
+    let broker = Mosquitto::start_with(|dir, _| {
+        let passwords = dir.join("passwd");
+        let made = std::process::Command::new("mosquitto_passwd")
+            .args(["-b", "-c"])
+            .arg(&passwords)
+            .args(["sensor", "s3cr:t"])
+            .status()
+            .expect("mosquitto_passwd runs");
+        assert!(made.success());
+        format!(
+            "certfile {}\nkeyfile {}\nallow_anonymous false\npassword_file {}\n\
+             listener {plain} 127.0.0.1\nallow_anonymous true\n",
+            cert.display(),
+            key.display(),
+            passwords.display()
+        )
+    })
+    .await;
+    let ca_file = ca.cert.to_str().unwrap();
+    let client = reqwest::Client::new();
+
+    let data = tempfile::tempdir().unwrap();
+    let url = format!("mqtts://sensor:s3cr%3At@127.0.0.1:{}", broker.addr.port());
+    let mut bucketd = spawn_at(data.path(), &url, "plant/#", "it-tls", &["--mqtt-ca", ca_file]);
+    wait_subscribed(&mut bucketd, &client, &broker).await;
+    let message = vec![("plant/vault/temperature".to_owned(), "4.5".to_owned())];
+    broker.publish_to(plain, "publisher-tls", &message, Duration::ZERO).await;
+    let got = wait_stored(&bucketd, &client, "mqtt,room=vault", "temperature", 4..5).await;
+    assert_eq!(got.len(), 1);
+
+    let other = tempfile::tempdir().unwrap();
+    let wrong = format!("mqtts://sensor:nope@127.0.0.1:{}", broker.addr.port());
+    let mut refused =
+        spawn_at(other.path(), &wrong, "plant/#", "it-wrong", &["--mqtt-ca", ca_file]);
+    refused.wait_ready(&client).await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let refusals = r#"bucketd_mqtt_connections_total{result="refused"}"#;
+    while metric(&refused, &client, refusals).await < 1.0 {
+        assert!(tokio::time::Instant::now() < deadline, "no refusal:\n{}", broker.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(metric(&refused, &client, "bucketd_mqtt_connected").await, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_buffers_pause_the_subscription_and_drop_nothing() {
+    // The metrics registry is the process's.
+    if !in_own_process(module_path!(), "full_buffers_pause_the_subscription_and_drop_nothing") {
+        return;
+    }
+    const N: i64 = 1_000;
+    let broker = Mosquitto::start().await;
+    let slow = FlakyStore::new(memory_store());
+    slow.hold(true);
+    let url = broker.url();
+    let server = TestServer::start(
+        slow.clone(),
+        &[
+            "--max-buffered-readings",
+            "100",
+            "--flush-interval",
+            "20ms",
+            "--mqtt-url",
+            &url,
+            "--mqtt-topic",
+            "full/#",
+            "--mqtt-client-id",
+            "it-full",
+        ],
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while server.metric("bucketd_mqtt_connected").await != 1.0 {
+        assert!(tokio::time::Instant::now() < deadline, "not subscribed:\n{}", broker.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let messages: Vec<(String, String)> = (0..N)
+        .map(|i| ("full/a".to_owned(), format!("full,src=m v={i} {}", (T0_MS + i) * 1_000_000)))
+        .collect();
+    broker.publish("publisher-full", &messages, Duration::ZERO).await;
+
+    // The buffers fill while the store holds every write: they never take more than their
+    // bound of 100, and the rest waits at the broker.
+    let accepted = r#"bucketd_readings_accepted_total{protocol="mqtt"}"#;
+    while server.metric(accepted).await < 1.0 {
+        assert!(tokio::time::Instant::now() < deadline, "nothing was taken");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(server.metric(accepted).await <= 100.0, "more accepted than the buffers hold");
+    slow.hold(false);
+
+    let expected: BTreeSet<Identity> =
+        (0..N).map(|i| identity("full,src=m", T0_MS + i, &[("v", i as f64)])).collect();
+    while server.metric(accepted).await < N as f64 {
+        assert!(tokio::time::Instant::now() < deadline, "the subscription did not resume");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let metrics = server.get("/metrics").await.text().await.unwrap();
+    assert!(!metrics.contains(r#"protocol="mqtt",reason"#), "refused readings: {metrics}");
+    server.shutdown().await;
+    assert_stored_exactly(&*slow.inner, &expected).await;
 }

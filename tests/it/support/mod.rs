@@ -7,6 +7,7 @@
 
 pub mod binary;
 pub mod browser;
+pub mod ca;
 pub mod influxd;
 pub mod mosquitto;
 pub mod prometheus;
