@@ -27,7 +27,7 @@ use prost::Message as _;
 use crate::http::ApiError;
 use crate::ingest::point;
 use crate::ingest::validate::{InputLimits, InvalidReading};
-use crate::model::{FieldName, FieldValue, Fields, Item, Reading, TimestampMs};
+use crate::model::{FieldName, FieldValue, Fields, Reading, TimestampMs};
 
 /// How a request's body is encoded, from its content type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,15 +60,9 @@ pub fn decode(body: &[u8], encoding: Encoding) -> Result<ExportMetricsServiceReq
     }
 }
 
-/// What a request's points became.
-#[derive(Debug, Default)]
-pub struct Converted {
-    pub items: Vec<Item>,
-    /// Points refused, with why.
-    pub rejected: Vec<Rejected>,
-    /// Points without a recorded value, and metrics without data.
-    pub skipped: usize,
-}
+/// What a request's points became; `skipped` counts points without a recorded value and
+/// metrics without data.
+pub type Converted = point::Converted<Rejected>;
 
 #[derive(Debug)]
 pub struct Rejected {
@@ -83,6 +77,12 @@ struct Point<'a> {
     time_unix_nano: u64,
     flags: u32,
     fields: Fields,
+}
+
+impl<'a> Point<'a> {
+    fn new(attributes: &'a [KeyValue], time_unix_nano: u64, flags: u32, fields: Fields) -> Self {
+        Point { attributes, time_unix_nano, flags, fields }
+    }
 }
 
 /// The readings of `request`'s data points, each checked as a line-protocol point is.
@@ -148,12 +148,7 @@ fn points(data: &Data) -> Vec<Point<'_>> {
                     };
                     fields.push((FieldName::from(bound.as_str()), int(cumulative)));
                 }
-                Point {
-                    attributes: &p.attributes,
-                    time_unix_nano: p.time_unix_nano,
-                    flags: p.flags,
-                    fields,
-                }
+                Point::new(&p.attributes, p.time_unix_nano, p.flags, fields)
             })
             .collect(),
         Data::ExponentialHistogram(h) => h
@@ -163,12 +158,7 @@ fn points(data: &Data) -> Vec<Point<'_>> {
                 let mut fields: Fields = [(name("count"), int(p.count))].into_iter().collect();
                 optional_floats(&mut fields, [("sum", p.sum), ("min", p.min), ("max", p.max)]);
                 fields.push((name("zero_count"), int(p.zero_count)));
-                Point {
-                    attributes: &p.attributes,
-                    time_unix_nano: p.time_unix_nano,
-                    flags: p.flags,
-                    fields,
-                }
+                Point::new(&p.attributes, p.time_unix_nano, p.flags, fields)
             })
             .collect(),
         Data::Summary(s) => s
@@ -183,12 +173,7 @@ fn points(data: &Data) -> Vec<Point<'_>> {
                     let field = format!("quantile_{}", q.quantile);
                     fields.push((FieldName::from(field.as_str()), FieldValue::Float(q.value)));
                 }
-                Point {
-                    attributes: &p.attributes,
-                    time_unix_nano: p.time_unix_nano,
-                    flags: p.flags,
-                    fields,
-                }
+                Point::new(&p.attributes, p.time_unix_nano, p.flags, fields)
             })
             .collect(),
     }
@@ -201,7 +186,7 @@ fn number(p: &opentelemetry_proto::tonic::metrics::v1::NumberDataPoint) -> Point
         None => None,
     };
     let fields = value.map(|v| (FieldName::interned("value"), v)).into_iter().collect();
-    Point { attributes: &p.attributes, time_unix_nano: p.time_unix_nano, flags: p.flags, fields }
+    Point::new(&p.attributes, p.time_unix_nano, p.flags, fields)
 }
 
 fn optional_floats<const N: usize>(fields: &mut Fields, values: [(&str, Option<f64>); N]) {

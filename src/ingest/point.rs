@@ -4,7 +4,22 @@
 
 use crate::ingest::validate::{self, InputLimits, InvalidReading};
 use crate::model::series_key::{self, series_key};
-use crate::model::{Reading, Series, SeriesMeta};
+use crate::model::{Item, Reading, Series, SeriesMeta};
+
+/// What a request of such a protocol became: its readings, what was refused (`R` says what of
+/// the request and why), and what was skipped as holding nothing to store.
+#[derive(Debug)]
+pub struct Converted<R> {
+    pub items: Vec<Item>,
+    pub rejected: Vec<R>,
+    pub skipped: usize,
+}
+
+impl<R> Default for Converted<R> {
+    fn default() -> Self {
+        Converted { items: Vec::new(), rejected: Vec::new(), skipped: 0 }
+    }
+}
 
 /// The series of `measurement` with `tags` (in any order), in `limits`' database: checked and
 /// admitted as a new line-protocol series is, or the known one.

@@ -17,7 +17,7 @@ use prost::Message as _;
 use crate::http::ApiError;
 use crate::ingest::point;
 use crate::ingest::validate::{InputLimits, InvalidReading};
-use crate::model::{FieldName, FieldValue, Item, Reading, TimestampMs};
+use crate::model::{FieldName, FieldValue, Reading, TimestampMs};
 
 /// The bits of Prometheus' stale marker (`value.StaleNaN`).
 const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
@@ -96,15 +96,9 @@ pub fn decode(body: &[u8], limit: usize) -> Result<WriteRequest, RemoteWriteErro
     WriteRequest::decode(plain.as_slice()).map_err(RemoteWriteError::Protobuf)
 }
 
-/// What a request's series became.
-#[derive(Debug, Default)]
-pub struct Converted {
-    pub items: Vec<Item>,
-    /// Samples refused, with why; one entry per series for a series that is refused whole.
-    pub rejected: Vec<Rejected>,
-    /// Stale markers, native histograms: nothing to store.
-    pub skipped: usize,
-}
+/// What a request's series became: a refused series is one entry of `rejected`; `skipped`
+/// counts stale markers and native histograms.
+pub type Converted = point::Converted<Rejected>;
 
 #[derive(Debug)]
 pub struct Rejected {

@@ -1,8 +1,10 @@
 """Records a counter, a gauge and a histogram with the OpenTelemetry SDK and exports them once
-to the OTLP/HTTP endpoint given as the first argument; fails unless the export succeeded."""
+to the OTLP/HTTP endpoint given as the first argument, compressed as the second says (gzip or
+none), as the service named by the third; fails unless the export succeeded."""
 
 import sys
 
+from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExportResult, PeriodicExportingMetricReader
@@ -18,10 +20,15 @@ class Checked(OTLPMetricExporter):
         return result
 
 
-exporter = Checked(endpoint=sys.argv[1], timeout=20)
+endpoint, compression, service = sys.argv[1:4]
+exporter = Checked(
+    endpoint=endpoint,
+    timeout=20,
+    compression=Compression.Gzip if compression == "gzip" else Compression.NoCompression,
+)
 # One export, at shutdown: a long interval keeps the reader from exporting before.
 reader = PeriodicExportingMetricReader(exporter, export_interval_millis=3_600_000)
-provider = MeterProvider(resource=Resource({"service.name": "sensor-sim"}), metric_readers=[reader])
+provider = MeterProvider(resource=Resource({"service.name": service}), metric_readers=[reader])
 meter = provider.get_meter("bucketd-test")
 
 reads = meter.create_counter("sensor.reads")

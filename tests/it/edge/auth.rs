@@ -21,6 +21,9 @@ fn protected() -> Vec<(Method, &'static str, &'static str, &'static str)> {
         (Method::POST, "/write?db=bucketd", "text/plain", "m,sensor=s1 v=1"),
         (Method::POST, "/api/v2/write?org=o&bucket=bucketd", "text/plain", "m,sensor=s1 v=2"),
         (Method::POST, "/query", "application/x-www-form-urlencoded", "q=CREATE+DATABASE+x"),
+        // An empty remote-write request, snappy-compressed: one byte, its length 0.
+        (Method::POST, "/api/v1/write?db=bucketd", "application/x-protobuf", "\0"),
+        (Method::POST, "/v1/metrics", "application/json", r#"{"resourceMetrics": []}"#),
         (Method::GET, "/api/v1/readings?sensor=s1", "", ""),
         (Method::GET, "/api/v1/rollups?sensor=s1&step=1h", "", ""),
         (Method::GET, "/api/v1/sensors", "", ""),
@@ -46,6 +49,9 @@ fn request_with(
     let mut r = server.client.request(method.clone(), url);
     if !content_type.is_empty() {
         r = r.header("content-type", *content_type).body(body.to_string());
+    }
+    if path.starts_with("/api/v1/write") {
+        r = r.header("content-encoding", "snappy");
     }
     r
 }

@@ -46,6 +46,9 @@ async fn send(
         let kind = if body.starts_with('{') { "application/json" } else { "text/plain" };
         r = r.header("content-type", kind).body(body.to_owned());
     }
+    if path.starts_with("/api/v1/write") {
+        r = r.header("content-encoding", "snappy");
+    }
     let response = r.send().await.unwrap();
     (response.status(), response.text().await.unwrap())
 }
@@ -63,6 +66,9 @@ fn families() -> Vec<((Method, &'static str, &'static str), Scope)> {
         ((M::POST, "/api/v1/readings", r#"{"sensor":"s1","fields":{"v":1}}"#), Scope::Write),
         ((M::POST, "/write?db=bucketd", "m,sensor=s1 v=2"), Scope::Write),
         ((M::POST, "/api/v2/write?org=o&bucket=bucketd", "m,sensor=s1 v=3"), Scope::Write),
+        // An empty remote-write request, snappy-compressed: one byte, its length 0.
+        ((M::POST, "/api/v1/write?db=bucketd", "\0"), Scope::Write),
+        ((M::POST, "/v1/metrics", r#"{"resourceMetrics": []}"#), Scope::Write),
         ((M::GET, "/api/v1/readings?sensor=s1", ""), Scope::Read),
         ((M::GET, "/api/v1/rollups?sensor=s1&step=1h", ""), Scope::Read),
         ((M::GET, "/api/v1/sensors", ""), Scope::Read),

@@ -30,19 +30,31 @@ async fn the_python_sdk_exports_readings() {
     let before = chrono::Utc::now().timestamp_millis();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/otlp_client/export.py");
     let endpoint = server.url("/v1/metrics");
-    let out = within("the exporter", 120, async {
-        tokio::process::Command::new(&python).arg(&script).arg(&endpoint).output().await.unwrap()
-    })
-    .await;
-    assert!(out.status.success(), "the exporter failed: {}", String::from_utf8_lossy(&out.stderr));
+    for compression in ["none", "gzip"] {
+        let service = format!("sensor-{compression}");
+        let out = within("the exporter", 120, async {
+            tokio::process::Command::new(&python)
+                .arg(&script)
+                .args([endpoint.as_str(), compression, service.as_str()])
+                .output()
+                .await
+                .unwrap()
+        })
+        .await;
+        assert!(
+            out.status.success(),
+            "the exporter ({compression}) failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let after = chrono::Utc::now().timestamp_millis();
     // Acknowledged means in the log; the shutdown's flush puts it in the store.
     server.shutdown().await;
 
-    let one = |key: &'static str| {
+    let one = |key: String| {
         let store = store.clone();
         async move {
-            let readings = stored(&*store, key).await;
+            let readings = stored(&*store, &key).await;
             assert_eq!(readings.len(), 1, "{key}: {readings:?}");
             let r = readings.into_iter().next().unwrap();
             assert!(
@@ -53,31 +65,30 @@ async fn the_python_sdk_exports_readings() {
             fields(&r)
         }
     };
-    assert_eq!(
-        one("sensor.reads,room=kitchen,service.name=sensor-sim").await,
-        expected(&[("value", "Int(7)")])
-    );
-    assert_eq!(
-        one("sensor.temperature,room=kitchen,service.name=sensor-sim").await,
-        expected(&[("value", "Float(21.5)")])
-    );
-    // The SDK's default bounds: 0, 5, 10, 25, 50, 75, 100, 250, 500, 750, 1000, 2500, 5000,
-    // 7500, 10000.
-    let le = |bound: &str, n: &str| (format!("le_{bound}"), format!("Int({n})"));
-    let mut histogram = expected(&[
-        ("count", "Int(3)"),
-        ("sum", "Float(715.0)"),
-        ("min", "Float(3.0)"),
-        ("max", "Float(700.0)"),
-    ]);
-    histogram.extend(
-        [("0", "0"), ("5", "1"), ("10", "1"), ("25", "2"), ("50", "2"), ("75", "2")]
-            .into_iter()
-            .chain([("100", "2"), ("250", "2"), ("500", "2"), ("750", "3"), ("1000", "3")])
-            .chain([("2500", "3"), ("5000", "3"), ("7500", "3"), ("10000", "3"), ("+Inf", "3")])
-            .map(|(b, n)| le(b, n)),
-    );
-    assert_eq!(one("sensor.latency,room=hall,service.name=sensor-sim").await, histogram);
+    for compression in ["none", "gzip"] {
+        let service = format!("service.name=sensor-{compression}");
+        let reads = one(format!("sensor.reads,room=kitchen,{service}")).await;
+        assert_eq!(reads, expected(&[("value", "Int(7)")]));
+        let temperature = one(format!("sensor.temperature,room=kitchen,{service}")).await;
+        assert_eq!(temperature, expected(&[("value", "Float(21.5)")]));
+        // The SDK's default bounds: 0, 5, 10, 25, 50, 75, 100, 250, 500, 750, 1000, 2500, 5000,
+        // 7500, 10000.
+        let le = |bound: &str, n: &str| (format!("le_{bound}"), format!("Int({n})"));
+        let mut histogram = expected(&[
+            ("count", "Int(3)"),
+            ("sum", "Float(715.0)"),
+            ("min", "Float(3.0)"),
+            ("max", "Float(700.0)"),
+        ]);
+        histogram.extend(
+            [("0", "0"), ("5", "1"), ("10", "1"), ("25", "2"), ("50", "2"), ("75", "2")]
+                .into_iter()
+                .chain([("100", "2"), ("250", "2"), ("500", "2"), ("750", "3"), ("1000", "3")])
+                .chain([("2500", "3"), ("5000", "3"), ("7500", "3"), ("10000", "3"), ("+Inf", "3")])
+                .map(|(b, n)| le(b, n)),
+        );
+        assert_eq!(one(format!("sensor.latency,room=hall,{service}")).await, histogram);
+    }
 }
 
 #[tokio::test]

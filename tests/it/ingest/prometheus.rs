@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use bucketd::ingest::prometheus::{Label, Sample, TimeSeries, WriteRequest};
 use bucketd::model::FieldValue;
 use bucketd::store::Store;
+use prost::Message as _;
 
 use crate::support::prometheus::Prometheus;
 use crate::support::server::{TestServer, memory_store, stored};
@@ -139,4 +141,65 @@ async fn bucketd_holds_what_prometheus_scraped_sample_for_sample() {
     );
     drop(prometheus);
     server.shutdown().await;
+}
+
+fn snappy(series: Vec<TimeSeries>) -> Vec<u8> {
+    let request = WriteRequest { timeseries: series };
+    snap::raw::Encoder::new().compress_vec(&request.encode_to_vec()).unwrap()
+}
+
+fn series(labels: &[(&str, &str)], samples: &[(f64, i64)]) -> TimeSeries {
+    TimeSeries {
+        labels: labels
+            .iter()
+            .map(|(name, value)| Label { name: name.to_string(), value: value.to_string() })
+            .collect(),
+        samples: samples.iter().map(|&(value, timestamp)| Sample { value, timestamp }).collect(),
+        histograms: vec![],
+    }
+}
+
+#[tokio::test]
+async fn refusals_say_why_and_keep_the_good_series() {
+    let store = memory_store();
+    let server = TestServer::start(store.clone(), &["--max-body-bytes", "2000"]).await;
+    let post = |body: Vec<u8>, content_type: &'static str, encoding: Option<&'static str>| {
+        let mut r = server
+            .client
+            .post(server.url("/api/v1/write"))
+            .header("content-type", content_type)
+            .body(body);
+        if let Some(encoding) = encoding {
+            r = r.header("content-encoding", encoding);
+        }
+        async move {
+            let response = r.send().await.unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        }
+    };
+    const PROTOBUF: &str = "application/x-protobuf";
+
+    let body = snappy(vec![
+        series(&[("job", "nameless")], &[(1.0, 1_000)]),
+        series(&[("__name__", "kept")], &[(2.0, 1_000)]),
+    ]);
+    let (status, text) = post(body, PROTOBUF, Some("snappy")).await;
+    assert_eq!(status, 400, "{text}");
+    assert!(
+        text.contains("partial write: 1 sample(s) refused, 1 reading(s) accepted; series 0"),
+        "{text}"
+    );
+    let (status, text) = post(snappy(vec![]), PROTOBUF, None).await;
+    assert_eq!((status, text.contains("snappy")), (415, true), "{text}");
+    let v2 = "application/x-protobuf;proto=io.prometheus.write.v2.Request";
+    let (status, text) = post(snappy(vec![]), v2, Some("snappy")).await;
+    assert_eq!((status, text.contains("remote write 1.0")), (415, true), "{text}");
+    let big = (0..200).map(|i| series(&[("__name__", "big")], &[(1.0, i)])).collect();
+    let (status, text) = post(snappy(big), PROTOBUF, Some("snappy")).await;
+    assert_eq!(status, 413, "{text}");
+    let (status, text) = post(b"junk".to_vec(), PROTOBUF, Some("snappy")).await;
+    assert_eq!((status, text.contains("snappy")), (400, true), "{text}");
+
+    server.shutdown().await;
+    assert_eq!(held(&*store, "kept", i64::MAX).await, [(1_000, 2.0)]);
 }
