@@ -113,6 +113,9 @@ async fn messages_published_while_bucketd_was_down_are_stored() {
     }));
     messages
         .push(("plant/json".into(), format!(r#"{{"sensor": "js", "ts": {T0_MS}, "value": 7}}"#)));
+    // Bad ones among them: not line protocol, and a number the template cannot name.
+    messages.insert(10, ("plant/lines".into(), "this is not line protocol".into()));
+    messages.insert(20, ("plant/too/many/levels".into(), "3".into()));
     broker.publish("publisher-away", &messages, Duration::ZERO).await;
 
     let mut bucketd = spawn(data.path(), &broker, "plant/#", "it-away");
@@ -134,6 +137,8 @@ async fn messages_published_while_bucketd_was_down_are_stored() {
     let accepted =
         metric(&bucketd, &client, r#"bucketd_readings_accepted_total{protocol="mqtt"}"#).await;
     assert_eq!(accepted, 101.0);
+    let refused = r#"bucketd_readings_rejected_total{protocol="mqtt",reason="syntax"}"#;
+    assert_eq!(metric(&bucketd, &client, refused).await, 2.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
