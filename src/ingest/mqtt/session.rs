@@ -51,8 +51,14 @@ const MEMORY_WAIT: Duration = Duration::from_secs(5);
 /// A message and the memory share it holds until it is stored.
 struct Message {
     publish: Publish,
+    /// The connection it came on (see [`Connection::generation`]).
+    generation: u64,
     _held: Charge,
 }
+
+/// The acknowledgement of a message stored: the connection it came on, and what the
+/// acknowledgement needs of it (not its payload).
+type Ack = (u64, Publish);
 
 /// Why the subscription could not start.
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +89,7 @@ pub fn spawn(
         tx: Some(tx),
         acks: ack_rx,
         pending: VecDeque::new(),
+        generation: 0,
         sink: sink.clone(),
     };
     let connection = tokio::spawn(connection.run(done.clone()));
@@ -145,9 +152,13 @@ struct Connection {
     /// To the store task; `None` once it has stopped.
     tx: Option<mpsc::Sender<Message>>,
     /// From the store task: the acknowledgements of what it stored, in order.
-    acks: mpsc::Receiver<Vec<Publish>>,
+    acks: mpsc::Receiver<Vec<Ack>>,
     /// Acknowledgements the client has no room for yet.
     pending: VecDeque<Publish>,
+    /// Counts connections. An acknowledgement goes only on the connection its message came
+    /// on: after a reconnect the broker sends unacknowledged messages again, and may give a
+    /// packet id an old acknowledgement names to a message bucketd has not stored.
+    generation: u64,
     sink: Arc<Sink>,
 }
 
@@ -164,7 +175,7 @@ impl Connection {
                     return;
                 }
                 Some(acks) = self.acks.recv() => {
-                    self.pending.extend(acks);
+                    take(&mut self.pending, self.generation, acks);
                     continue;
                 }
                 event = self.events.poll() => event,
@@ -172,6 +183,8 @@ impl Connection {
             match event {
                 Ok(Event::Incoming(Packet::ConnAck(ack))) => {
                     backoff = BACKOFF_FIRST;
+                    self.generation += 1;
+                    self.pending.clear();
                     metrics::counter!(MQTT_CONNECTIONS, "result" => "connected").increment(1);
                     tracing::info!(session_present = ack.session_present, "MQTT: connected");
                     let filters = self
@@ -223,7 +236,8 @@ impl Connection {
     /// Waits for the message's memory share, then for room in the channel, taking
     /// acknowledgements meanwhile.
     async fn hand_on(&mut self, publish: Publish) {
-        let Connection { tx, acks, pending, sink, .. } = self;
+        let Connection { tx, acks, pending, sink, generation, .. } = self;
+        let generation = *generation;
         let mut held = Charge::default();
         loop {
             tokio::select! {
@@ -233,15 +247,15 @@ impl Connection {
                     }
                     tracing::warn!("MQTT: waiting for memory before reading more messages");
                 }
-                Some(more) = acks.recv() => pending.extend(more),
+                Some(more) = acks.recv() => take(pending, generation, more),
             }
         }
         let Some(sender) = tx.as_ref() else { return };
-        let message = Message { publish, _held: held };
+        let message = Message { publish, generation, _held: held };
         let taken = loop {
             tokio::select! {
                 permit = sender.reserve() => break permit.map(|permit| permit.send(message)),
-                Some(more) = acks.recv() => pending.extend(more),
+                Some(more) = acks.recv() => take(pending, generation, more),
             }
         };
         if taken.is_err() {
@@ -255,7 +269,7 @@ impl Connection {
     /// they are out.
     async fn finish(&mut self) {
         while let Some(more) = self.acks.recv().await {
-            self.pending.extend(more);
+            take(&mut self.pending, self.generation, more);
         }
         while !self.pending.is_empty() {
             self.send_acks();
@@ -273,6 +287,11 @@ impl Connection {
     }
 }
 
+/// Queues the acknowledgements of messages that came on this connection, `generation`.
+fn take(pending: &mut VecDeque<Publish>, generation: u64, acks: Vec<Ack>) {
+    pending.extend(acks.into_iter().filter(|(g, _)| *g == generation).map(|(_, ack)| ack));
+}
+
 fn log_connection_error(e: &ConnectionError, retry_in: Duration) {
     let result = match e {
         ConnectionError::ConnectionRefused(_) => "refused",
@@ -287,7 +306,7 @@ fn log_connection_error(e: &ConnectionError, retry_in: Duration) {
 async fn store_loop(
     config: &MqttConfig,
     mut rx: mpsc::Receiver<Message>,
-    acks: mpsc::Sender<Vec<Publish>>,
+    acks: mpsc::Sender<Vec<Ack>>,
     sink: &Sink,
     stop: &CancellationToken,
 ) {
@@ -332,7 +351,7 @@ async fn store_loop(
             .map(|m| {
                 let mut ack = Publish::new("", m.publish.qos, Vec::new());
                 ack.pkid = m.publish.pkid;
-                ack
+                (m.generation, ack)
             })
             .collect();
         if acks.send(stored).await.is_err() {
