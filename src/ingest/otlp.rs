@@ -197,7 +197,8 @@ fn optional_floats<const N: usize>(fields: &mut Fields, values: [(&str, Option<f
     }
 }
 
-/// The resource's attributes, then the point's over them, as text.
+/// The resource's attributes, then the point's over them, as text (empty ones are dropped by
+/// [`point::series`]).
 fn tags(resource: &[KeyValue], point: &[KeyValue]) -> Vec<(String, String)> {
     let mut tags: Vec<(String, String)> = Vec::with_capacity(resource.len() + point.len());
     for kv in resource.iter().chain(point) {
@@ -207,7 +208,6 @@ fn tags(resource: &[KeyValue], point: &[KeyValue]) -> Vec<(String, String)> {
             None => tags.push((kv.key.clone(), value)),
         }
     }
-    tags.retain(|(_, v)| !v.is_empty());
     tags
 }
 

@@ -22,7 +22,8 @@ impl<R> Default for Converted<R> {
 }
 
 /// The series of `measurement` with `tags` (in any order), in `limits`' database: checked and
-/// admitted as a new line-protocol series is, or the known one.
+/// admitted as a new line-protocol series is, or the known one. A tag with an empty value is
+/// absent, as in Prometheus (line protocol cannot write one).
 pub fn series(
     measurement: &str,
     mut tags: Vec<(String, String)>,
@@ -31,6 +32,7 @@ pub fn series(
     if measurement.is_empty() {
         return Err(InvalidReading::NoMeasurement);
     }
+    tags.retain(|(_, value)| !value.is_empty());
     series_key::sort_tags(&mut tags);
     if let Some([first, _]) = series_key::repeated_key(&tags) {
         return Err(InvalidReading::DuplicateTag { name: first.0.clone() });
@@ -67,8 +69,12 @@ mod tests {
             InputLimits::default(),
             InputLimits::default().in_database(Database::named("plant").unwrap()),
         ] {
-            let made =
-                series("cpu load", tags(&[("zone", "a b"), ("host", "h,1")]), &limits).unwrap();
+            let made = series(
+                "cpu load",
+                tags(&[("zone", "a b"), ("empty", ""), ("host", "h,1")]),
+                &limits,
+            )
+            .unwrap();
             let line = b"cpu\\ load,host=h\\,1,zone=a\\ b v=1 1000000";
             let (good, bad) =
                 line_protocol::parse_body_split(line, Precision::Nanoseconds, 0, &limits);

@@ -188,7 +188,6 @@ fn plain_number(
             Level::Tag(name) => tags.push((name.clone(), part.to_owned())),
         }
     }
-    tags.retain(|(_, v)| !v.is_empty());
     let invalid =
         |e: crate::ingest::validate::InvalidReading| BadMessage::new(e.to_string(), e.reason());
     let series = point::series(measurement, tags, limits).map_err(invalid)?;
