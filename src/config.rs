@@ -893,4 +893,22 @@ mod tests {
             assert_eq!(env.to_str(), Some(expected.as_str()));
         }
     }
+
+    #[test]
+    fn mqtt_flags_are_checked_together() {
+        let message = |args: &[&str]| parse(args).unwrap_err().to_string();
+        assert!(message(&["--mqtt-topic", "a/#"]).contains("--mqtt-topic needs --mqtt-url"));
+        let url = ["--mqtt-url", "mqtt://127.0.0.1"];
+        assert!(message(&url).contains("at least one --mqtt-topic"));
+        let number = [&url[..], &["--mqtt-topic", "a/#", "--mqtt-payload", "number"]].concat();
+        assert!(message(&number).contains("needs --mqtt-topic-template"));
+        assert!(message(&["--mqtt-url", "http://h", "--mqtt-topic", "a"]).contains("mqtt://"));
+
+        let c = parse(&[&url[..], &["--mqtt-topic", "a/#,b/+/c"]].concat()).unwrap();
+        let mqtt = c.mqtt_config(WriterId(0xab)).unwrap();
+        assert_eq!(mqtt.topics, ["a/#", "b/+/c"]);
+        assert_eq!(mqtt.client_id, "bucketd-00000000000000ab");
+        assert_eq!(mqtt.payload, PayloadFormat::Auto);
+        assert!(parse(&[]).unwrap().mqtt_config(WriterId(1)).is_none());
+    }
 }
