@@ -119,7 +119,7 @@ fn describe() {
         READINGS_REJECTED,
         Unit::Count,
         "Readings or lines refused at ingest, by protocol and reason (syntax, sensor, fields, \
-         name, value, timestamp, line_too_long, buffers_full, too_many_readings, shutdown)."
+         name, value, timestamp, line_too_long, too_large, buffers_full, too_many_readings, shutdown)."
     );
     describe_counter!(
         RECEIVED_BYTES,

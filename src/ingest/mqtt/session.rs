@@ -45,6 +45,8 @@ const REQUEST_CAPACITY: usize = 4 * CHANNEL_MESSAGES;
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 const PUSH_RETRY_MAX: Duration = Duration::from_secs(1);
+/// MQTT's largest packet: a remaining length of at most 268,435,455 bytes, and its header.
+const MQTT_MAX_PACKET: usize = 268_435_455 + 5;
 /// How long a message may wait for its memory share before the wait is logged.
 const MEMORY_WAIT: Duration = Duration::from_secs(5);
 
@@ -90,6 +92,7 @@ pub fn spawn(
         acks: ack_rx,
         pending: VecDeque::new(),
         generation: 0,
+        max_message_bytes: config.max_message_bytes,
         sink: sink.clone(),
     };
     let connection = tokio::spawn(connection.run(done.clone()));
@@ -107,8 +110,10 @@ fn options(config: &MqttConfig) -> Result<MqttOptions, MqttError> {
         .set_clean_session(false)
         .set_manual_acks(true)
         .set_keep_alive(config.keep_alive)
-        // The topic and header on top of the payload.
-        .set_max_packet_size(config.max_message_bytes + 64 * 1024, 64 * 1024);
+        // The protocol's own bound. A smaller one would close the connection on a larger
+        // message, which the broker then sends again, forever; the store task refuses it
+        // instead.
+        .set_max_packet_size(MQTT_MAX_PACKET, 64 * 1024);
     if let Some((user, password)) = &broker.credentials {
         options.set_credentials(user, password);
     }
@@ -159,6 +164,8 @@ struct Connection {
     /// on: after a reconnect the broker sends unacknowledged messages again, and may give a
     /// packet id an old acknowledgement names to a message bucketd has not stored.
     generation: u64,
+    /// Larger messages take no memory share: they are refused as they are taken.
+    max_message_bytes: usize,
     sink: Arc<Sink>,
 }
 
@@ -236,10 +243,10 @@ impl Connection {
     /// Waits for the message's memory share, then for room in the channel, taking
     /// acknowledgements meanwhile.
     async fn hand_on(&mut self, publish: Publish) {
-        let Connection { tx, acks, pending, sink, generation, .. } = self;
+        let Connection { tx, acks, pending, sink, generation, max_message_bytes, .. } = self;
         let generation = *generation;
         let mut held = Charge::default();
-        loop {
+        while publish.payload.len() <= *max_message_bytes {
             tokio::select! {
                 charged = sink.memory.charge_up_to(&mut held, publish.payload.len(), MEMORY_WAIT) => {
                     if charged.is_ok() {
@@ -322,6 +329,19 @@ async fn store_loop(
         let mut messages = vec![first];
         let mut items: Vec<Item> = Vec::new();
         let mut add = |message: &Message, items: &mut Vec<Item>| {
+            let size = message.publish.payload.len();
+            if size > config.max_message_bytes {
+                count_rejected(PROTOCOL, "too_large", 1);
+                let message_ = format!(
+                    "the message is {size} bytes, more than the limit of {} (--max-body-bytes)",
+                    config.max_message_bytes
+                );
+                bad_logged.log(
+                    &message.publish.topic,
+                    &BadMessage { message: message_, reason: "too_large" },
+                );
+                return;
+            }
             let decoded = payload::decode(
                 &message.publish.topic,
                 &message.publish.payload,

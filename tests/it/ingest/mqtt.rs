@@ -19,7 +19,7 @@ const PATIENCE: Duration = Duration::from_secs(120);
 const T0_MS: i64 = 1_700_000_000_000;
 
 fn spawn(data: &Path, broker: &Mosquitto, topic: &str, client_id: &str) -> Bucketd {
-    spawn_at(data, &broker.url(), topic, client_id, &[])
+    spawn_at(data, &broker.url(), topic, client_id, &["--max-body-bytes", "4096"])
 }
 
 fn spawn_at(data: &Path, url: &str, topic: &str, client_id: &str, more: &[&str]) -> Bucketd {
@@ -113,9 +113,12 @@ async fn messages_published_while_bucketd_was_down_are_stored() {
     }));
     messages
         .push(("plant/json".into(), format!(r#"{{"sensor": "js", "ts": {T0_MS}, "value": 7}}"#)));
-    // Bad ones among them: not line protocol, and a number the template cannot name.
+    // Bad ones among them: not line protocol, a number the template cannot name, and a message
+    // far over --max-body-bytes (which must not close the connection: the broker would send it
+    // again on the next, forever).
     messages.insert(10, ("plant/lines".into(), "this is not line protocol".into()));
     messages.insert(20, ("plant/too/many/levels".into(), "3".into()));
+    messages.insert(30, ("plant/lines".into(), format!("big v=1 {}", "9".repeat(100_000))));
     broker.publish("publisher-away", &messages, Duration::ZERO).await;
 
     let mut bucketd = spawn(data.path(), &broker, "plant/#", "it-away");
@@ -139,6 +142,8 @@ async fn messages_published_while_bucketd_was_down_are_stored() {
     assert_eq!(accepted, 101.0);
     let refused = r#"bucketd_readings_rejected_total{protocol="mqtt",reason="syntax"}"#;
     assert_eq!(metric(&bucketd, &client, refused).await, 2.0);
+    let too_large = r#"bucketd_readings_rejected_total{protocol="mqtt",reason="too_large"}"#;
+    assert_eq!(metric(&bucketd, &client, too_large).await, 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -123,7 +123,10 @@ impl Mosquitto {
         pace: Duration,
     ) {
         let mut options = MqttOptions::new(client_id, self.addr.ip().to_string(), port);
-        options.set_keep_alive(Duration::from_secs(30)).set_inflight(100);
+        options
+            .set_keep_alive(Duration::from_secs(30))
+            .set_inflight(100)
+            .set_max_packet_size(1 << 20, 1 << 20);
         let (client, mut events) = AsyncClient::new(options, messages.len().max(1));
         let n = messages.len();
         let acked = tokio::spawn(async move {
