@@ -129,6 +129,8 @@ curl -fsS -X POST -H 'Content-Type: application/json' \
 # directory, and the source tree is no place for it.
 set +e
 cd "$out"
+# Random bytes for the protobuf bodies (scripts/api_fuzz_hooks.py).
+export PYTHONPATH="$root/scripts${PYTHONPATH:+:$PYTHONPATH}" SCHEMATHESIS_HOOKS=api_fuzz_hooks
 timeout --signal=INT --kill-after=30 "$max_seconds" \
   "$venv/bin/schemathesis" run "$base/api/v1/openapi.json" \
   --checks "$checks" \

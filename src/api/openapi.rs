@@ -61,6 +61,7 @@ use crate::query::sensors::{SensorJson, SensorsResponse};
         AcceptedBody,
         crate::http::error::InfluxV2ErrorBody,
         crate::ingest::http::otlp::OtlpStatus,
+        crate::ingest::http::schemas::Protobuf,
         super::status::StatusResponse,
         super::status::StoreStatus,
         super::status::BufferedStatus,

@@ -19,6 +19,7 @@ use serde::Serialize;
 
 use super::body::{IDENTITY_OR_GZIP, read_body};
 use super::readings::DbParam;
+use super::schemas::Protobuf;
 use super::state::{IngestState, now_ms, push};
 use crate::http::ApiError;
 use crate::http::error::MAX_LISTED_ERRORS;
@@ -112,22 +113,22 @@ fn encoding_of(headers: &HeaderMap) -> Result<Encoding, OtlpError> {
         ("db" = Option<String>, Query, description = "The database; `bucketd` when absent. One that does not exist gets 404."),
     ),
     request_body(description = "An OTLP `ExportMetricsServiceRequest`, protobuf or JSON; may be gzip-encoded.", content(
-        (Vec<u8> = "application/x-protobuf"),
+        (Protobuf = "application/x-protobuf"),
         (Object = "application/json"),
     )),
     responses(
         (status = 200, description = "Accepted; `partialSuccess` counts the data points refused, with why.", content(
-            (Vec<u8> = "application/x-protobuf"),
+            (Protobuf = "application/x-protobuf"),
             (Object = "application/json"),
         )),
-        (status = 400, description = "Not an ExportMetricsServiceRequest.", content((Vec<u8> = "application/x-protobuf"), (OtlpStatus = "application/json"))),
-        (status = 404, description = "The database does not exist.", content((Vec<u8> = "application/x-protobuf"), (OtlpStatus = "application/json"))),
+        (status = 400, description = "Not an ExportMetricsServiceRequest.", content((Protobuf = "application/x-protobuf"), (OtlpStatus = "application/json"))),
+        (status = 404, description = "The database does not exist.", content((Protobuf = "application/x-protobuf"), (OtlpStatus = "application/json"))),
         (status = 408, description = "The request, body included, took longer than `--request-timeout`.", body = crate::http::ErrorBody),
-        (status = 413, description = "Body too large, or more data points than the buffers hold.", content((Vec<u8> = "application/x-protobuf"), (OtlpStatus = "application/json"))),
-        (status = 415, description = "Neither protobuf nor JSON, or an encoding other than gzip.", content((Vec<u8> = "application/x-protobuf"), (OtlpStatus = "application/json"))),
-        (status = 503, description = "Buffers, write-ahead log or memory budget full; retry after the `Retry-After` delay.", content((Vec<u8> = "application/x-protobuf"), (OtlpStatus = "application/json"))),
-        (status = 507, description = "The write-ahead log's disk is full: not acknowledged.", content((Vec<u8> = "application/x-protobuf"), (OtlpStatus = "application/json"))),
-        (status = 500, description = "The write-ahead log cannot be written; nothing was acknowledged.", content((Vec<u8> = "application/x-protobuf"), (OtlpStatus = "application/json"))),
+        (status = 413, description = "Body too large, or more data points than the buffers hold.", content((Protobuf = "application/x-protobuf"), (OtlpStatus = "application/json"))),
+        (status = 415, description = "Neither protobuf nor JSON, or an encoding other than gzip.", content((Protobuf = "application/x-protobuf"), (OtlpStatus = "application/json"))),
+        (status = 503, description = "Buffers, write-ahead log or memory budget full; retry after the `Retry-After` delay.", content((Protobuf = "application/x-protobuf"), (OtlpStatus = "application/json"))),
+        (status = 507, description = "The write-ahead log's disk is full: not acknowledged.", content((Protobuf = "application/x-protobuf"), (OtlpStatus = "application/json"))),
+        (status = 500, description = "The write-ahead log cannot be written; nothing was acknowledged.", content((Protobuf = "application/x-protobuf"), (OtlpStatus = "application/json"))),
     )
 )]
 pub(crate) async fn export_metrics(

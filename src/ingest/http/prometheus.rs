@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 
 use super::body::{Encoding, read_body};
 use super::readings::DbParam;
+use super::schemas::Protobuf;
 use super::state::{IngestState, push};
 use crate::http::ApiError;
 use crate::http::error::MAX_LISTED_ERRORS;
@@ -24,7 +25,7 @@ const PROTOCOL: Protocol = Protocol::PromRemoteWrite;
     params(
         ("db" = Option<String>, Query, description = "The database; `bucketd` when absent. One that does not exist gets 404."),
     ),
-    request_body(description = "Prometheus remote write 1.0: a `prometheus.WriteRequest` in protobuf, snappy-compressed (block format), with `Content-Encoding: snappy`.", content_type = "application/x-protobuf", content = Vec<u8>),
+    request_body(description = "Prometheus remote write 1.0: a `prometheus.WriteRequest` in protobuf, snappy-compressed (block format), with `Content-Encoding: snappy`.", content_type = "application/x-protobuf", content = Protobuf),
     responses(
         (status = 204, description = "Every sample accepted (stale markers, NaN and ±Inf samples are skipped)."),
         (status = 400, description = "Not a snappy-compressed WriteRequest, or some series refused (the others are kept).", body = crate::http::ErrorBody),

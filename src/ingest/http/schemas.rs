@@ -58,3 +58,9 @@ pub enum IngestFieldValue {
     Boolean(bool),
     String(String),
 }
+
+/// A protobuf message (Prometheus remote write, OTLP), as the bytes on the wire.
+#[derive(ToSchema)]
+#[schema(value_type = String, format = Binary)]
+#[allow(dead_code)]
+pub struct Protobuf(Vec<u8>);
