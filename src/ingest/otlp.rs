@@ -198,16 +198,23 @@ fn optional_floats<const N: usize>(fields: &mut Fields, values: [(&str, Option<f
 }
 
 /// The resource's attributes, then the point's over them, as text (empty ones are dropped by
-/// [`point::series`]).
+/// [`point::series`]). Sorted by key, so that a repeated key costs a comparison with its
+/// neighbour rather than a search: a body may carry very many attributes.
 fn tags(resource: &[KeyValue], point: &[KeyValue]) -> Vec<(String, String)> {
-    let mut tags: Vec<(String, String)> = Vec::with_capacity(resource.len() + point.len());
-    for kv in resource.iter().chain(point) {
-        let value = kv.value.as_ref().map(text).unwrap_or_default();
-        match tags.iter_mut().find(|(k, _)| *k == kv.key) {
-            Some(tag) => tag.1 = value,
-            None => tags.push((kv.key.clone(), value)),
+    let mut tags: Vec<(String, String)> = resource
+        .iter()
+        .chain(point)
+        .map(|kv| (kv.key.clone(), kv.value.as_ref().map(text).unwrap_or_default()))
+        .collect();
+    // Stable: of equal keys, the later (the point's) comes last, and its value is kept.
+    tags.sort_by(|a, b| a.0.cmp(&b.0));
+    tags.dedup_by(|later, kept| {
+        let same = later.0 == kept.0;
+        if same {
+            std::mem::swap(&mut later.1, &mut kept.1);
         }
-    }
+        same
+    });
     tags
 }
 

@@ -37,7 +37,8 @@ pub fn series(
     if let Some([first, _]) = series_key::repeated_key(&tags) {
         return Err(InvalidReading::DuplicateTag { name: first.0.clone() });
     }
-    let key = limits.database.qualify(&series_key(measurement, &tags));
+    let key = series_key(measurement, &tags);
+    let key = limits.database.qualified(&key);
     if let Some(series) = limits.known.get(key.as_bytes()) {
         return Ok(series);
     }

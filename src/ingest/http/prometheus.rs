@@ -1,6 +1,5 @@
-//! Prometheus remote write: `POST /api/v1/write` (where Prometheus and VictoriaMetrics take
-//! it) and `POST /api/v1/prom/write` (InfluxDB 1.x's path). What a series becomes is
-//! [`crate::ingest::prometheus`]'s.
+//! Prometheus remote write: `POST /api/v1/write`, where Prometheus and VictoriaMetrics take
+//! it. What a series becomes is [`crate::ingest::prometheus`]'s.
 
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
@@ -12,7 +11,7 @@ use super::readings::DbParam;
 use super::schemas::Protobuf;
 use super::state::{IngestState, push};
 use crate::http::ApiError;
-use crate::http::error::MAX_LISTED_ERRORS;
+use crate::http::error::list_errors;
 use crate::ingest::metrics::{Protocol, count_rejected};
 use crate::ingest::prometheus::{self, Rejected};
 
@@ -95,13 +94,9 @@ fn refuse_version_2(headers: &HeaderMap) -> Result<(), ApiError> {
 
 fn refused_message(accepted: usize, refused: &[&Rejected]) -> String {
     let samples: usize = refused.iter().map(|r| r.samples).sum();
-    let mut message =
+    let head =
         format!("partial write: {samples} sample(s) refused, {accepted} reading(s) accepted");
-    for r in refused.iter().take(MAX_LISTED_ERRORS) {
-        message.push_str(&format!("; series {} ({:?}): {}", r.series, r.name, r.error));
-    }
-    if refused.len() > MAX_LISTED_ERRORS {
-        message.push_str(&format!("; and {} more series", refused.len() - MAX_LISTED_ERRORS));
-    }
-    message
+    list_errors(head, refused, " series", |r| {
+        format!("series {} ({:?}): {}", r.series, r.name, r.error)
+    })
 }
