@@ -19,6 +19,24 @@ use crate::databases::RegistryError;
 /// How many rejected items or lines an error body lists; the count is always complete.
 pub const MAX_LISTED_ERRORS: usize = 100;
 
+/// `message`, then `; ` and each of the first [`MAX_LISTED_ERRORS`] of `items` as `describe`
+/// writes it, then how many more there were: `; and N more` and `unit` (e.g. ` series`).
+pub fn list_errors<T>(
+    mut message: String,
+    items: &[T],
+    unit: &str,
+    describe: impl Fn(&T) -> String,
+) -> String {
+    for item in items.iter().take(MAX_LISTED_ERRORS) {
+        message.push_str("; ");
+        message.push_str(&describe(item));
+    }
+    if items.len() > MAX_LISTED_ERRORS {
+        message.push_str(&format!("; and {} more{unit}", items.len() - MAX_LISTED_ERRORS));
+    }
+    message
+}
+
 /// Seconds a client should wait after a 503 before retrying: buffers drain at flush speed, so
 /// a second is long enough for room to appear and short enough not to stall a healthy client.
 const RETRY_AFTER_SECS: u64 = 1;

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::body::{IDENTITY_OR_GZIP, read_body};
 use super::state::{IngestState, now_ms, push};
-use crate::http::error::{InfluxV2ErrorBody, MAX_LISTED_ERRORS};
+use crate::http::error::{InfluxV2ErrorBody, list_errors};
 use crate::http::{ApiError, ErrorBody, InfluxApi, InfluxError};
 use crate::ingest::line_protocol::{self, LineError, Precision};
 use crate::ingest::metrics::{Protocol, count_rejected};
@@ -160,16 +160,9 @@ async fn write_line_protocol(
 }
 
 fn partial_write_message(accepted: usize, bad: &[LineError]) -> String {
-    let mut message =
+    let head =
         format!("partial write: {} line(s) rejected, {accepted} reading(s) accepted", bad.len());
-    for e in bad.iter().take(MAX_LISTED_ERRORS) {
-        message.push_str("; ");
-        message.push_str(&e.to_string());
-    }
-    if bad.len() > MAX_LISTED_ERRORS {
-        message.push_str(&format!("; and {} more", bad.len() - MAX_LISTED_ERRORS));
-    }
-    message
+    list_errors(head, bad, "", LineError::to_string)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ use super::readings::DbParam;
 use super::schemas::Protobuf;
 use super::state::{IngestState, now_ms, push};
 use crate::http::ApiError;
-use crate::http::error::MAX_LISTED_ERRORS;
+use crate::http::error::list_errors;
 use crate::ingest::metrics::{Protocol, count_rejected};
 use crate::ingest::otlp::{self, Encoding};
 
@@ -162,12 +162,6 @@ pub(crate) async fn export_metrics(
 }
 
 fn refused_message(refused: &[otlp::Rejected]) -> String {
-    let mut message = format!("{} data point(s) refused", refused.len());
-    for r in refused.iter().take(MAX_LISTED_ERRORS) {
-        message.push_str(&format!("; metric {:?}: {}", r.metric, r.error));
-    }
-    if refused.len() > MAX_LISTED_ERRORS {
-        message.push_str(&format!("; and {} more", refused.len() - MAX_LISTED_ERRORS));
-    }
-    message
+    let head = format!("{} data point(s) refused", refused.len());
+    list_errors(head, refused, "", |r| format!("metric {:?}: {}", r.metric, r.error))
 }
