@@ -165,6 +165,42 @@ impl Batch {
         self.len().checked_sub(1).and_then(|i| self.seq(i))
     }
 
+    /// Whether two readings of this batch share a timestamp: one pass when the timestamps
+    /// rise, as a sensor's do.
+    pub fn repeats_a_point(&self) -> bool {
+        let mut ts = self.rows.timestamps();
+        let Some(mut prev) = ts.next() else { return false };
+        for t in ts.by_ref() {
+            if t <= prev {
+                let seen: std::collections::HashSet<TimestampMs> = self.rows.timestamps().collect();
+                return seen.len() < self.len();
+            }
+            prev = t;
+        }
+        false
+    }
+
+    /// This batch with the readings of each timestamp folded into one
+    /// ([`super::reading::fold_points`]), where the first of them was and with its sequence
+    /// number. Its last sequence number may so be lower than this batch's: a store records
+    /// this batch's own [`Batch::last_seq`] as its mark.
+    pub fn points(&self) -> Batch {
+        let mut readings: Vec<Reading> = self.readings().collect();
+        let mut seqs: Vec<Seq> = self.seqs();
+        if self.numbered {
+            let mut first: std::collections::HashMap<TimestampMs, Seq> =
+                std::collections::HashMap::new();
+            for (r, s) in readings.iter().zip(&seqs) {
+                first.entry(r.ts).or_insert(*s);
+            }
+            super::reading::fold_points(&mut readings);
+            seqs = readings.iter().map(|r| first[&r.ts]).collect();
+        } else {
+            super::reading::fold_points(&mut readings);
+        }
+        Batch::numbered(self.series.clone(), self.hour, readings, seqs)
+    }
+
     /// The first `k` readings (all of them if fewer), numbered as this batch is.
     pub fn prefix(&self, k: usize) -> Batch {
         let mut rows = self.rows.clone();

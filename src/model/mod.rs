@@ -15,7 +15,7 @@ mod value;
 pub use batch::{Batch, Item, SeqRun, SettledRun, WriterId};
 pub use columns::{Columns, ColumnsReader, Mismatch};
 pub use packed::Packed;
-pub use reading::{Reading, ReadingView};
+pub use reading::{Reading, ReadingView, fold_points};
 pub use rows::{Row, Rows};
 pub use seq::Seq;
 pub use series::{Series, SeriesMeta};
