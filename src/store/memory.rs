@@ -38,6 +38,17 @@ impl Bucket {
         self.bytes += size;
         self.readings.push(reading);
     }
+
+    /// Writes `later` over the reading at `at` (the same point), and counts the bucket again.
+    fn overlay(&mut self, at: usize, later: &Reading) {
+        self.readings[at].overlay(later);
+        let readings = std::mem::take(&mut self.readings);
+        *self = Bucket::new();
+        for r in readings {
+            let size = approx_reading_bytes(&r);
+            self.push(r, size);
+        }
+    }
 }
 
 struct Series {
@@ -167,6 +178,8 @@ impl MemoryStore {
             expired: BTreeMap::new(),
             span: None,
         });
+        // Only a reading at or before the latest stored can meet a stored point.
+        let stored_last = entry.span.map_or(TimestampMs::MIN, |(_, last)| last);
         for ts in batch.rows().timestamps() {
             let (f, l) = entry.span.get_or_insert((ts, ts));
             (*f, *l) = ((*f).min(ts), (*l).max(ts));
@@ -175,6 +188,13 @@ impl MemoryStore {
             let mark = entry.marks.entry((batch.hour, writer)).or_default();
             *mark = (*mark).max(last);
         }
+        let points;
+        let batch = if batch.repeats_a_point() {
+            points = batch.points();
+            &points
+        } else {
+            batch
+        };
         let mut report = WriteReport::default();
         let mut seq = entry
             .buckets
@@ -182,6 +202,17 @@ impl MemoryStore {
             .next_back()
             .map(|((_, seq), _)| *seq);
         for reading in batch.readings() {
+            if reading.ts <= stored_last {
+                let hour = entry.buckets.range_mut((batch.hour, 0)..=(batch.hour, u32::MAX));
+                let found = hour.into_iter().find_map(|(_, b)| {
+                    let at = b.readings.iter().position(|r| r.ts == reading.ts)?;
+                    Some((b, at))
+                });
+                if let Some((bucket, at)) = found {
+                    bucket.overlay(at, &reading);
+                    continue;
+                }
+            }
             let size = approx_reading_bytes(&reading);
             let fits = seq.is_some_and(|s| {
                 let b = &entry.buckets[&(batch.hour, s)];

@@ -216,6 +216,11 @@ impl StepValues {
     pub fn add(&mut self, name: &str, start: TimestampMs, values: &[f64]) {
         add_to_step(field_of(&mut self.fields, name), start, values);
     }
+
+    /// Forgets step `start` of every field, to gather it again.
+    pub fn clear_step(&mut self, start: TimestampMs) {
+        clear_step(&mut self.fields, start);
+    }
 }
 
 /// Adds `values` to step `start` of `steps` (ascending), made where it is missing.
@@ -276,6 +281,20 @@ impl RollupSteps {
 
     fn field(&mut self, name: &str) -> &mut Vec<(TimestampMs, FieldStats)> {
         field_of(&mut self.fields, name)
+    }
+
+    /// Forgets step `start` of every field, to count it again.
+    pub fn clear_step(&mut self, start: TimestampMs) {
+        clear_step(&mut self.fields, start);
+    }
+}
+
+/// Removes step `start` from every field's ascending steps.
+fn clear_step<T>(fields: &mut [(String, Vec<(TimestampMs, T)>)], start: TimestampMs) {
+    for (_, steps) in fields {
+        if let Ok(i) = steps.binary_search_by_key(&start, |(s, _)| *s) {
+            steps.remove(i);
+        }
     }
 }
 

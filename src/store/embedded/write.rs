@@ -175,6 +175,9 @@ struct Item<'b> {
     /// On one batch of each series: its record as stored before this write, or as this write
     /// created it.
     record: Option<SeriesRecord>,
+    /// The latest reading time of its series stored before this write (`MIN` for a new
+    /// series): only a reading at or before it can meet a stored point.
+    stored_last: TimestampMs,
     /// `None` until the batch was written or failed alone.
     outcome: Option<Result<WriteReport, StoreError>>,
 }
@@ -186,7 +189,16 @@ impl<'b> Item<'b> {
             .views()
             .map(|r| r.ts())
             .fold((TimestampMs::MAX, TimestampMs::MIN), |(lo, hi), ts| (lo.min(ts), hi.max(ts)));
-        Item { slot, batch, first, last, series_id: None, record: None, outcome: None }
+        Item {
+            slot,
+            batch,
+            first,
+            last,
+            series_id: None,
+            record: None,
+            stored_last: TimestampMs::MIN,
+            outcome: None,
+        }
     }
 
     fn key(&self) -> (&str, TimestampMs) {
@@ -214,9 +226,25 @@ fn write_items(
         find_series(t, group)?;
     }
     items.sort_by_key(|item| (item.series_id, item.batch.hour));
+    // The latest time of the series written so far, this write's batches of it included.
+    let mut latest: Option<(u64, TimestampMs)> = None;
     for item in items.iter_mut() {
         if let (None, Some(id)) = (&item.outcome, item.series_id) {
-            item.outcome = Some(append_batch(t, w.limits, item.batch, id)?);
+            let stored_last = match latest {
+                Some((series, last)) if series == id => last,
+                _ => item.stored_last,
+            };
+            let outcome = if item.first <= stored_last {
+                write_points(t, w.limits, item.batch, id)?
+            } else if item.batch.repeats_a_point() {
+                append_batch(t, w.limits, &item.batch.points(), id)?
+            } else {
+                append_batch(t, w.limits, item.batch, id)?
+            };
+            if outcome.is_ok() {
+                latest = Some((id, stored_last.max(item.last)));
+            }
+            item.outcome = Some(outcome);
         }
     }
     items.sort_by(|a, b| a.key().cmp(&b.key()));
@@ -250,12 +278,21 @@ fn find_series(t: &mut Tables<'_>, group: &mut [Item<'_>]) -> Result<(), Embedde
             }
             return Ok(());
         }
-        None => create_series(t, group[0].batch, group[0].first, group[0].last)?,
+        None => {
+            let created = create_series(t, group[0].batch, group[0].first, group[0].last)?;
+            SeriesRecord { last: TimestampMs::MIN, ..created }
+        }
     };
     let stored = (record.first, record.last);
     for item in group.iter_mut() {
         item.series_id = Some(record.id);
+        item.stored_last = record.last;
     }
+    let record = if record.last == TimestampMs::MIN {
+        SeriesRecord { last: group[0].last, ..record }
+    } else {
+        record
+    };
     group[0].record = Some(record);
     match widened(group, |_| true) {
         Some(record) if (record.first, record.last) != stored => put_series(t, key, &record),
@@ -290,6 +327,64 @@ fn record_mark(t: &mut Tables<'_>, writer: WriterId, batch: &Batch) -> Result<()
         t.marks.insert(key, old)?;
     }
     Ok(())
+}
+
+/// Writes a batch some of whose readings may be points already stored in its hour: each such
+/// point becomes one reading, the stored one with the batch's fields written over it
+/// (`Reading::overlay`), and the hour's buckets are written again from their readings, so
+/// that their statistics count each point once. A batch that meets no stored point, nor
+/// repeats one, is appended as it is. Rare (a re-sent or redelivered write, or readings that
+/// came late), so it reads the hour's readings whole: at most its buckets' caps.
+fn write_points(
+    t: &mut Tables<'_>,
+    limits: BucketLimits,
+    batch: &Batch,
+    series_id: u64,
+) -> Result<Result<WriteReport, StoreError>, EmbeddedError> {
+    let mut stored: Vec<Reading> = Vec::new();
+    let mut buckets: Vec<(u32, BucketHeader)> = Vec::new();
+    for entry in t.buckets.range((series_id, batch.hour, 0)..=(series_id, batch.hour, u32::MAX))? {
+        let (k, v) = entry?;
+        match BucketHeader::decode(v.value()) {
+            Ok(h) => buckets.push((k.value().2, h)),
+            Err(e) => return Ok(Err(e.into())),
+        }
+    }
+    for (seq, h) in &buckets {
+        for at in chunks::of_bucket(series_id, batch.hour, *seq, &h.writes) {
+            let Some(chunk) = t.chunks.get(at)? else { continue };
+            if let Err(e) = codec::decode_chunk(chunk.value(), batch.hour, &mut stored) {
+                return Ok(Err(e.into()));
+            }
+        }
+    }
+    let at: std::collections::HashMap<TimestampMs, usize> =
+        stored.iter().enumerate().map(|(i, r)| (r.ts, i)).collect();
+    if !batch.rows().timestamps().any(|ts| at.contains_key(&ts)) {
+        return if batch.repeats_a_point() {
+            append_batch(t, limits, &batch.points(), series_id)
+        } else {
+            append_batch(t, limits, batch, series_id)
+        };
+    }
+    for reading in batch.readings() {
+        match at.get(&reading.ts) {
+            Some(&i) => stored[i].overlay(&reading),
+            None => stored.push(reading),
+        }
+    }
+    crate::model::fold_points(&mut stored);
+    for (seq, h) in &buckets {
+        t.buckets.remove((series_id, batch.hour, *seq))?;
+        for at in chunks::of_bucket(series_id, batch.hour, *seq, &h.writes) {
+            t.chunks.remove(at)?;
+        }
+    }
+    let rewritten = Batch::new(batch.series.clone(), batch.hour, stored);
+    // The hour's buckets are made anew; only those beyond the old ones are new.
+    Ok(append_batch(t, limits, &rewritten, series_id)?.map(|report| WriteReport {
+        buckets_created: report.buckets_created.saturating_sub(buckets.len() as u32),
+    }))
 }
 
 /// Appends one batch's readings to its series' buckets. The outer error aborts the whole

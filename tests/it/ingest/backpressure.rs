@@ -127,11 +127,13 @@ async fn with_the_wal_a_slow_store_makes_full_buffers_refuse_before_parsing() {
     slow.hold(false);
     wait_until("the buffers drain", Duration::from_secs(10), || server.buffers.buffered() == 0)
         .await;
-    let response = server.post("/write", "text/plain", format!("s v=7 {}\n", T0 * 1_000_000)).await;
+    let later = T0 + 200;
+    let response =
+        server.post("/write", "text/plain", format!("s v=7 {}\n", later * 1_000_000)).await;
     assert_eq!(response.status(), StatusCode::NO_CONTENT, "room again: taken");
     server.shutdown().await;
     let mut expected: BTreeSet<Identity> = identities("s", T0, 100).collect();
-    expected.insert(identity("s", T0, &[("v", 7.0)]));
+    expected.insert(identity("s", later, &[("v", 7.0)]));
     assert_stored_exactly(&*slow, &expected).await;
 }
 

@@ -55,7 +55,10 @@ async fn lines_split_across_writes_from_many_connections() {
         clients.push(tokio::spawn(async move {
             let mut stream = TcpStream::connect(addr).await.unwrap();
             // A string field with an escaped quote and an embedded newline, split mid-way.
-            let special = format!("c{c},host=h msg=\"a \\\"quoted\\\"\nsecond line\" {T0_NS}\n");
+            let special = format!(
+                "c{c},host=h msg=\"a \\\"quoted\\\"\nsecond line\" {}\n",
+                T0_NS - 2_000_000
+            );
             write_in_pieces(&mut stream, special.as_bytes()).await;
             write_in_pieces(&mut stream, lines(&format!("c{c}"), 300).as_bytes()).await;
             // The last line has no newline: the connection's end terminates it.
@@ -80,7 +83,7 @@ async fn lines_split_across_writes_from_many_connections() {
         expected.extend(sent(&format!("c{c}"), 300));
         expected.insert(identity(&sensor, T0_NS / 1_000_000 - 1, &[("v", -1.0)]));
         let msg = format!("msg={:?}", "a \"quoted\"\nsecond line");
-        expected.insert((sensor, T0_NS / 1_000_000, msg));
+        expected.insert((sensor, T0_NS / 1_000_000 - 2, msg));
     }
     assert_stored_exactly(&*store, &expected).await;
     let c0 = stored(&*store, "c0,host=h").await;
