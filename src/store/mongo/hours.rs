@@ -45,7 +45,7 @@ fn day_of(hour: TimestampMs) -> TimestampMs {
 }
 
 /// The hour's key within its day's document: "00" to "23".
-fn hour_key(hour: TimestampMs) -> String {
+pub(super) fn hour_key(hour: TimestampMs) -> String {
     format!("{:02}", (hour - day_of(hour)) / HOUR_MS)
 }
 

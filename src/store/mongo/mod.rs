@@ -19,6 +19,7 @@
 
 pub mod document;
 pub mod hours;
+mod points;
 mod query;
 mod write;
 
@@ -122,6 +123,8 @@ struct Inner {
     server: ServerLimits,
     op_timeout: Duration,
     counters: Counters,
+    /// The latest reading time this process stored per series and hour.
+    latest: points::Latest,
 }
 
 /// `v` of buckets whose readings' statistics are also in the hour statistics collection
@@ -231,6 +234,7 @@ impl MongoStore {
                 server,
                 op_timeout: timeout,
                 counters: Counters::default(),
+                latest: points::Latest::default(),
             }),
         };
         store.create_indexes(config.retention).await?;

@@ -149,7 +149,7 @@ pub(super) fn readings(
 
 /// Runs `action` (a find or an aggregate) within `timeout`; stream the cursor with
 /// [`documents`].
-async fn open<A>(
+pub(super) async fn open<A>(
     timeout: std::time::Duration,
     what: &str,
     action: A,
@@ -161,7 +161,7 @@ where
 }
 
 /// A cursor as a stream whose every fetch is bounded by `timeout`; it ends after an error.
-fn documents(
+pub(super) fn documents(
     cursor: Cursor<Document>,
     timeout: std::time::Duration,
 ) -> impl futures::Stream<Item = Result<Document, StoreError>> + Send + 'static {
@@ -278,7 +278,23 @@ fn add(steps: &mut Steps, start: i64, field: String, stats: FieldStats) {
 /// are kept: their buckets are deleted (or about to be, by the TTL monitor), so an answer
 /// from them would be missing readings.
 async fn check_live(inner: &Inner, sensor: &str, from: i64, to: i64) -> Result<(), StoreError> {
-    let Some(configured) = inner.retention.filter(|_| inner.hour_stats) else { return Ok(()) };
+    let Some((keep, cutoff)) = retention_of(inner, sensor) else { return Ok(()) };
+    if from >= cutoff {
+        return Ok(());
+    }
+    match hours::expired_in(inner, sensor, from, to, cutoff).await? {
+        None => Ok(()),
+        Some(before) => Err(StoreError::Expired {
+            before,
+            retention_ms: Retention { raw: Some(keep), rollups: None }.raw_ms(),
+        }),
+    }
+}
+
+/// The retention of `sensor`'s readings with the hour statistics collection, and the time
+/// before which its buckets are deleted (or about to be, by the TTL monitor); `None` without.
+pub(super) fn retention_of(inner: &Inner, sensor: &str) -> Option<(std::time::Duration, i64)> {
+    let configured = inner.retention.filter(|_| inner.hour_stats)?;
     // The retention the last pass applied to this series' database, else to every series,
     // else the configured one (the TTL's).
     let own = inner
@@ -295,17 +311,7 @@ async fn check_live(inner: &Inner, sensor: &str, from: i64, to: i64) -> Result<(
         None => configured,
     };
     let now = chrono::Utc::now().timestamp_millis();
-    let Some(cutoff) = Retention::cutoff(now, Some(keep)) else { return Ok(()) };
-    if from >= cutoff {
-        return Ok(());
-    }
-    match hours::expired_in(inner, sensor, from, to, cutoff).await? {
-        None => Ok(()),
-        Some(before) => Err(StoreError::Expired {
-            before,
-            retention_ms: Retention { raw: Some(keep), rollups: None }.raw_ms(),
-        }),
-    }
+    Retention::cutoff(now, Some(keep)).map(|cutoff| (keep, cutoff))
 }
 
 /// Whole-hour steps with the hour statistics collection: the kept statistics (of every

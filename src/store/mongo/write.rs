@@ -21,6 +21,7 @@
 //! ([`crate::store::Store::high_water`]). A flush whose batches each fit one bucket, the common
 //! case, is still a single round.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
@@ -29,8 +30,9 @@ use bson::oid::ObjectId;
 use bson::{Bson, Document, RawArrayBuf, RawBson, RawDocumentBuf};
 
 use super::document::{self as d, EncodedReading};
+use super::points::{self, Plan};
 use super::{Inner, error_from_code, error_from_driver, hours, is_too_large};
-use crate::model::{Batch, HOUR_MS, MINUTE_MS, Reading, WriterId};
+use crate::model::{Batch, HOUR_MS, MINUTE_MS, Reading, Seq, WriterId};
 use crate::store::{BucketLimits, FieldStats, StoreError, WriteReport};
 
 /// Bytes of the `update` command around its statements: the command name and collection,
@@ -77,6 +79,9 @@ struct BatchState<'a> {
     batch: &'a Batch,
     /// Whose high-water mark the statements raise.
     writer: WriterId,
+    /// The mark of the batch's last run: its last sequence number, or the one of the batch it
+    /// was folded from (`Batch::points`); `None`: no mark.
+    mark: Option<Seq>,
     /// The batch's readings, made once from its rows for the statements' statistics.
     plain: Vec<Reading>,
     /// The same readings as BSON.
@@ -86,10 +91,11 @@ struct BatchState<'a> {
 }
 
 impl<'a> BatchState<'a> {
-    fn new(batch: &'a Batch, writer: WriterId) -> Self {
+    fn new(batch: &'a Batch, writer: WriterId, mark: Option<Seq>) -> Self {
         let plain: Vec<Reading> = batch.readings().collect();
         let readings = plain.iter().map(d::encode_reading).collect();
-        BatchState { batch, writer, plain, readings, report: WriteReport::default(), error: None }
+        let report = WriteReport::default();
+        BatchState { batch, writer, mark, plain, readings, report, error: None }
     }
 }
 
@@ -103,8 +109,59 @@ pub(super) async fn write(
     writer: WriterId,
     batches: &[Batch],
 ) -> Vec<Result<WriteReport, StoreError>> {
+    let mut outcomes: Vec<Option<Result<WriteReport, StoreError>>> = vec![None; batches.len()];
+    let mut appends: Vec<(usize, Cow<'_, Batch>)> = Vec::new();
+    let mut overlays: Vec<(usize, points::Overlay)> = Vec::new();
+    for (i, plan) in points::plan(inner, batches).await.into_iter().enumerate() {
+        match plan {
+            Err(e) => outcomes[i] = Some(Err(e)),
+            Ok(Plan::Append(batch)) => appends.push((i, batch)),
+            // Their met points first (`points`, step 1).
+            Ok(Plan::Overlay(o)) => match points::replace_buckets(inner, &o, batches[i].hour).await
+            {
+                Ok(()) => overlays.push((i, o)),
+                Err(e) => outcomes[i] = Some(Err(e)),
+            },
+        }
+    }
+    let jobs: Vec<(&Batch, Option<Seq>)> = appends
+        .iter()
+        .map(|(i, batch)| (&**batch, batches[*i].last_seq()))
+        .chain(overlays.iter().map(|(_, o)| (&o.fresh, None)))
+        .collect();
+    let mut appended = append(inner, writer, &jobs).await.into_iter();
+    for ((i, _), outcome) in appends.iter().zip(appended.by_ref()) {
+        outcomes[*i] = Some(outcome);
+    }
+    for ((i, o), outcome) in overlays.iter().zip(appended) {
+        let batch = &batches[*i];
+        outcomes[*i] = Some(match outcome {
+            Ok(report) => points::finish(inner, writer, batch.series.key(), batch.hour, o)
+                .await
+                .map(|()| report),
+            Err(e) => Err(e),
+        });
+    }
+    let outcomes: Vec<Result<WriteReport, StoreError>> =
+        outcomes.into_iter().map(|o| o.expect("every batch written or failed")).collect();
+    for (batch, outcome) in batches.iter().zip(&outcomes) {
+        if outcome.is_ok()
+            && let Some(last) = batch.rows().timestamps().max()
+        {
+            inner.latest.note(batch.series.key(), batch.hour, last);
+        }
+    }
+    outcomes
+}
+
+/// Appends each batch's readings, raising the writer's mark of its hour to the batch's `Seq`.
+async fn append(
+    inner: &Inner,
+    writer: WriterId,
+    batches: &[(&Batch, Option<Seq>)],
+) -> Vec<Result<WriteReport, StoreError>> {
     let mut states: Vec<BatchState> =
-        batches.iter().map(|batch| BatchState::new(batch, writer)).collect();
+        batches.iter().map(|&(batch, mark)| BatchState::new(batch, writer, mark)).collect();
 
     // Only packing shrinks this; a statement is judged against the server's real limit.
     let mut command_budget = inner.server.max_command_bytes;
@@ -226,7 +283,7 @@ pub fn encode_batch(
     limits: BucketLimits,
     statement_budget: u64,
 ) -> Vec<RawDocumentBuf> {
-    let state = BatchState::new(batch, writer);
+    let state = BatchState::new(batch, writer, batch.last_seq());
     chunks(&state, limits, statement_budget)
         .into_iter()
         .map(|readings| {
@@ -524,7 +581,12 @@ fn statement(
     min.append(d::FIRST, d::date(first));
     let mut max = RawDocumentBuf::new();
     max.append(d::LAST, d::date(last));
-    if let Some(seq) = work.readings.end.checked_sub(1).and_then(|i| batch.seq(i)) {
+    let seq = if work.readings.end == state.readings.len() {
+        state.mark
+    } else {
+        work.readings.end.checked_sub(1).and_then(|i| batch.seq(i))
+    };
+    if let Some(seq) = seq {
         // BSON has no unsigned 64-bit integer; sequence numbers (nanoseconds since 1970 and
         // counting) stay below i64::MAX until the year 2262.
         max.append(d::writer_mark(state.writer), i64::try_from(seq).unwrap_or(i64::MAX));
@@ -729,7 +791,7 @@ mod tests {
     }
 
     fn state(batch: &Batch) -> BatchState<'_> {
-        BatchState::new(batch, WriterId(1))
+        BatchState::new(batch, WriterId(1), batch.last_seq())
     }
 
     /// The overhead the flusher counts for a write covers what `write` makes of a batch: a
