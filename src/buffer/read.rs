@@ -11,13 +11,14 @@ use crate::store::SensorInfo;
 
 impl Buffers {
     /// Readings of `sensor` with `from <= ts < to` not yet confirmed written by the store,
-    /// ascending by timestamp, in arrival order for equal timestamps. Includes readings whose
-    /// write is in flight.
+    /// ascending by timestamp, one per timestamp: readings of one point are folded in arrival
+    /// order (`Reading::overlay`), as the store folds them. Includes readings whose write is in
+    /// flight.
     ///
     /// Merging with the store: call this BEFORE reading the store. Then no reading is missed
     /// (a reading not in this snapshot was either confirmed earlier, so the store has it, or
     /// arrived later). A reading whose write lands between this call and the store read is
-    /// seen twice; the window is one store write long.
+    /// read from both, and the merge makes one point of the two.
     pub fn unflushed(&self, sensor: &str, from: TimestampMs, to: TimestampMs) -> Vec<Reading> {
         if from >= to {
             return Vec::new();
@@ -57,6 +58,13 @@ impl Buffers {
         // share an hour, so a stable sort of this concatenation keeps arrival order for ties.
         out.append(&mut buffered);
         out.sort_by_key(|r| r.ts);
+        out.dedup_by(|later, kept| {
+            let same = later.ts == kept.ts;
+            if same {
+                kept.overlay(later);
+            }
+            same
+        });
         out
     }
 

@@ -226,17 +226,21 @@ fn merges_keep_each_sensor_and_hour_in_sequence_order_across_pushes() {
     let per_push = 40_000;
     assert!(2 * per_push > super::STAGE_READINGS);
     let mut seq = 0i64;
+    let mut s7_points = std::collections::HashSet::new();
     for _ in 0..3 {
         let items = (0..per_push)
             .map(|i| {
                 seq += 1;
                 let ts = if (seq / 1000) % 3 == 0 { 1 } else { HOUR_MS + seq };
+                if i % 1000 == 7 {
+                    s7_points.insert(ts);
+                }
                 item(&format!("s{}", i % 1000), ts, seq)
             })
             .collect();
         b.push(items).unwrap();
     }
-    assert_eq!(b.unflushed("s7", i64::MIN, i64::MAX).len(), 3 * per_push / 1000);
+    assert_eq!(b.unflushed("s7", i64::MIN, i64::MAX).len(), s7_points.len());
     let taken = b.take(TakeMode::All, usize::MAX, usize::MAX).unwrap();
     assert_eq!(taken.readings(), 3 * per_push);
     let mut seen = std::collections::HashSet::new();
@@ -393,7 +397,7 @@ async fn once_the_buffers_hold_a_sixteenth_of_the_bound_an_eighth_of_a_batch_is_
 }
 
 #[test]
-fn unflushed_is_ascending_with_ties_in_arrival_order_and_half_open() {
+fn unflushed_is_ascending_one_reading_per_point_and_half_open() {
     let b = Buffers::new(config(1000, 1000));
     b.push(vec![
         item("a", 30, 0),
@@ -405,8 +409,9 @@ fn unflushed_is_ascending_with_ties_in_arrival_order_and_half_open() {
     ])
     .unwrap();
     b.push(vec![item("a", 10, 6), item("a", -5, 7)]).unwrap();
-    assert_eq!(seqs(&b.unflushed("a", i64::MIN, i64::MAX)), vec![7, 1, 6, 2, 4, 0, 3]);
-    assert_eq!(seqs(&b.unflushed("a", 10, 30)), vec![1, 6, 2, 4]);
+    // Readings of one timestamp are one point, the later value winning.
+    assert_eq!(seqs(&b.unflushed("a", i64::MIN, i64::MAX)), vec![7, 6, 4, 0, 3]);
+    assert_eq!(seqs(&b.unflushed("a", 10, 30)), vec![6, 4]);
     assert_eq!(seqs(&b.unflushed("a", 30, HOUR_MS + 2)), vec![0, 3]);
     assert!(b.unflushed("a", 31, HOUR_MS).is_empty());
     assert!(b.unflushed("a", 10, 10).is_empty());
@@ -419,7 +424,8 @@ fn in_flight_readings_stay_visible_until_written_and_precede_newer_ones() {
     b.push(vec![item("a", 10, 0), item("a", 20, 1)]).unwrap();
     let taken = b.take(TakeMode::All, usize::MAX, usize::MAX).unwrap();
     b.push(vec![item("a", 10, 2), item("a", 5, 3)]).unwrap();
-    assert_eq!(seqs(&b.unflushed("a", 0, 100)), vec![3, 0, 2, 1]);
+    // The buffered reading at 10 came after the one in flight: it wins.
+    assert_eq!(seqs(&b.unflushed("a", 0, 100)), vec![3, 2, 1]);
     assert_eq!(b.buffered(), 4);
     let info = b.unflushed_sensors();
     assert_eq!(info.len(), 1);
@@ -578,8 +584,10 @@ fn concurrent_pushes_never_exceed_the_bound_and_lose_nothing() {
                 s.spawn(move || {
                     let mut ok = Vec::new();
                     for i in 0..200 {
-                        let items: Vec<_> =
-                            (0..10).map(|j| item(&format!("s{}", j % 3), i, id(t, i, j))).collect();
+                        // Each at a time of its own: readings of one time would be one point.
+                        let items: Vec<_> = (0..10)
+                            .map(|j| item(&format!("s{}", j % 3), id(t, i, j), id(t, i, j)))
+                            .collect();
                         let sent: Vec<_> =
                             items.iter().map(|(m, r)| (m.key().to_owned(), r.ts, seq(r))).collect();
                         if let Ok(n) = b.push(items) {
@@ -600,7 +608,9 @@ fn concurrent_pushes_never_exceed_the_bound_and_lose_nothing() {
     // Every accepted reading is buffered once, and nothing of a refused push.
     let mut buffered: Vec<(String, i64, i64)> = ["s0", "s1", "s2"]
         .iter()
-        .flat_map(|k| b.unflushed(k, 0, 1000).into_iter().map(|r| (k.to_string(), r.ts, seq(&r))))
+        .flat_map(|k| {
+            b.unflushed(k, 0, HOUR_MS).into_iter().map(|r| (k.to_string(), r.ts, seq(&r)))
+        })
         .collect();
     buffered.sort();
     let mut accepted = accepted;

@@ -1,9 +1,10 @@
 //! Merging readings not yet flushed into the store's stream.
 //!
-//! Tie rule: ascending, store readings come before unflushed readings of the same timestamp
-//! (they were written earlier); descending is the exact mirror, unflushed first. The merged
-//! sequence of one range in `Desc` is then the reverse of the one in `Asc`, as the store's own
-//! order is, and the cursor's "k readings at time t already returned" means the same readings
+//! A point is stored once: a stored and an unflushed reading of one timestamp are one reading,
+//! the stored one with the unflushed one's fields written over it (`Reading::overlay`), as the
+//! store will hold it once the buffer is flushed. The buffers hand over one reading per
+//! timestamp already. So the merged sequence of one range in `Desc` is the reverse of the one
+//! in `Asc`, and a cursor's "k readings at time t already returned" means the same readings
 //! before and after a flush moves them from the buffers into the store.
 
 use futures::stream::{self, BoxStream, Peekable, StreamExt};
@@ -14,17 +15,28 @@ use crate::store::{Order, StoreError};
 
 type StoreStream = BoxStream<'static, Result<Reading, StoreError>>;
 
-/// Whether the unflushed reading at `unflushed` goes before the stored one at `stored`: the tie
-/// rule above.
-pub(super) fn unflushed_first(order: Order, unflushed: TimestampMs, stored: TimestampMs) -> bool {
-    match order {
-        Order::Asc => unflushed < stored,
-        Order::Desc => unflushed >= stored,
+/// Which of the next stored and unflushed readings comes first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Next {
+    Stored,
+    Unflushed,
+    /// One point: the stored reading, the unflushed one written over it.
+    Both,
+}
+
+/// The next side for the unflushed reading at `unflushed` and the stored one at `stored`.
+pub(super) fn next(order: Order, unflushed: TimestampMs, stored: TimestampMs) -> Next {
+    match (order, unflushed.cmp(&stored)) {
+        (_, std::cmp::Ordering::Equal) => Next::Both,
+        (Order::Asc, std::cmp::Ordering::Less) | (Order::Desc, std::cmp::Ordering::Greater) => {
+            Next::Unflushed
+        }
+        _ => Next::Stored,
     }
 }
 
-/// `unflushed` must be ascending by timestamp, arrival order for ties (what the buffers give).
-/// The store stream ends the merge at its first error.
+/// `unflushed` must be ascending by timestamp, one reading per timestamp (what the buffers
+/// give). The store stream ends the merge at its first error.
 pub fn merge(store: StoreStream, mut unflushed: Vec<Reading>, order: Order) -> StoreStream {
     if unflushed.is_empty() {
         return store;
@@ -46,17 +58,19 @@ pub fn merge(store: StoreStream, mut unflushed: Vec<Reading>, order: Order) -> S
         if st.failed {
             return None;
         }
-        let take_unflushed = match (Pin::new(&mut st.store).peek().await, st.unflushed.peek()) {
-            (Some(Ok(s)), Some(u)) => unflushed_first(order, u.ts, s.ts),
-            (Some(Err(_)), _) => false,
-            (None, Some(_)) => true,
-            (Some(Ok(_)), None) => false,
+        let side = match (Pin::new(&mut st.store).peek().await, st.unflushed.peek()) {
+            (Some(Ok(s)), Some(u)) => next(order, u.ts, s.ts),
+            (Some(Err(_)), _) | (Some(Ok(_)), None) => Next::Stored,
+            (None, Some(_)) => Next::Unflushed,
             (None, None) => return None,
         };
-        let item = if take_unflushed {
-            Ok(st.unflushed.next().expect("peeked"))
-        } else {
-            st.store.next().await.expect("peeked")
+        let item = match side {
+            Next::Unflushed => Ok(st.unflushed.next().expect("peeked")),
+            Next::Stored => st.store.next().await.expect("peeked"),
+            Next::Both => st.store.next().await.expect("peeked").map(|mut stored| {
+                stored.overlay(&st.unflushed.next().expect("peeked"));
+                stored
+            }),
         };
         st.failed = item.is_err();
         Some((item, st))
@@ -83,29 +97,34 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn ascending_store_first_on_ties() {
-        let got = run(
-            vec![r(1, "s"), r(3, "s"), r(3, "s2")],
-            vec![r(0, "u"), r(3, "u"), r(4, "u")],
-            Order::Asc,
-        )
-        .await;
-        let want: Vec<_> = [(0, "u"), (1, "s"), (3, "s"), (3, "s2"), (3, "u"), (4, "u")]
+    async fn a_stored_and_an_unflushed_reading_of_one_time_are_one() {
+        let mut s3 = r(3, "s");
+        s3.fields.push(("x".into(), FieldValue::Int(1)));
+        let got = run(vec![r(1, "s"), s3], vec![r(0, "u"), r(3, "s"), r(4, "u")], Order::Asc).await;
+        let want: Vec<_> = [(0, "u"), (1, "s"), (3, "s"), (4, "u")]
             .iter()
             .map(|(t, l)| (*t, l.to_string()))
             .collect();
         assert_eq!(got, want);
+        let s = stream::iter(vec![Ok(r(3, "a"))]).boxed();
+        let mut u = r(3, "a");
+        u.fields[0].1 = FieldValue::Int(9);
+        u.fields.push(("b".into(), FieldValue::Int(2)));
+        let merged: Vec<Reading> =
+            merge(s, vec![u.clone()], Order::Asc).map(Result::unwrap).collect().await;
+        assert_eq!(merged, vec![u]);
     }
 
     #[tokio::test]
     async fn descending_is_the_mirror_of_ascending() {
-        let store = vec![r(1, "s"), r(3, "s"), r(3, "s2")];
-        let unflushed = vec![r(0, "u"), r(3, "u"), r(3, "u2"), r(4, "u")];
+        let store = vec![r(1, "s"), r(3, "s"), r(5, "s")];
+        let unflushed = vec![r(0, "u"), r(3, "u"), r(4, "u")];
         let mut asc = run(store.clone(), unflushed.clone(), Order::Asc).await;
         let desc_store: Vec<Reading> = store.into_iter().rev().collect();
         let desc = run(desc_store, unflushed, Order::Desc).await;
         asc.reverse();
         assert_eq!(desc, asc);
+        assert_eq!(asc.len(), 5);
     }
 
     #[tokio::test]

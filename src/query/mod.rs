@@ -29,6 +29,7 @@ pub mod influxql;
 mod kept;
 mod merge;
 pub mod params;
+mod points;
 pub mod readings;
 pub mod rollups;
 pub mod schemas;

@@ -15,6 +15,7 @@ use super::encode::format_ts;
 use super::error::QueryError;
 use super::kept::Kept;
 use super::params::{Params, parse_step, parse_time, resolve_range};
+use super::points;
 use super::state::{QueryState, now_ms, sensor_known};
 use crate::model::{Reading, TimestampMs};
 use crate::store::{FieldStats, Need, RollupQuery, RollupSteps, StoreError};
@@ -166,12 +167,32 @@ pub async fn merged_rollups(
     query: RollupQuery,
     need: Need,
 ) -> Result<RollupSteps, StoreError> {
-    // Buffers before the store, as for readings: double counting is possible, missing is not.
+    // Buffers before the store, as for readings: missing is then impossible, and a reading
+    // read from both is one point (`points`).
     let unflushed = state.unflushed.unflushed(&query.sensor, query.from, query.to);
+    let (sensor, range) = (query.sensor.clone(), (query.from, query.to));
     let (step_ms, fields) = (query.step_ms, query.fields.clone());
     let mut merged = kept.rollups(&*state.store, query, need).await?;
-    merge_unflushed(&mut merged, &unflushed, step_ms, fields.as_deref());
+    let mut steps = StatsSteps { steps: &mut merged, step_ms, fields: fields.as_deref() };
+    points::add_unflushed(&state.store, &sensor, unflushed, range, step_ms, &mut steps).await?;
     Ok(merged)
+}
+
+/// Rollup steps that unflushed readings are added to.
+pub struct StatsSteps<'a> {
+    pub steps: &'a mut RollupSteps,
+    pub step_ms: i64,
+    pub fields: Option<&'a [String]>,
+}
+
+impl points::Steps for StatsSteps<'_> {
+    fn clear_step(&mut self, start: TimestampMs) {
+        self.steps.clear_step(start);
+    }
+
+    fn add(&mut self, readings: &[Reading]) {
+        merge_unflushed(self.steps, readings, self.step_ms, self.fields);
+    }
 }
 
 /// Merges the `unflushed` readings' values of `fields` (all numeric ones when `None`) into

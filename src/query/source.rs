@@ -13,7 +13,7 @@ use futures::stream::{BoxStream, StreamExt};
 use super::encode::{
     TsWriter, write_json_key, write_json_object, write_json_row, write_json_value,
 };
-use super::merge::unflushed_first;
+use super::merge::{Next, next};
 use crate::model::{ColumnsReader, Reading, TimestampMs};
 use crate::store::{Order, Run, StoreError};
 
@@ -35,6 +35,8 @@ pub(super) struct Source {
 enum Side {
     Stored,
     Unflushed,
+    /// One point, stored and unflushed: [`super::merge`]'s rule.
+    Both,
 }
 
 /// The store's run being read.
@@ -120,8 +122,12 @@ impl Source {
             };
             let unflushed = self.unflushed.peek().map(|r| r.ts);
             let (side, ts) = match (stored, unflushed) {
-                (Some(s), Some(u)) if unflushed_first(self.order, u, s) => (Side::Unflushed, u),
-                (Some(s), _) => (Side::Stored, s),
+                (Some(s), Some(u)) => match next(self.order, u, s) {
+                    Next::Unflushed => (Side::Unflushed, u),
+                    Next::Stored => (Side::Stored, s),
+                    Next::Both => (Side::Both, s),
+                },
+                (Some(s), None) => (Side::Stored, s),
                 (None, Some(u)) => (Side::Unflushed, u),
                 (None, None) => return Poll::Ready(None),
             };
@@ -144,6 +150,11 @@ impl Source {
             Side::Unflushed => {
                 write_json_row(buf, ts, &self.unflushed.next().expect("found"));
             }
+            Side::Both => {
+                self.at = Some(Side::Both);
+                let point = self.take();
+                write_json_row(buf, ts, &point);
+            }
             Side::Stored => match &mut self.run {
                 Current::None => unreachable!("a stored row was found"),
                 Current::Readings(r) => write_json_row(buf, ts, &r.next().expect("found")),
@@ -163,6 +174,12 @@ impl Source {
     pub(super) fn take(&mut self) -> Reading {
         let found = match self.at.take().expect("a row was found") {
             Side::Unflushed => self.unflushed.next(),
+            Side::Both => {
+                self.at = Some(Side::Stored);
+                let mut stored = self.take();
+                stored.overlay(&self.unflushed.next().expect("found"));
+                Some(stored)
+            }
             Side::Stored => match &mut self.run {
                 Current::None => None,
                 Current::Readings(r) => r.next(),
@@ -176,6 +193,11 @@ impl Source {
     fn pass(&mut self) {
         match self.at.take().expect("a row was found") {
             Side::Unflushed => drop(self.unflushed.next()),
+            Side::Both => {
+                drop(self.unflushed.next());
+                self.at = Some(Side::Stored);
+                self.pass();
+            }
             Side::Stored => match &mut self.run {
                 Current::None => {}
                 Current::Readings(r) => drop(r.next()),
@@ -283,28 +305,31 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn ascending_store_first_on_ties() {
-        let store = vec![r(1, "s"), r(3, "s"), r(3, "s2"), r(5, "s")];
+    async fn a_stored_and_an_unflushed_reading_of_one_time_are_one_row() {
+        let store = vec![r(1, "s"), r(3, "s"), r(5, "s")];
         let unflushed = vec![r(0, "u"), r(3, "u"), r(4, "u"), r(6, "u")];
         let got = run(store, unflushed, Order::Asc, None).await;
+        assert_eq!(got, labels(&[(0, "u"), (1, "s"), (3, "s"), (4, "u"), (5, "s"), (6, "u")]));
+        let mut stored = r(3, "a");
+        stored.fields.push(("b".into(), FieldValue::Int(1)));
+        let mut later = r(3, "b");
+        later.fields[0].1 = FieldValue::Int(7);
+        let runs = runs(vec![Ok(stored)], Order::Asc, 1);
+        let mut source = Source::new(runs, vec![later], Order::Asc, None);
+        let point = futures::executor::block_on(async {
+            futures::future::poll_fn(|cx| source.poll_row(cx)).await.unwrap().unwrap();
+            source.take()
+        });
+        let fields: Vec<_> = point.fields.iter().map(|(n, v)| (n.to_string(), v.clone())).collect();
         assert_eq!(
-            got,
-            labels(&[
-                (0, "u"),
-                (1, "s"),
-                (3, "s"),
-                (3, "s2"),
-                (3, "u"),
-                (4, "u"),
-                (5, "s"),
-                (6, "u")
-            ])
+            fields,
+            vec![("a".to_owned(), FieldValue::Int(3)), ("b".to_owned(), FieldValue::Int(7))]
         );
     }
 
     #[tokio::test]
     async fn descending_is_the_mirror_of_ascending() {
-        let store = vec![r(1, "s"), r(3, "s"), r(3, "s2"), r(5, "s")];
+        let store = vec![r(1, "s"), r(3, "s"), r(5, "s")];
         let unflushed = vec![r(0, "u"), r(3, "u"), r(4, "u"), r(6, "u")];
         let mut asc = run(store.clone(), unflushed.clone(), Order::Asc, None).await;
         let mut store_desc = store;
@@ -316,15 +341,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_cursor_skips_its_readings_only_where_the_page_starts() {
-        let store = vec![r(3, "s"), r(3, "s2"), r(5, "s")];
-        let unflushed = vec![r(3, "u"), r(5, "u")];
-        // Two of the three readings at 3 were returned; a later reading at 3 would not be
-        // skipped, but there is none.
-        let got = run(store.clone(), unflushed.clone(), Order::Asc, Some((3, 2))).await;
-        assert_eq!(got, labels(&[(3, "u"), (5, "s"), (5, "u")]));
+        let store = vec![r(3, "s"), r(5, "s")];
+        let unflushed = vec![r(3, "u"), r(4, "u")];
+        // The point at 3 was returned.
+        let got = run(store.clone(), unflushed.clone(), Order::Asc, Some((3, 1))).await;
+        assert_eq!(got, labels(&[(4, "u"), (5, "s")]));
         // A skip that does not match the first row skips nothing.
-        let got = run(store, unflushed, Order::Asc, Some((4, 2))).await;
-        assert_eq!(got.len(), 5);
+        let got = run(store, unflushed, Order::Asc, Some((4, 1))).await;
+        assert_eq!(got.len(), 3);
     }
 
     #[tokio::test]

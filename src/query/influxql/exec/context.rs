@@ -14,6 +14,7 @@ use crate::query::influxql::syntax::ast::Source;
 use crate::model::{FieldValue, Reading, TimestampMs};
 use crate::query::kept::Kept;
 use crate::query::merge::merge;
+use crate::query::points;
 use crate::query::rollups::{each_step_value, merge_unflushed, merged_rollups};
 use crate::query::state::QueryState;
 use crate::store::{
@@ -414,6 +415,12 @@ impl Ctx<'_> {
             .collect();
         let all = self.state.store.rollup_steps_of(queries, need).await.ok()?;
         let mut out = Vec::with_capacity(infos.len());
+        // A series whose unflushed readings may be stored points is asked alone, which
+        // gathers their steps again (`points`).
+        if latest.iter().zip(&unflushed).any(|(l, u)| points::may_meet(u, l.as_ref().map(|r| r.ts)))
+        {
+            return None;
+        }
         for (((info, stored), mut steps), unflushed) in
             infos.iter().zip(latest).zip(all).zip(unflushed)
         {
@@ -451,7 +458,9 @@ impl Ctx<'_> {
         let Some(mut values) = self.kept.step_values(&*self.state.store, query, most).await? else {
             return Ok(None);
         };
-        add_unflushed(&mut values, unflushed, step_ms, fields);
+        let mut steps = ValueSteps { values: &mut values, step_ms, fields };
+        points::add_unflushed(&self.state.store, key, unflushed, range, step_ms, &mut steps)
+            .await?;
         Ok(Some(values))
     }
 
@@ -479,9 +488,28 @@ impl Ctx<'_> {
                 fields: fields.map(<[String]>::to_vec),
             })
             .collect();
+        // A series whose unflushed readings may be stored points is asked alone, which
+        // gathers their steps again (`points`).
+        let live: Vec<String> = keys
+            .iter()
+            .zip(&unflushed)
+            .filter(|(_, u)| !u.is_empty())
+            .map(|(k, _)| (*k).to_owned())
+            .collect();
+        if !live.is_empty() {
+            let latest = self.state.store.latest_of(live, (from, to)).await.ok()?;
+            let live_unflushed = unflushed.iter().filter(|u| !u.is_empty());
+            if latest
+                .iter()
+                .zip(live_unflushed)
+                .any(|(l, u)| points::may_meet(u, l.as_ref().map(|r| r.ts)))
+            {
+                return None;
+            }
+        }
         let mut all = self.state.store.step_values_of(queries, most).await.ok()??;
         for (values, unflushed) in all.iter_mut().zip(unflushed) {
-            add_unflushed(values, unflushed, step_ms, fields);
+            add_unflushed(values, &unflushed, step_ms, fields);
         }
         Some(all)
     }
@@ -504,15 +532,32 @@ fn kinds_of(r: &Reading) -> HashMap<String, FieldKind> {
     r.fields.iter().map(|(k, v)| (k.to_string(), FieldKind::of(v))).collect()
 }
 
+/// Step values that unflushed readings are added to.
+struct ValueSteps<'a> {
+    values: &'a mut StepValues,
+    step_ms: i64,
+    fields: Option<&'a [String]>,
+}
+
+impl points::Steps for ValueSteps<'_> {
+    fn clear_step(&mut self, start: TimestampMs) {
+        self.values.clear_step(start);
+    }
+
+    fn add(&mut self, readings: &[Reading]) {
+        add_unflushed(self.values, readings, self.step_ms, self.fields);
+    }
+}
+
 /// Adds the `unflushed` readings' values of `fields` (all numeric ones when `None`) to
 /// `values`, step by step of `step_ms`.
 fn add_unflushed(
     values: &mut StepValues,
-    unflushed: Vec<Reading>,
+    unflushed: &[Reading],
     step_ms: i64,
     fields: Option<&[String]>,
 ) {
-    each_step_value(&unflushed, step_ms, fields, |name, start, _, v| values.add(name, start, &[v]));
+    each_step_value(unflushed, step_ms, fields, |name, start, _, v| values.add(name, start, &[v]));
 }
 
 fn too_many_series() -> ExecError {
