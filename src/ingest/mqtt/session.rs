@@ -32,7 +32,7 @@ use crate::ingest::intake::IntakeError;
 use crate::ingest::memory::Charge;
 use crate::ingest::metrics::{Protocol, count_accepted, count_received, count_rejected};
 use crate::metrics::{MQTT_CONNECTED, MQTT_CONNECTIONS};
-use crate::model::Item;
+use crate::model::{Item, TimestampMs};
 use crate::wal::WalError;
 
 const PROTOCOL: Protocol = Protocol::Mqtt;
@@ -318,6 +318,7 @@ async fn store_loop(
     stop: &CancellationToken,
 ) {
     let mut bad_logged = BadLog::default();
+    let mut clock = ArrivalClock::default();
     loop {
         let first = tokio::select! {
             _ = stop.cancelled() => return,
@@ -347,7 +348,7 @@ async fn store_loop(
                 &message.publish.payload,
                 config.payload,
                 config.template.as_ref(),
-                chrono::Utc::now().timestamp_millis(),
+                clock.next(),
                 &sink.limits,
             );
             for bad in &decoded.bad {
@@ -444,5 +445,20 @@ impl BadLog {
         tracing::warn!(topic, error = %bad, also_refused = self.unlogged, "MQTT: message refused");
         self.last = Some(now);
         self.unlogged = 0;
+    }
+}
+
+/// The time a message without its own takes: its arrival, but at least a millisecond after the
+/// previous message's. A point is a series and a millisecond, so two plain numbers of one
+/// topic arriving within a millisecond (a broker sending a backlog) stay two readings.
+#[derive(Default)]
+struct ArrivalClock {
+    last: TimestampMs,
+}
+
+impl ArrivalClock {
+    fn next(&mut self) -> TimestampMs {
+        self.last = chrono::Utc::now().timestamp_millis().max(self.last + 1);
+        self.last
     }
 }

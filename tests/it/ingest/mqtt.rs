@@ -1,6 +1,6 @@
 //! MQTT through a real Mosquitto broker and the real binary: messages published while bucketd
-//! was down are stored once it is back, and a `kill -9` in the middle of a burst loses nothing
-//! the broker was told was delivered.
+//! was down are stored once it is back, a `kill -9` in the middle of a burst loses nothing
+//! the broker was told was delivered, and a message the broker delivers again is stored once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -185,6 +185,66 @@ async fn a_kill_during_a_burst_loses_nothing_the_broker_delivered() {
     bucketd.wait_ready(&client).await;
     let got = wait_stored(&bucketd, &client, "burst,src=k", "v", 0..N).await;
     assert_eq!(got.len(), N as usize);
+}
+
+/// The broker sends again, flagged as a duplicate, every message whose acknowledgement it did
+/// not get: after a kill -9, those bucketd had already logged. Each is stored once, the hour
+/// statistics count it once, and the broker's log shows that it was sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_message_is_stored_once() {
+    const N: i64 = 2_000;
+    let broker = Mosquitto::start().await;
+    let data = tempfile::tempdir().unwrap();
+    let client = reqwest::Client::new();
+    let messages: Vec<(String, String)> = (0..N)
+        .map(|i| ("again/x".to_owned(), format!("again,src=r v={i} {}", (T0_MS + i) * 1_000_000)))
+        .collect();
+    let redelivered =
+        || broker.log().lines().any(|l| l.contains("Sending PUBLISH to it-again (d1"));
+    let mut kills = 0;
+    while !redelivered() {
+        assert!(kills < 5, "no redelivery after {kills} kills:\n{}", broker.log());
+        let mut bucketd = spawn(data.path(), &broker, "again/#", "it-again");
+        wait_subscribed(&mut bucketd, &client, &broker).await;
+        // Kill once bucketd has taken some of the burst, while the broker still sends.
+        let publish = broker.publish("publisher-again", &messages, Duration::from_micros(500));
+        let kill = async {
+            let accepted = r#"bucketd_readings_accepted_total{protocol="mqtt"}"#;
+            let deadline = tokio::time::Instant::now() + PATIENCE;
+            while metric(&bucketd, &client, accepted).await < (N / 4) as f64 {
+                assert!(tokio::time::Instant::now() < deadline, "bucketd took too little");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            bucketd.child.kill().unwrap();
+            bucketd.child.wait().unwrap();
+        };
+        tokio::join!(publish, kill);
+        kills += 1;
+        // The session's messages, the unacknowledged ones flagged, go to the next start.
+        let mut bucketd = spawn(data.path(), &broker, "again/#", "it-again");
+        wait_subscribed(&mut bucketd, &client, &broker).await;
+        wait_stored(&bucketd, &client, "again,src=r", "v", 0..N).await;
+        assert!(bucketd.terminate().success());
+    }
+    let mut bucketd = spawn(data.path(), &broker, "again/#", "it-again");
+    bucketd.wait_ready(&client).await;
+    bucketd.wait_settled(&client, PATIENCE.as_secs()).await;
+    let got = stored(&bucketd, &client, "again,src=r", "v").await;
+    assert_eq!(got.len(), N as usize);
+    let twice: Vec<_> = got.iter().filter(|&(_, &times)| times > 1).take(5).collect();
+    assert!(twice.is_empty(), "stored more than once: {twice:?}");
+    let (from, to) = ((T0_MS - 3_600_000).to_string(), (T0_MS + 3_600_000).to_string());
+    let query = [("sensor", "again,src=r"), ("from", &from), ("to", &to), ("step", "1h")];
+    let url =
+        format!("{}/api/v1/rollups?{}", bucketd.base, serde_urlencoded::to_string(query).unwrap());
+    let body: serde_json::Value = client.get(url).send().await.unwrap().json().await.unwrap();
+    let counted: u64 = body["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["fields"]["v"]["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, N as u64, "the hour statistics count each message once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
