@@ -31,11 +31,11 @@ fn body(first: i64) -> String {
 }
 
 /// A small deterministic generator: the seed is printed, so a failing run can be repeated.
-struct Lcg(u64);
+pub(super) struct Lcg(u64);
 
 impl Lcg {
     /// Seeded from `CRASH_SEED`, or from the clock and pid; the seed is printed.
-    fn seeded(what: &str) -> Lcg {
+    pub(super) fn seeded(what: &str) -> Lcg {
         let seed =
             std::env::var("CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
                 let now =
@@ -46,7 +46,7 @@ impl Lcg {
         Lcg(seed)
     }
 
-    fn next_in(&mut self, lo: u64, hi: u64) -> u64 {
+    pub(super) fn next_in(&mut self, lo: u64, hi: u64) -> u64 {
         self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         lo + (self.0 >> 33) % (hi - lo)
     }

@@ -6,6 +6,7 @@ mod dead_letters;
 mod disk_full;
 mod embedded_crash;
 mod mongo;
+mod points_crash;
 mod restart;
 mod retention_crash;
 mod schema_upgrade;
