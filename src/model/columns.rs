@@ -79,6 +79,11 @@ impl Columns {
         self.lo == self.hi
     }
 
+    /// The run's timestamps, ascending.
+    pub fn timestamps(&self) -> &[TimestampMs] {
+        &self.ts[self.lo..self.hi]
+    }
+
     pub fn names(&self) -> &[FieldName] {
         &self.names
     }

@@ -235,7 +235,7 @@ fn write_items(
                 _ => item.stored_last,
             };
             let outcome = if item.first <= stored_last {
-                write_points(t, w.limits, item.batch, id)?
+                write_points(t, w.limits, item.batch, id, stored_last)?
             } else if item.batch.repeats_a_point() {
                 append_batch(t, w.limits, &item.batch.points(), id)?
             } else {
@@ -329,19 +329,21 @@ fn record_mark(t: &mut Tables<'_>, writer: WriterId, batch: &Batch) -> Result<()
     Ok(())
 }
 
-/// Writes a batch some of whose readings may be points already stored in its hour: each such
-/// point becomes one reading, the stored one with the batch's fields written over it
-/// (`Reading::overlay`), and the hour's buckets are written again from their readings, so
-/// that their statistics count each point once. A batch that meets no stored point, nor
-/// repeats one, is appended as it is. Rare (a re-sent or redelivered write, or readings that
-/// came late), so it reads the hour's readings whole: at most its buckets' caps.
+/// Writes a batch some of whose readings may be points already stored in its hour (those at or
+/// before `stored_last`, its series' latest stored time): each such point becomes one reading,
+/// the stored one with the batch's fields written over it (`Reading::overlay`), and the hour's
+/// buckets are written again from their readings, so that their statistics count each point
+/// once. A batch that meets no stored point is appended as it is (folded if it repeats one):
+/// readings that merely came out of order (concurrent clients) only have the chunks their
+/// times fall in looked at. A met point (a re-sent or redelivered write) reads the hour whole:
+/// at most its buckets' caps.
 fn write_points(
     t: &mut Tables<'_>,
     limits: BucketLimits,
     batch: &Batch,
     series_id: u64,
+    stored_last: TimestampMs,
 ) -> Result<Result<WriteReport, StoreError>, EmbeddedError> {
-    let mut stored: Vec<Reading> = Vec::new();
     let mut buckets: Vec<(u32, BucketHeader)> = Vec::new();
     for entry in t.buckets.range((series_id, batch.hour, 0)..=(series_id, batch.hour, u32::MAX))? {
         let (k, v) = entry?;
@@ -350,6 +352,22 @@ fn write_points(
             Err(e) => return Ok(Err(e.into())),
         }
     }
+    let mut maybe: Vec<TimestampMs> =
+        batch.rows().timestamps().filter(|&ts| ts <= stored_last).collect();
+    maybe.sort_unstable();
+    maybe.dedup();
+    let met = match meets_a_point(t, series_id, batch.hour, &buckets, &maybe)? {
+        Ok(met) => met,
+        Err(e) => return Ok(Err(e)),
+    };
+    if !met {
+        return if batch.repeats_a_point() {
+            append_batch(t, limits, &batch.points(), series_id)
+        } else {
+            append_batch(t, limits, batch, series_id)
+        };
+    }
+    let mut stored: Vec<Reading> = Vec::new();
     for (seq, h) in &buckets {
         for at in chunks::of_bucket(series_id, batch.hour, *seq, &h.writes) {
             let Some(chunk) = t.chunks.get(at)? else { continue };
@@ -360,13 +378,6 @@ fn write_points(
     }
     let at: std::collections::HashMap<TimestampMs, usize> =
         stored.iter().enumerate().map(|(i, r)| (r.ts, i)).collect();
-    if !batch.rows().timestamps().any(|ts| at.contains_key(&ts)) {
-        return if batch.repeats_a_point() {
-            append_batch(t, limits, &batch.points(), series_id)
-        } else {
-            append_batch(t, limits, batch, series_id)
-        };
-    }
     for reading in batch.readings() {
         match at.get(&reading.ts) {
             Some(&i) => stored[i].overlay(&reading),
@@ -385,6 +396,41 @@ fn write_points(
     Ok(append_batch(t, limits, &rewritten, series_id)?.map(|report| WriteReport {
         buckets_created: report.buckets_created.saturating_sub(buckets.len() as u32),
     }))
+}
+
+/// Whether the hour's buckets hold a reading at any of `times` (ascending): only the buckets
+/// and chunks whose span holds one of them are decoded. The inner error is a bucket's own.
+fn meets_a_point(
+    t: &Tables<'_>,
+    series_id: u64,
+    hour: TimestampMs,
+    buckets: &[(u32, BucketHeader)],
+    times: &[TimestampMs],
+) -> Result<Result<bool, StoreError>, EmbeddedError> {
+    let within = |lo: TimestampMs, hi: TimestampMs| {
+        let i = times.partition_point(|&ts| ts < lo);
+        times.get(i).is_some_and(|&ts| ts <= hi)
+    };
+    for (seq, h) in buckets.iter().filter(|(_, h)| within(h.min_ts, h.max_ts)) {
+        for at in chunks::of_bucket(series_id, hour, *seq, &h.writes) {
+            let Some(chunk) = t.chunks.get(at)? else { continue };
+            let bytes = chunk.value();
+            match codec::chunk_summary(bytes, hour) {
+                Ok(summary) if !within(summary.first, summary.last) => continue,
+                Ok(_) => {}
+                Err(e) => return Ok(Err(e.into())),
+            }
+            let stored: Vec<TimestampMs> = match codec::decode_chunk_columns(bytes, hour) {
+                Ok((_, codec::Decoded::Columns(c))) => c.timestamps().to_vec(),
+                Ok((_, codec::Decoded::Readings(r))) => r.iter().map(|r| r.ts).collect(),
+                Err(e) => return Ok(Err(e.into())),
+            };
+            if stored.iter().any(|ts| times.binary_search(ts).is_ok()) {
+                return Ok(Ok(true));
+            }
+        }
+    }
+    Ok(Ok(false))
 }
 
 /// Appends one batch's readings to its series' buckets. The outer error aborts the whole
