@@ -141,7 +141,7 @@ pub(super) async fn plan<'b>(
                 for (&i, last) in unknown.iter().zip(latest) {
                     let b = &batches[i];
                     plans[i] = Some(match last {
-                        Some(last) if last >= first_ts(b) => overlay(inner, b).await,
+                        Some(last) if last >= first_ts(b) => overlay(inner, b, last).await,
                         _ => Ok(Plan::Append(folded(b))),
                     });
                 }
@@ -196,8 +196,51 @@ async fn stored_latest(
     Ok(out)
 }
 
-/// Reads the batch's hour and tells which of its readings meet stored points.
-async fn overlay<'b>(inner: &Inner, batch: &'b Batch) -> Result<Plan<'b>, StoreError> {
+/// Whether a bucket of the batch's hour holds a reading at any of `times` (ascending, not
+/// empty): only the timestamps of the buckets whose span holds one of them are read.
+async fn meets_a_point(
+    inner: &Inner,
+    batch: &Batch,
+    times: &[TimestampMs],
+) -> Result<bool, StoreError> {
+    let (lo, hi) = (times[0], times[times.len() - 1]);
+    let filter = doc! {
+        d::SENSOR: batch.series.key(), d::START: d::date(batch.hour),
+        d::FIRST: {"$lte": d::date(hi)}, d::LAST: {"$gte": d::date(lo)},
+    };
+    let action =
+        inner.buckets.find(filter).projection(doc! {format!("{}.{}", d::READINGS, d::TIME): 1});
+    let docs: Vec<Document> =
+        documents(open(inner.op_timeout, "find", action).await?, inner.op_timeout)
+            .try_collect()
+            .await?;
+    Ok(docs.iter().any(|doc| {
+        doc.get_array(d::READINGS).is_ok_and(|r| {
+            r.iter().any(|r| match r {
+                Bson::Document(r) => r
+                    .get_datetime(d::TIME)
+                    .is_ok_and(|t| times.binary_search(&t.timestamp_millis()).is_ok()),
+                _ => false,
+            })
+        })
+    }))
+}
+
+/// Tells which of the batch's readings meet stored points, `latest` being the latest time its
+/// hour holds: the hour's buckets are read whole only when one is met. Readings that merely
+/// came out of order (concurrent clients) are appended as usual.
+async fn overlay<'b>(
+    inner: &Inner,
+    batch: &'b Batch,
+    latest: TimestampMs,
+) -> Result<Plan<'b>, StoreError> {
+    let mut times: Vec<TimestampMs> =
+        batch.rows().timestamps().filter(|&ts| ts <= latest).collect();
+    times.sort_unstable();
+    times.dedup();
+    if times.is_empty() || !meets_a_point(inner, batch, &times).await? {
+        return Ok(Plan::Append(folded(batch)));
+    }
     let filter = doc! {d::SENSOR: batch.series.key(), d::START: d::date(batch.hour)};
     let action = inner.buckets.find(filter);
     let docs: Vec<Document> =
@@ -225,9 +268,6 @@ async fn overlay<'b>(inner: &Inner, batch: &'b Batch) -> Result<Plan<'b>, StoreE
         });
     }
     let batch = folded(batch);
-    if !batch.rows().timestamps().any(|ts| at.contains_key(&ts)) {
-        return Ok(Plan::Append(batch));
-    }
     let mut met = vec![false; buckets.len()];
     let mut fresh = Vec::new();
     for reading in batch.readings() {
