@@ -170,6 +170,8 @@ struct Item<'b> {
     batch: &'b Batch,
     first: TimestampMs,
     last: TimestampMs,
+    /// Whether its timestamps rise: then it repeats no point.
+    rising: bool,
     /// Its series' id, once found or created.
     series_id: Option<u64>,
     /// On one batch of each series: its record as stored before this write, or as this write
@@ -184,16 +186,17 @@ struct Item<'b> {
 
 impl<'b> Item<'b> {
     fn new(slot: usize, batch: &'b Batch) -> Self {
-        let (first, last) = batch
-            .rows()
-            .views()
-            .map(|r| r.ts())
-            .fold((TimestampMs::MAX, TimestampMs::MIN), |(lo, hi), ts| (lo.min(ts), hi.max(ts)));
+        let (mut first, mut last, mut rising) = (TimestampMs::MAX, TimestampMs::MIN, true);
+        for ts in batch.rows().views().map(|r| r.ts()) {
+            rising &= ts > last;
+            (first, last) = (first.min(ts), last.max(ts));
+        }
         Item {
             slot,
             batch,
             first,
             last,
+            rising,
             series_id: None,
             record: None,
             stored_last: TimestampMs::MIN,
@@ -236,7 +239,7 @@ fn write_items(
             };
             let outcome = if item.first <= stored_last {
                 write_points(t, w.limits, item.batch, id, stored_last)?
-            } else if item.batch.repeats_a_point() {
+            } else if !item.rising && item.batch.repeats_a_point_unordered() {
                 append_batch(t, w.limits, &item.batch.points(), id)?
             } else {
                 append_batch(t, w.limits, item.batch, id)?

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 
-use crate::support::binary::Bucketd;
+use crate::support::binary::{Bucketd, all_readings};
 use crate::support::mongo_standin::MongoBackend;
 
 const SENSORS: i64 = 20;
@@ -240,55 +240,14 @@ async fn two_writer_crash_loop(mongo: &[&str], rounds: usize, pause: Duration) {
     check_exactly_once(&ledger.lock().unwrap(), &stored);
 }
 
-/// Times a page answered 503 is asked again.
-const READ_RETRIES: usize = 4;
-
 /// Every stored reading, by number, with how often it is stored.
 async fn read_all(client: &reqwest::Client, base: &str) -> BTreeMap<i64, usize> {
     let mut out = BTreeMap::new();
     for s in 0..SENSORS {
-        let mut cursor: Option<String> = None;
-        loop {
-            let sensor = format!("crash,sensor=s{s}");
-            let to = (T0_MS + 100_000_000).to_string();
-            let mut query = vec![
-                ("sensor", sensor.as_str()),
-                ("from", "1700000000000"), // T0_MS
-                ("to", to.as_str()),
-                ("limit", "100000"),
-                ("format", "ndjson"),
-            ];
-            if let Some(c) = &cursor {
-                query.push(("cursor", c.as_str()));
-            }
-            let url = reqwest::Url::parse_with_params(&format!("{base}/api/v1/readings"), &query)
-                .unwrap();
-            // 503 says "store unavailable; retry": on a loaded machine the stand-in can take
-            // longer than the store's operation timeout over a whole sensor's readings.
-            let mut response = client.get(url.clone()).send().await.unwrap();
-            for _ in 0..READ_RETRIES {
-                if response.status() != StatusCode::SERVICE_UNAVAILABLE {
-                    break;
-                }
-                response = client.get(url.clone()).send().await.unwrap();
-            }
-            if response.status() == StatusCode::NOT_FOUND {
-                break;
-            }
-            assert_eq!(response.status(), StatusCode::OK);
-            cursor = None;
-            for line in response.text().await.unwrap().lines() {
-                let v: serde_json::Value = serde_json::from_str(line).unwrap();
-                if let Some(c) = v.get("next_cursor").and_then(|c| c.as_str()) {
-                    cursor = Some(c.to_owned());
-                    continue;
-                }
-                let n = v["fields"]["v"].as_i64().expect("integer field v");
-                *out.entry(n).or_insert(0) += 1;
-            }
-            if cursor.is_none() {
-                break;
-            }
+        let sensor = format!("crash,sensor=s{s}");
+        for v in all_readings(client, base, &sensor, (T0_MS, T0_MS + 100_000_000)).await {
+            let n = v["fields"]["v"].as_i64().expect("integer field v");
+            *out.entry(n).or_insert(0) += 1;
         }
     }
     out

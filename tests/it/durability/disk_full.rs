@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 
-use crate::support::binary::Bucketd;
+use crate::support::binary::{Bucketd, all_readings};
 
 const SENSORS: i64 = 20;
 const WRITERS: usize = 4;
@@ -212,44 +212,14 @@ async fn get(client: &reqwest::Client, url: &str) -> (StatusCode, String) {
 async fn read_all(client: &reqwest::Client, base: &str) -> BTreeMap<i64, usize> {
     let mut out = BTreeMap::new();
     for s in 0..SENSORS {
-        let mut cursor: Option<String> = None;
-        loop {
-            let sensor = format!("disk,sensor=s{s}");
-            let (from, to) = (T0_MS.to_string(), (T0_MS + 1_000_000_000).to_string());
-            let mut query = vec![
-                ("sensor", sensor.as_str()),
-                ("from", from.as_str()),
-                ("to", to.as_str()),
-                ("limit", "100000"),
-                ("format", "ndjson"),
-            ];
-            if let Some(c) = &cursor {
-                query.push(("cursor", c.as_str()));
-            }
-            let url = reqwest::Url::parse_with_params(&format!("{base}/api/v1/readings"), &query)
-                .unwrap();
-            let (status, text) = get(client, url.as_str()).await;
-            if status == StatusCode::NOT_FOUND {
-                break;
-            }
-            assert_eq!(status, StatusCode::OK, "{text}");
-            cursor = None;
-            for line in text.lines() {
-                let v: serde_json::Value = serde_json::from_str(line).unwrap();
-                if let Some(c) = v.get("next_cursor").and_then(|c| c.as_str()) {
-                    cursor = Some(c.to_owned());
-                    continue;
-                }
-                let n = v["fields"]["v"].as_i64().expect("integer field v");
-                assert_eq!(n % SENSORS, s, "reading {n} stored under sensor s{s}");
-                let t = v["t"].as_str().expect("time t");
-                let ts = rfc3339_ms(t).unwrap_or_else(|| panic!("time {t:?} of reading {n}"));
-                assert_eq!(ts, T0_MS + n, "reading {n} stored at the wrong time ({t})");
-                *out.entry(n).or_insert(0) += 1;
-            }
-            if cursor.is_none() {
-                break;
-            }
+        let sensor = format!("disk,sensor=s{s}");
+        for v in all_readings(client, base, &sensor, (T0_MS, T0_MS + 1_000_000_000)).await {
+            let n = v["fields"]["v"].as_i64().expect("integer field v");
+            assert_eq!(n % SENSORS, s, "reading {n} stored under sensor s{s}");
+            let t = v["t"].as_str().expect("time t");
+            let ts = rfc3339_ms(t).unwrap_or_else(|| panic!("time {t:?} of reading {n}"));
+            assert_eq!(ts, T0_MS + n, "reading {n} stored at the wrong time ({t})");
+            *out.entry(n).or_insert(0) += 1;
         }
     }
     out

@@ -16,7 +16,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 
 use super::crash_loop::Lcg;
-use crate::support::binary::Bucketd;
+use crate::support::binary::{Bucketd, all_readings};
 use crate::support::mongo_standin::MongoBackend;
 
 const SENSORS: i64 = 10;
@@ -195,42 +195,11 @@ async fn read_points(
 ) -> BTreeMap<i64, (usize, serde_json::Value)> {
     let mut out: BTreeMap<i64, (usize, serde_json::Value)> = BTreeMap::new();
     for s in 0..SENSORS {
-        let mut cursor: Option<String> = None;
-        loop {
-            let sensor = format!("pts,sensor=s{s}");
-            let (from, to) = (T0_MS.to_string(), (T0_MS + 3_600_000).to_string());
-            let mut query = vec![
-                ("sensor", sensor.as_str()),
-                ("from", from.as_str()),
-                ("to", to.as_str()),
-                ("limit", "100000"),
-                ("format", "ndjson"),
-            ];
-            if let Some(c) = &cursor {
-                query.push(("cursor", c.as_str()));
-            }
-            let url = reqwest::Url::parse_with_params(&format!("{base}/api/v1/readings"), &query)
-                .unwrap();
-            let response = client.get(url).send().await.unwrap();
-            if response.status() == StatusCode::NOT_FOUND {
-                break;
-            }
-            assert_eq!(response.status(), StatusCode::OK);
-            cursor = None;
-            for line in response.text().await.unwrap().lines() {
-                let v: serde_json::Value = serde_json::from_str(line).unwrap();
-                if let Some(c) = v.get("next_cursor").and_then(|c| c.as_str()) {
-                    cursor = Some(c.to_owned());
-                    continue;
-                }
-                let ts = timestamp(&v["t"]);
-                let entry = out.entry(ts).or_insert((0, serde_json::Value::Null));
-                entry.0 += 1;
-                entry.1 = v["fields"].clone();
-            }
-            if cursor.is_none() {
-                break;
-            }
+        let sensor = format!("pts,sensor=s{s}");
+        for v in all_readings(client, base, &sensor, (T0_MS, T0_MS + 3_600_000)).await {
+            let entry = out.entry(timestamp(&v["t"])).or_insert((0, serde_json::Value::Null));
+            entry.0 += 1;
+            entry.1 = v["fields"].clone();
         }
     }
     out

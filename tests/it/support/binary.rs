@@ -193,6 +193,60 @@ impl Bucketd {
     }
 }
 
+/// Times a page answered 503 ("store unavailable; retry") is asked again: on a loaded machine
+/// the MongoDB stand-in can take longer than the store's operation timeout over a whole
+/// sensor's readings.
+const PAGE_RETRIES: usize = 4;
+
+/// Every reading of `sensor` in `[from, to)` that the server at `base` returns, following
+/// cursors, as NDJSON objects (`t`, `fields`); empty for an unknown sensor.
+pub async fn all_readings(
+    client: &reqwest::Client,
+    base: &str,
+    sensor: &str,
+    (from, to): (i64, i64),
+) -> Vec<serde_json::Value> {
+    let (from, to) = (from.to_string(), to.to_string());
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut query = vec![
+            ("sensor", sensor),
+            ("from", from.as_str()),
+            ("to", to.as_str()),
+            ("limit", "100000"),
+            ("format", "ndjson"),
+        ];
+        if let Some(c) = &cursor {
+            query.push(("cursor", c.as_str()));
+        }
+        let url =
+            reqwest::Url::parse_with_params(&format!("{base}/api/v1/readings"), &query).unwrap();
+        let mut response = client.get(url.clone()).send().await.unwrap();
+        for _ in 0..PAGE_RETRIES {
+            if response.status() != StatusCode::SERVICE_UNAVAILABLE {
+                break;
+            }
+            response = client.get(url.clone()).send().await.unwrap();
+        }
+        if response.status() == StatusCode::NOT_FOUND {
+            return out;
+        }
+        assert_eq!(response.status(), StatusCode::OK);
+        cursor = None;
+        for line in response.text().await.unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            match v.get("next_cursor").and_then(|c| c.as_str()) {
+                Some(c) => cursor = Some(c.to_owned()),
+                None => out.push(v),
+            }
+        }
+        if cursor.is_none() {
+            return out;
+        }
+    }
+}
+
 impl Drop for Bucketd {
     fn drop(&mut self) {
         let _ = self.child.kill();
