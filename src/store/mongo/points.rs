@@ -47,8 +47,11 @@ const LOOKUP_KEYS: usize = 1000;
 /// of each: a flush at an hour's turn has both.
 #[derive(Default)]
 pub(super) struct Latest {
-    map: Mutex<HashMap<String, [Option<(TimestampMs, TimestampMs)>; 2]>>,
+    map: Mutex<HashMap<String, [Option<HourLatest>; 2]>>,
 }
+
+/// An hour's start and the latest time stored in it.
+type HourLatest = (TimestampMs, TimestampMs);
 
 impl Latest {
     fn get(&self, key: &str, hour: TimestampMs) -> Option<TimestampMs> {
