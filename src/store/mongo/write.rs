@@ -19,7 +19,9 @@
 //! at its first failed run. So what a failed batch leaves behind is always a prefix, and the
 //! hour's highest `w.<writer>` says exactly how long it is
 //! ([`crate::store::Store::high_water`]). A flush whose batches each fit one bucket, the common
-//! case, is still a single round.
+//! case, is still a single round. A batch folded into points (`Batch::points`) raises its last
+//! run's mark to the unfolded batch's last number; one that meets stored points is written as
+//! [`super::points`] says, its mark raised only once all of it is stored.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
