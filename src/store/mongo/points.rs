@@ -175,7 +175,10 @@ async fn stored_latest(
             let sensors: Vec<&str> = part.iter().map(|&s| batches[which[s]].series.key()).collect();
             let pipeline = vec![
                 doc! {"$match": {d::SENSOR: {"$in": &sensors}, d::START: d::date(hour)}},
-                doc! {"$group": {d::ID: format!("${}", d::SENSOR), "last": {"$max": format!("${}", d::LAST)}}},
+                doc! {"$group": {
+                    d::ID: format!("${}", d::SENSOR),
+                    "last": {"$max": format!("${}", d::LAST)},
+                }},
             ];
             let action = inner.buckets.aggregate(pipeline);
             let found: Vec<Document> =
@@ -413,7 +416,9 @@ async fn recount_hour(
     hour: TimestampMs,
     last_seq: Option<Seq>,
 ) -> Result<(), StoreError> {
-    let filter = doc! {d::SENSOR: series, d::START: d::date(hour), d::VERSION: {"$in": IN_HOUR_STATS.to_vec()}};
+    let filter = doc! {
+        d::SENSOR: series, d::START: d::date(hour), d::VERSION: {"$in": IN_HOUR_STATS.to_vec()},
+    };
     let action = inner.buckets.find(filter).projection(doc! {d::COUNT: 1, d::STATS: 1});
     let docs: Vec<Document> =
         documents(open(inner.op_timeout, "find", action).await?, inner.op_timeout)
