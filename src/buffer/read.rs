@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::Buffers;
 use super::entry::Cycle;
 use super::span::Span;
-use crate::model::{HOUR_MS, Reading, TimestampMs};
+use crate::model::{HOUR_MS, Reading, TimestampMs, fold_points};
 use crate::store::SensorInfo;
 
 impl Buffers {
@@ -58,13 +58,7 @@ impl Buffers {
         // share an hour, so a stable sort of this concatenation keeps arrival order for ties.
         out.append(&mut buffered);
         out.sort_by_key(|r| r.ts);
-        out.dedup_by(|later, kept| {
-            let same = later.ts == kept.ts;
-            if same {
-                kept.overlay(later);
-            }
-            same
-        });
+        fold_points(&mut out);
         out
     }
 

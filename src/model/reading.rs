@@ -66,9 +66,17 @@ impl Reading {
 
 /// Folds readings of one series that share a timestamp into one each ([`Reading::overlay`],
 /// later over earlier), keeping each point where its first reading was. `readings` are in
-/// the order they were written. Nothing is copied when no timestamp repeats.
+/// the order they were written, or sorted by time with a stable sort. Nothing is copied when
+/// no timestamp repeats, nor when they are sorted.
 pub fn fold_points(readings: &mut Vec<Reading>) {
-    if readings.windows(2).all(|w| w[0].ts < w[1].ts) {
+    if readings.windows(2).all(|w| w[0].ts <= w[1].ts) {
+        readings.dedup_by(|later, kept| {
+            let same = later.ts == kept.ts;
+            if same {
+                kept.overlay(later);
+            }
+            same
+        });
         return;
     }
     let mut first_of: std::collections::HashMap<TimestampMs, usize> =
@@ -118,5 +126,8 @@ mod tests {
         let mut sorted = vec![r(1, &[("x", 1.0)]), r(2, &[("x", 1.0)])];
         fold_points(&mut sorted);
         assert_eq!(sorted.len(), 2);
+        let mut ties = vec![r(1, &[("x", 1.0)]), r(1, &[("y", 2.0)]), r(2, &[("x", 3.0)])];
+        fold_points(&mut ties);
+        assert_eq!(ties, vec![r(1, &[("x", 1.0), ("y", 2.0)]), r(2, &[("x", 3.0)])]);
     }
 }

@@ -51,6 +51,15 @@ pub fn may_meet(unflushed: &[Reading], latest: Option<TimestampMs>) -> bool {
     matches!((unflushed.first(), latest), (Some(u), Some(l)) if u.ts <= l)
 }
 
+/// Whether any series' unflushed readings may be stored points: `latest` holds each series'
+/// latest stored reading in range, `unflushed` its unflushed readings, in the same order.
+pub fn any_may_meet<'u>(
+    latest: &[Option<Reading>],
+    unflushed: impl IntoIterator<Item = &'u Vec<Reading>>,
+) -> bool {
+    latest.iter().zip(unflushed).any(|(l, u)| may_meet(u, l.as_ref().map(|r| r.ts)))
+}
+
 /// Adds `unflushed` (ascending, one per timestamp, taken from the buffers before the store
 /// was read) to `steps`, steps of `step_ms` over `range`.
 pub async fn add_unflushed(

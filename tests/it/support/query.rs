@@ -51,13 +51,7 @@ impl Unflushed for FakeUnflushed {
             .unwrap_or_default();
         // One reading per point, folded in arrival order, as the buffers promise.
         out.sort_by_key(|r| r.ts);
-        out.dedup_by(|later, kept| {
-            let same = later.ts == kept.ts;
-            if same {
-                kept.overlay(later);
-            }
-            same
-        });
+        bucketd::model::fold_points(&mut out);
         out
     }
 

@@ -417,8 +417,7 @@ impl Ctx<'_> {
         let mut out = Vec::with_capacity(infos.len());
         // A series whose unflushed readings may be stored points is asked alone, which
         // gathers their steps again (`points`).
-        if latest.iter().zip(&unflushed).any(|(l, u)| points::may_meet(u, l.as_ref().map(|r| r.ts)))
-        {
+        if points::any_may_meet(&latest, &unflushed) {
             return None;
         }
         for (((info, stored), mut steps), unflushed) in
@@ -499,11 +498,7 @@ impl Ctx<'_> {
         if !live.is_empty() {
             let latest = self.state.store.latest_of(live, (from, to)).await.ok()?;
             let live_unflushed = unflushed.iter().filter(|u| !u.is_empty());
-            if latest
-                .iter()
-                .zip(live_unflushed)
-                .any(|(l, u)| points::may_meet(u, l.as_ref().map(|r| r.ts)))
-            {
+            if points::any_may_meet(&latest, live_unflushed) {
                 return None;
             }
         }
