@@ -179,10 +179,10 @@ pub async fn merged_rollups(
 }
 
 /// Rollup steps that unflushed readings are added to.
-pub struct StatsSteps<'a> {
-    pub steps: &'a mut RollupSteps,
-    pub step_ms: i64,
-    pub fields: Option<&'a [String]>,
+struct StatsSteps<'a> {
+    steps: &'a mut RollupSteps,
+    step_ms: i64,
+    fields: Option<&'a [String]>,
 }
 
 impl points::Steps for StatsSteps<'_> {
