@@ -96,6 +96,24 @@ async fn wait_stored(
     }
 }
 
+/// Kills bucketd (-9) once it has accepted at least `at_least` MQTT readings, and returns
+/// how many it had.
+async fn kill_once_taken(bucketd: &mut Bucketd, client: &reqwest::Client, at_least: f64) -> f64 {
+    let accepted = r#"bucketd_readings_accepted_total{protocol="mqtt"}"#;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let taken = loop {
+        let taken = metric(bucketd, client, accepted).await;
+        if taken >= at_least {
+            break taken;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "bucketd took too little of the burst");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    bucketd.child.kill().unwrap();
+    bucketd.child.wait().unwrap();
+    taken
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_published_while_bucketd_was_down_are_stored() {
     let broker = Mosquitto::start().await;
@@ -162,22 +180,8 @@ async fn a_kill_during_a_burst_loses_nothing_the_broker_delivered() {
         .collect();
     // Paced, so that bucketd acknowledges as it goes and a kill lands between acknowledgements.
     let publish = broker.publish("publisher-burst", &messages, Duration::from_micros(500));
-    let kill = async {
-        // Once bucketd has taken part of the burst, and more is on its way.
-        let accepted = r#"bucketd_readings_accepted_total{protocol="mqtt"}"#;
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        let taken = loop {
-            let taken = metric(&bucketd, &client, accepted).await;
-            if taken >= (N / 3) as f64 {
-                break taken;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "bucketd took too little of the burst");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        };
-        bucketd.child.kill().unwrap();
-        bucketd.child.wait().unwrap();
-        taken
-    };
+    // Once bucketd has taken part of the burst, and more is on its way.
+    let kill = kill_once_taken(&mut bucketd, &client, (N / 3) as f64);
     let ((), taken) = tokio::join!(publish, kill);
     assert!(taken < N as f64, "the kill came after bucketd had taken the whole burst");
 
@@ -208,16 +212,7 @@ async fn a_redelivered_message_is_stored_once() {
         wait_subscribed(&mut bucketd, &client, &broker).await;
         // Kill once bucketd has taken some of the burst, while the broker still sends.
         let publish = broker.publish("publisher-again", &messages, Duration::from_micros(500));
-        let kill = async {
-            let accepted = r#"bucketd_readings_accepted_total{protocol="mqtt"}"#;
-            let deadline = tokio::time::Instant::now() + PATIENCE;
-            while metric(&bucketd, &client, accepted).await < (N / 4) as f64 {
-                assert!(tokio::time::Instant::now() < deadline, "bucketd took too little");
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            bucketd.child.kill().unwrap();
-            bucketd.child.wait().unwrap();
-        };
+        let kill = kill_once_taken(&mut bucketd, &client, (N / 4) as f64);
         tokio::join!(publish, kill);
         kills += 1;
         // The session's messages, the unacknowledged ones flagged, go to the next start.
