@@ -414,6 +414,7 @@ fn meets_a_point(
         let i = times.partition_point(|&ts| ts < lo);
         times.get(i).is_some_and(|&ts| ts <= hi)
     };
+    let mut stored = Vec::new();
     for (seq, h) in buckets.iter().filter(|(_, h)| within(h.min_ts, h.max_ts)) {
         for at in chunks::of_bucket(series_id, hour, *seq, &h.writes) {
             let Some(chunk) = t.chunks.get(at)? else { continue };
@@ -423,11 +424,9 @@ fn meets_a_point(
                 Ok(_) => {}
                 Err(e) => return Ok(Err(e.into())),
             }
-            let stored: Vec<TimestampMs> = match codec::decode_chunk_columns(bytes, hour) {
-                Ok((_, codec::Decoded::Columns(c))) => c.timestamps().to_vec(),
-                Ok((_, codec::Decoded::Readings(r))) => r.iter().map(|r| r.ts).collect(),
-                Err(e) => return Ok(Err(e.into())),
-            };
+            if let Err(e) = codec::chunk_timestamps(bytes, hour, &mut stored) {
+                return Ok(Err(e.into()));
+            }
             if stored.iter().any(|ts| times.binary_search(ts).is_ok()) {
                 return Ok(Ok(true));
             }

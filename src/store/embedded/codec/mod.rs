@@ -67,7 +67,8 @@ mod series;
 #[cfg(test)]
 pub(super) use self::chunk::encode_v1;
 pub use self::chunk::{
-    ChunkSummary, Decoded, chunk_summary, decode_chunk, decode_chunk_columns, encode_chunk,
+    ChunkSummary, Decoded, chunk_summary, chunk_timestamps, decode_chunk, decode_chunk_columns,
+    encode_chunk,
 };
 pub use self::header::{BucketHeader, HeaderView};
 pub use self::scan::{NumberSink, ScanScratch, scan_numbers};

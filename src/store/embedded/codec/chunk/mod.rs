@@ -12,8 +12,8 @@ pub(super) use self::format::{CHUNK_V2, T_BOOL, T_FLOAT, T_INT, T_STR, T_UINT};
 #[cfg(test)]
 pub(in crate::store::embedded) use self::v1::encode::encode_v1;
 pub(super) use self::v1::{CHUNK_V1, decode_v1};
-use self::v2::decode_v2;
 pub use self::v2::encode_chunk;
+use self::v2::{decode_v2, timestamps_v2};
 pub(super) use self::v2::{fill_timestamps, get_floats, get_integers};
 use super::corrupt;
 use crate::model::{Columns, Reading, TimestampMs};
@@ -48,6 +48,26 @@ pub(super) fn chunk_prefix(
 /// Reads only the chunk's summary.
 pub fn chunk_summary(bytes: &[u8], hour: TimestampMs) -> Result<ChunkSummary, EmbeddedError> {
     chunk_prefix(&mut Cursor::new(bytes), hour).map(|(_, summary)| summary)
+}
+
+/// Only a chunk's timestamps, ascending, into `ts` (cleared first): where a write looks for
+/// the points it meets, no field is decoded (version 2).
+pub fn chunk_timestamps(
+    bytes: &[u8],
+    hour: TimestampMs,
+    ts: &mut Vec<TimestampMs>,
+) -> Result<ChunkSummary, EmbeddedError> {
+    let mut c = Cursor::new(bytes);
+    let (version, summary) = chunk_prefix(&mut c, hour)?;
+    if version == CHUNK_V1 {
+        let mut readings = Vec::new();
+        decode_v1(&mut c, summary, &mut readings)?;
+        ts.clear();
+        ts.extend(readings.iter().map(|r| r.ts));
+    } else {
+        timestamps_v2(&mut c, summary, ts)?;
+    }
+    Ok(summary)
 }
 
 /// Decodes every reading of a chunk, in stored order, appending them to `out`.
@@ -111,6 +131,9 @@ mod tests {
             let summary = decode_chunk(&bytes, hour, &mut out).expect("decodes");
             assert_eq!(summary, chunk_summary(&bytes, hour).unwrap());
             assert_eq!(summary.count as usize, readings.len());
+            let mut ts = vec![-1];
+            assert_eq!(chunk_timestamps(&bytes, hour, &mut ts).expect("decodes"), summary);
+            assert_eq!(ts, out.iter().map(|r| r.ts).collect::<Vec<_>>());
             // PartialEq equates 0.0 and -0.0; the encoding must keep every bit.
             for (a, b) in readings.iter().zip(&out) {
                 for ((_, x), (_, y)) in a.fields.iter().zip(&b.fields) {
@@ -298,6 +321,9 @@ mod tests {
         for cut in 0..bytes.len() {
             let mut out = Vec::new();
             assert!(decode_chunk(&bytes[..cut], hour, &mut out).is_err(), "cut at {cut}");
+            // Its fields (the last 11 bytes) are not read; a cut before them is found.
+            let timestamps = chunk_timestamps(&bytes[..cut], hour, &mut Vec::new());
+            assert_eq!(timestamps.is_err(), cut < bytes.len() - 11, "cut at {cut}");
         }
         let mut longer = bytes.clone();
         longer.push(0);

@@ -251,18 +251,21 @@ pub fn encode_chunk<R: ReadingView>(hour: TimestampMs, readings: &[R]) -> Vec<u8
     out
 }
 
-pub(super) fn decode_v2(
-    c: &mut Cursor<'_>,
-    summary: ChunkSummary,
-) -> Result<Columns, EmbeddedError> {
-    let count = summary.count as usize;
+/// What a version-2 chunk holds before its timestamps: its columns, its shapes, and each
+/// reading's shape (empty when there is one shape).
+struct Layout<'a> {
+    names: Vec<&'a str>,
+    types: Vec<u8>,
+    shapes: Vec<Vec<usize>>,
+    shape_ids: Vec<usize>,
+}
+
+fn get_layout<'a>(c: &mut Cursor<'a>, count: usize) -> Result<Layout<'a>, EmbeddedError> {
     let n_columns = c.len()?;
     let mut names = Vec::with_capacity(n_columns);
     let mut types = Vec::with_capacity(n_columns);
     for _ in 0..n_columns {
-        // Interned: every reading made from a chunk copies its names, and a counted name made
-        // each copy and each drop an atomic operation.
-        names.push(FieldName::interned(c.str()?));
+        names.push(c.str()?);
         let t = c.u8()?;
         if t > T_STR {
             return Err(corrupt("unknown field type"));
@@ -300,6 +303,29 @@ pub(super) fn decode_v2(
             shape_ids.push(id);
         }
     }
+    Ok(Layout { names, types, shapes, shape_ids })
+}
+
+/// Only the timestamps of a version-2 chunk, into `ts`: its field columns are not read.
+pub(super) fn timestamps_v2(
+    c: &mut Cursor<'_>,
+    summary: ChunkSummary,
+    ts: &mut Vec<TimestampMs>,
+) -> Result<(), EmbeddedError> {
+    get_layout(c, summary.count as usize)?;
+    fill_timestamps(c, summary, ts)
+}
+
+pub(super) fn decode_v2(
+    c: &mut Cursor<'_>,
+    summary: ChunkSummary,
+) -> Result<Columns, EmbeddedError> {
+    let count = summary.count as usize;
+    let Layout { names, types, shapes, shape_ids } = get_layout(c, count)?;
+    let (n_columns, n_shapes) = (names.len(), shapes.len());
+    // Interned: every reading made from a chunk copies its names, and a counted name made
+    // each copy and each drop an atomic operation.
+    let names: Vec<FieldName> = names.into_iter().map(FieldName::interned).collect();
     let ts = get_timestamps(c, summary)?;
 
     // How many values each column holds, so that each is read to its end before the next.
