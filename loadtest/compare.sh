@@ -13,6 +13,7 @@
 #   A sensor fleet, paced:       SENSORS=200000 RATE=1 DURATION=60s loadtest/compare.sh
 #   Both cores for everything:   SERVER_CPU=0,1 LOAD_CPU=0,1 loadtest/compare.sh
 #   A sustained run, per slice:  DURATION=60s SLICE=10s loadtest/compare.sh
+#   Another build of bucketd:    BUCKETD_BIN=/tmp/old/bucketd SERVERS=bucketd loadtest/compare.sh
 # Needs: victoria-metrics, influxd (Debian packages), curl, jq, taskset. Everything listens on
 # 127.0.0.1 only, stores under a temp dir, and is killed (and the temp dir removed) on exit.
 set -euo pipefail

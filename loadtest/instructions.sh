@@ -5,19 +5,22 @@
 # Each binary runs under `valgrind --tool=callgrind` on a fresh embedded store, CPU 0, with
 # `--flush-interval 10s` (under callgrind bucketd is far slower, so each sensor still gets
 # several readings per flush, as at full speed); `loadtest` on
-# CPU 1 sends COUNT readings (10,000 sensors, 5,000-line bodies on /write, 2 connections);
+# CPU 1 sends COUNT readings (10,000 sensors, 5,000-line bodies on /write, CONNECTIONS of them);
 # then bucketd is stopped (SIGINT: it flushes everything) and the program's total instruction
 # count is printed with the instructions per reading, and the hottest functions (self cost).
 #
 # Usage: loadtest/instructions.sh BUCKETD...   (from the repository root)
-#   COUNT=600000  TOP=25  OUT=<temp dir, removed unless given>
+#   COUNT=600000  CONNECTIONS=2  TOP=25  OUT=<temp dir, removed unless given>
+# One connection sends each sensor's readings in order; more let a sensor's readings reach the
+# store out of order, as concurrent clients do.
 # Needs valgrind (Debian: apt-get install valgrind). About a minute per binary per 600,000
 # readings. Listens on 127.0.0.1:18181 only.
 set -euo pipefail
 
-[ $# -ge 1 ] || { sed -n '2,16p' "$0" >&2; exit 1; }
+[ $# -ge 1 ] || { sed -n '2,18p' "$0" >&2; exit 1; }
 command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 1; }
 COUNT=${COUNT:-600000}
+CONNECTIONS=${CONNECTIONS:-2}
 TOP=${TOP:-25}
 cd "$(dirname "$0")/.."
 # shellcheck source=loadtest/lib.sh
@@ -45,7 +48,7 @@ for bin in "$@"; do
   PID=$!
   wait_http http://127.0.0.1:18181/health 120
   taskset -c 1 "$LOADTEST" --url http://127.0.0.1:18181 --path /write --protocol lp-http \
-    --sensors 10000 --batch 5000 --connections 2 --count "$COUNT" --duration 600s \
+    --sensors 10000 --batch 5000 --connections "$CONNECTIONS" --count "$COUNT" --duration 600s \
     >"$OUT/$n.load" 2>&1
   accepted=$(awk '/^elapsed/ {print $(NF-1)}' "$OUT/$n.load")
   kill -INT "$PID"

@@ -22,11 +22,12 @@ require_tools() {
 }
 
 # build_release: builds the workspace's release binaries (from the repository root) and sets
-# BUCKETD and LOADTEST to them.
+# BUCKETD and LOADTEST to them; BUCKETD_BIN, when set, is the bucketd to run instead (another
+# commit's build, for an A/B under the same script).
 build_release() {
   echo "building release binaries..." >&2
   cargo build --release --quiet --workspace --bins
-  BUCKETD=${CARGO_TARGET_DIR:-$PWD/target}/release/bucketd
+  BUCKETD=${BUCKETD_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/bucketd}
   LOADTEST=${CARGO_TARGET_DIR:-$PWD/target}/release/loadtest
 }
 
