@@ -31,6 +31,7 @@ pub const MQTT_CONNECTIONS: &str = "bucketd_mqtt_connections_total"; // {result}
 pub const READINGS_LANDED_DESPITE_ERROR: &str = "bucketd_readings_landed_despite_error_total";
 pub const WAL_BYTES: &str = "bucketd_wal_bytes"; // gauge
 pub const WAL_SEGMENTS: &str = "bucketd_wal_segments"; // gauge
+pub const WAL_REPLAYING: &str = "bucketd_wal_replaying_segments"; // gauge
 pub const WAL_SYNCS: &str = "bucketd_wal_syncs_total";
 pub const WAL_SYNC_DURATION: &str = "bucketd_wal_sync_duration_seconds"; // histogram
 pub const WAL_UNSETTLED: &str = "bucketd_wal_unsettled_readings"; // gauge
@@ -216,6 +217,12 @@ fn describe() {
          (bounded by --wal-max-bytes)."
     );
     describe_gauge!(WAL_SEGMENTS, Unit::Count, "Write-ahead log segment files.");
+    describe_gauge!(
+        WAL_REPLAYING,
+        Unit::Count,
+        "Write-ahead log segments left by an earlier process that are not yet read back whole: \
+         their readings are not yet counted as unsettled."
+    );
     describe_counter!(WAL_SYNCS, Unit::Count, "Group commits (fsyncs) of the write-ahead log.");
     describe_histogram!(
         WAL_SYNC_DURATION,

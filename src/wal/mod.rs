@@ -355,6 +355,7 @@ impl Wal {
         if let Some(segment) = st.segments.get_mut(&first) {
             segment.sealed = true;
         }
+        self.shared.publish_gauges(&st);
         drop(st);
         self.shared.work.notify_one();
     }

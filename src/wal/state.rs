@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::segment::HEADER_BYTES;
-use crate::metrics::{WAL_BYTES, WAL_SEGMENTS, WAL_UNSETTLED};
+use crate::metrics::{WAL_BYTES, WAL_REPLAYING, WAL_SEGMENTS, WAL_UNSETTLED};
 use crate::model::Seq;
 
 #[derive(Clone, Debug)]
@@ -165,6 +165,8 @@ impl Shared {
         ::metrics::gauge!(WAL_SEGMENTS).set(st.segments.len() as f64);
         let unsettled: u64 = st.segments.values().map(|s| s.unsettled).sum();
         ::metrics::gauge!(WAL_UNSETTLED).set(unsettled as f64);
+        let replaying = st.segments.values().filter(|s| s.recovered && !s.sealed).count();
+        ::metrics::gauge!(WAL_REPLAYING).set(replaying as f64);
     }
 
     pub(super) fn fail(&self, why: String) {

@@ -127,9 +127,9 @@ async fn store_down_until_refused(what: &str, body: fn(usize, u64) -> (String, u
     assert_under_ceiling(&b, what);
     let acked = tally.acked.load(Ordering::Relaxed) as f64;
     assert!(acked > 0.0, "{what}: something was acknowledged");
-    let (buffered, unsettled) = b.held(&client).await;
-    assert_eq!(unsettled, Some(acked), "{what}: every acknowledged reading is in the log");
-    assert!(buffered.unwrap() <= acked);
+    let held = b.held(&client).await;
+    assert_eq!(held.unsettled, Some(acked), "{what}: every acknowledged reading is in the log");
+    assert!(held.buffered.unwrap() <= acked);
 }
 
 /// Sends 4 KiB strings at a bucketd whose MongoDB is up but slow (every update command waits

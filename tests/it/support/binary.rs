@@ -147,11 +147,15 @@ impl Bucketd {
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
     }
 
-    /// What this process still holds: readings buffered, and readings unsettled in its log
-    /// (its replay included); `None` where a metric cannot be read.
-    pub async fn held(&self, client: &reqwest::Client) -> (Option<f64>, Option<f64>) {
-        let buffered = self.metric(client, "bucketd_readings_buffered").await;
-        (buffered, self.metric(client, "bucketd_wal_unsettled_readings").await)
+    /// What this process still holds: readings buffered, readings unsettled in its log, and
+    /// segments of an earlier process's log not yet read back (whose readings are not counted
+    /// as unsettled until then); `None` where a metric cannot be read.
+    pub async fn held(&self, client: &reqwest::Client) -> Held {
+        Held {
+            buffered: self.metric(client, "bucketd_readings_buffered").await,
+            unsettled: self.metric(client, "bucketd_wal_unsettled_readings").await,
+            replaying: self.metric(client, "bucketd_wal_replaying_segments").await,
+        }
     }
 
     /// Waits until everything this process took is in the store: it holds nothing. `secs`
@@ -159,14 +163,13 @@ impl Bucketd {
     pub async fn wait_settled(&self, client: &reqwest::Client, secs: u64) {
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
-            let (buffered, unsettled) = self.held(client).await;
-            if (buffered, unsettled) == (Some(0.0), Some(0.0)) {
+            let held = self.held(client).await;
+            if held.is_nothing() {
                 return;
             }
             assert!(
                 Instant::now() < deadline,
-                "{} not settled within {secs} s: {buffered:?} readings buffered, \
-                 {unsettled:?} unsettled in the log",
+                "{} not settled within {secs} s: {held:?}",
                 self.base
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -251,5 +254,20 @@ impl Drop for Bucketd {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// What a process still holds ([`Bucketd::held`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Held {
+    pub buffered: Option<f64>,
+    pub unsettled: Option<f64>,
+    pub replaying: Option<f64>,
+}
+
+impl Held {
+    /// Everything it took is in the store.
+    pub fn is_nothing(&self) -> bool {
+        [self.buffered, self.unsettled, self.replaying] == [Some(0.0); 3]
     }
 }
