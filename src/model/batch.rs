@@ -181,7 +181,7 @@ impl Batch {
 
     /// [`Batch::repeats_a_point`] for a batch whose timestamps do not rise (readings that came
     /// out of order): by sorting a copy of them, which costs less than hashing each.
-    pub fn repeats_a_point_unordered(&self) -> bool {
+    fn repeats_a_point_unordered(&self) -> bool {
         let mut all: Vec<TimestampMs> = self.rows.timestamps().collect();
         all.sort_unstable();
         all.windows(2).any(|w| w[0] == w[1])

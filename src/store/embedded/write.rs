@@ -170,8 +170,9 @@ struct Item<'b> {
     batch: &'b Batch,
     first: TimestampMs,
     last: TimestampMs,
-    /// Whether its timestamps rise: then it repeats no point.
-    rising: bool,
+    /// Its timestamps sorted, when they do not rise as written (readings that came out of
+    /// order); `None` when they rise, and then it repeats no point.
+    sorted: Option<Vec<TimestampMs>>,
     /// Its series' id, once found or created.
     series_id: Option<u64>,
     /// On one batch of each series: its record as stored before this write, or as this write
@@ -191,12 +192,19 @@ impl<'b> Item<'b> {
             rising &= ts > last;
             (first, last) = (first.min(ts), last.max(ts));
         }
+        // Sorted once for both questions a write may ask: does the batch repeat a point, and
+        // which of its times may meet a stored one.
+        let sorted = (!rising).then(|| {
+            let mut ts: Vec<TimestampMs> = batch.rows().timestamps().collect();
+            ts.sort_unstable();
+            ts
+        });
         Item {
             slot,
             batch,
             first,
             last,
-            rising,
+            sorted,
             series_id: None,
             record: None,
             stored_last: TimestampMs::MIN,
@@ -210,6 +218,19 @@ impl<'b> Item<'b> {
 
     fn written(&self) -> bool {
         matches!(self.outcome, Some(Ok(_)))
+    }
+
+    /// Whether two of its readings share a timestamp.
+    fn repeats_a_point(&self) -> bool {
+        self.sorted.as_ref().is_some_and(|ts| ts.windows(2).any(|w| w[0] == w[1]))
+    }
+
+    /// Its timestamps at or before `t`, ascending (a time repeated within the batch repeated).
+    fn times_up_to(&self, t: TimestampMs) -> std::borrow::Cow<'_, [TimestampMs]> {
+        match &self.sorted {
+            Some(ts) => ts[..ts.partition_point(|&ts| ts <= t)].into(),
+            None => self.batch.rows().timestamps().take_while(|&ts| ts <= t).collect(),
+        }
     }
 }
 
@@ -238,8 +259,8 @@ fn write_items(
                 _ => item.stored_last,
             };
             let outcome = if item.first <= stored_last {
-                write_points(t, w.limits, item.batch, id, stored_last)?
-            } else if !item.rising && item.batch.repeats_a_point_unordered() {
+                write_points(t, w.limits, item, id, &item.times_up_to(stored_last))?
+            } else if item.repeats_a_point() {
                 append_batch(t, w.limits, &item.batch.points(), id)?
             } else {
                 append_batch(t, w.limits, item.batch, id)?
@@ -332,8 +353,9 @@ fn record_mark(t: &mut Tables<'_>, writer: WriterId, batch: &Batch) -> Result<()
     Ok(())
 }
 
-/// Writes a batch some of whose readings may be points already stored in its hour (those at or
-/// before `stored_last`, its series' latest stored time): each such point becomes one reading,
+/// Writes a batch some of whose readings may be points already stored in its hour (those at
+/// `times`, ascending: its readings at or before its series' latest stored time, which a
+/// write found in the series record): each such point becomes one reading,
 /// the stored one with the batch's fields written over it (`Reading::overlay`), and the hour's
 /// buckets are written again from their readings, so that their statistics count each point
 /// once. A batch that meets no stored point is appended as it is (folded if it repeats one):
@@ -343,10 +365,11 @@ fn record_mark(t: &mut Tables<'_>, writer: WriterId, batch: &Batch) -> Result<()
 fn write_points(
     t: &mut Tables<'_>,
     limits: BucketLimits,
-    batch: &Batch,
+    item: &Item<'_>,
     series_id: u64,
-    stored_last: TimestampMs,
+    times: &[TimestampMs],
 ) -> Result<Result<WriteReport, StoreError>, EmbeddedError> {
+    let batch = item.batch;
     let mut buckets: Vec<(u32, BucketHeader)> = Vec::new();
     for entry in t.buckets.range((series_id, batch.hour, 0)..=(series_id, batch.hour, u32::MAX))? {
         let (k, v) = entry?;
@@ -355,16 +378,12 @@ fn write_points(
             Err(e) => return Ok(Err(e.into())),
         }
     }
-    let mut maybe: Vec<TimestampMs> =
-        batch.rows().timestamps().filter(|&ts| ts <= stored_last).collect();
-    maybe.sort_unstable();
-    maybe.dedup();
-    let met = match meets_a_point(t, series_id, batch.hour, &buckets, &maybe)? {
+    let met = match meets_a_point(t, series_id, batch.hour, &buckets, times)? {
         Ok(met) => met,
         Err(e) => return Ok(Err(e)),
     };
     if !met {
-        return if batch.repeats_a_point() {
+        return if item.repeats_a_point() {
             append_batch(t, limits, &batch.points(), series_id)
         } else {
             append_batch(t, limits, batch, series_id)
@@ -401,8 +420,9 @@ fn write_points(
     }))
 }
 
-/// Whether the hour's buckets hold a reading at any of `times` (ascending): only the buckets
-/// and chunks whose span holds one of them are decoded. The inner error is a bucket's own.
+/// Whether the hour's buckets hold a reading at any of `times` (ascending, repeats allowed):
+/// only the timestamps of the chunks whose span holds one of them are decoded. The inner error
+/// is a bucket's own.
 fn meets_a_point(
     t: &Tables<'_>,
     series_id: u64,
