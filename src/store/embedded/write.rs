@@ -293,8 +293,11 @@ fn write_items(
 fn find_series(t: &mut Tables<'_>, group: &mut [Item<'_>]) -> Result<(), EmbeddedError> {
     let key = group[0].batch.series.key();
     let stored = t.series.get(key)?.map(|g| SeriesRecord::decode(g.value()));
-    let record = match stored {
-        Some(Ok(record)) => record,
+    let (record, stored_last) = match stored {
+        Some(Ok(record)) => {
+            let last = record.last;
+            (record, last)
+        }
         Some(Err(e)) => {
             let e = StoreError::from(e);
             for item in group.iter_mut() {
@@ -302,21 +305,16 @@ fn find_series(t: &mut Tables<'_>, group: &mut [Item<'_>]) -> Result<(), Embedde
             }
             return Ok(());
         }
+        // Created with its first batch's span: nothing of it is stored yet.
         None => {
-            let created = create_series(t, group[0].batch, group[0].first, group[0].last)?;
-            SeriesRecord { last: TimestampMs::MIN, ..created }
+            (create_series(t, group[0].batch, group[0].first, group[0].last)?, TimestampMs::MIN)
         }
     };
     let stored = (record.first, record.last);
     for item in group.iter_mut() {
         item.series_id = Some(record.id);
-        item.stored_last = record.last;
+        item.stored_last = stored_last;
     }
-    let record = if record.last == TimestampMs::MIN {
-        SeriesRecord { last: group[0].last, ..record }
-    } else {
-        record
-    };
     group[0].record = Some(record);
     match widened(group, |_| true) {
         Some(record) if (record.first, record.last) != stored => put_series(t, key, &record),
