@@ -352,8 +352,8 @@ fn record_mark(t: &mut Tables<'_>, writer: WriterId, batch: &Batch) -> Result<()
 }
 
 /// Writes a batch some of whose readings may be points already stored in its hour (those at
-/// `times`, ascending: its readings at or before its series' latest stored time, which a
-/// write found in the series record): each such point becomes one reading,
+/// `times`, ascending: its readings at or before its series' latest stored time, from the
+/// series record or an earlier batch of this write): each such point becomes one reading,
 /// the stored one with the batch's fields written over it (`Reading::overlay`), and the hour's
 /// buckets are written again from their readings, so that their statistics count each point
 /// once. A batch that meets no stored point is appended as it is (folded if it repeats one):
