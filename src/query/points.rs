@@ -19,6 +19,12 @@ pub trait Steps {
     fn clear_step(&mut self, start: TimestampMs);
     /// Adds the values of `readings` (ascending) to their steps.
     fn add(&mut self, readings: &[Reading]);
+    /// The time of the latest value the stored steps hold, before any is added (`Some(None)`:
+    /// they hold none), where their statistics tell it; `None` has the store asked instead.
+    /// Only the values these steps count can be counted twice, so their own latest suffices.
+    fn stored_latest(&self) -> Option<Option<TimestampMs>> {
+        None
+    }
 }
 
 /// Readings gathered again are added in pieces of this many, not held whole.
@@ -73,7 +79,10 @@ pub async fn add_unflushed(
     if unflushed.is_empty() {
         return Ok(());
     }
-    let latest = stored_latest(&**store, sensor, (from, to)).await?;
+    let latest = match steps.stored_latest() {
+        Some(latest) => latest,
+        None => stored_latest(&**store, sensor, (from, to)).await?,
+    };
     let Some(latest) = latest.filter(|_| may_meet(&unflushed, latest)) else {
         steps.add(&unflushed);
         return Ok(());

@@ -193,6 +193,18 @@ impl points::Steps for StatsSteps<'_> {
     fn add(&mut self, readings: &[Reading]) {
         merge_unflushed(self.steps, readings, self.step_ms, self.fields);
     }
+
+    /// From the steps' `last` times: no store call where every step read has one.
+    fn stored_latest(&self) -> Option<Option<TimestampMs>> {
+        let mut latest = None;
+        for (_, steps) in &self.steps.fields {
+            for (_, stats) in steps.iter().filter(|(_, stats)| stats.count > 0) {
+                let (ts, _) = stats.last?;
+                latest = latest.max(Some(ts));
+            }
+        }
+        Some(latest)
+    }
 }
 
 /// Merges the `unflushed` readings' values of `fields` (all numeric ones when `None`) into
