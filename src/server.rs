@@ -174,6 +174,7 @@ impl StatusSource for ServerStatus {
             buffered_sensors: self.buffers.sensors() as u64,
             wal: self.wal.as_ref().map(|w| WalCounts {
                 unsettled_readings: w.unsettled(),
+                replaying_segments: w.replaying_segments(),
                 bytes: w.used_bytes(),
                 max_bytes: w.max_bytes(),
             }),

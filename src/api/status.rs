@@ -34,6 +34,7 @@ pub struct StatusCounts {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WalCounts {
     pub unsettled_readings: u64,
+    pub replaying_segments: u64,
     pub bytes: u64,
     pub max_bytes: u64,
 }
@@ -110,6 +111,9 @@ pub struct BufferedStatus {
 pub struct WalStatus {
     /// Logged readings the store has not confirmed yet.
     pub unsettled_readings: u64,
+    /// Segments an earlier process left that are not yet read back whole: their readings are
+    /// not counted in `unsettled_readings` until read.
+    pub replaying_segments: u64,
     /// Bytes the log's segments take on disk.
     pub bytes: u64,
     /// The bound, `--wal-max-bytes`.
@@ -135,6 +139,7 @@ pub(crate) async fn status(store: &dyn Store, source: &dyn StatusSource) -> Stat
         },
         wal: c.wal.map(|w| WalStatus {
             unsettled_readings: w.unsettled_readings,
+            replaying_segments: w.replaying_segments,
             bytes: w.bytes,
             max_bytes: w.max_bytes,
         }),

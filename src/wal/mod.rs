@@ -415,6 +415,12 @@ impl Wal {
         lock(&self.shared.state).used
     }
 
+    /// Segments an earlier process left that are not yet read back whole: their readings are
+    /// not counted in [`Wal::unsettled`] until read.
+    pub fn replaying_segments(&self) -> u64 {
+        lock(&self.shared.state).replaying_segments() as u64
+    }
+
     /// Segment files currently kept.
     pub fn segment_count(&self) -> usize {
         lock(&self.shared.state).segments.len()

@@ -93,6 +93,13 @@ pub(super) struct Segment {
     pub(super) recovered: bool,
 }
 
+impl State {
+    /// Segments an earlier process left whose replay has not finished.
+    pub(super) fn replaying_segments(&self) -> usize {
+        self.segments.values().filter(|s| s.recovered && !s.sealed).count()
+    }
+}
+
 impl Segment {
     /// The length of its file once what is pending is written.
     pub(super) fn file_bytes(&self) -> u64 {
@@ -165,8 +172,7 @@ impl Shared {
         ::metrics::gauge!(WAL_SEGMENTS).set(st.segments.len() as f64);
         let unsettled: u64 = st.segments.values().map(|s| s.unsettled).sum();
         ::metrics::gauge!(WAL_UNSETTLED).set(unsettled as f64);
-        let replaying = st.segments.values().filter(|s| s.recovered && !s.sealed).count();
-        ::metrics::gauge!(WAL_REPLAYING).set(replaying as f64);
+        ::metrics::gauge!(WAL_REPLAYING).set(st.replaying_segments() as f64);
     }
 
     pub(super) fn fail(&self, why: String) {
