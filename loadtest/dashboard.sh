@@ -18,6 +18,8 @@
 # Usage: loadtest/dashboard.sh                (from the repository root; about 20 minutes)
 #   DAYS=7 SENSORS=20 loadtest/dashboard.sh   (smaller)
 #   PANELS='one_30d' SERVERS=bucketd,victoria-metrics loadtest/dashboard.sh
+#   DATA=/tmp/dash loadtest/dashboard.sh      (keeps each server's loaded data there, and a
+#                                             later run with the same data loads nothing)
 # Needs: victoria-metrics, influxd (Debian packages), curl, jq, taskset. Everything listens on
 # 127.0.0.1 only, stores under a temp dir, and is killed (and the temp dir removed) on exit.
 set -euo pipefail
@@ -33,6 +35,9 @@ LOAD_CPU=${LOAD_CPU:-1}
 SERVERS=${SERVERS:-bucketd,victoria-metrics,influxdb}
 # A regular expression the panels' names must match, e.g. 'one_|_7m_'.
 PANELS=${PANELS:-.}
+# Where each server's data is kept between runs; empty: a temp dir, removed on exit.
+DATA=${DATA:-}
+[ -z "$DATA" ] || mkdir -p "$DATA"
 
 cd "$(dirname "$0")/.."
 # shellcheck source=loadtest/lib.sh
@@ -46,6 +51,12 @@ build_release
 # range starts or ends on a whole hour.
 past_days
 TO_MS=$(( END_MS - 7 * 60000 ))
+# data_dir SERVER: where SERVER's data lives; kept under DATA, named by what was loaded.
+data_dir() {
+  if [ -n "$DATA" ]; then echo "$DATA/$1-${SENSORS}x${STEP_MS}ms-${START_MS}-${END_MS}"; else echo "$WORK/$1"; fi
+}
+# loaded SERVER: whether SERVER's data under DATA was loaded (and settled) by an earlier run.
+loaded() { [ -n "$DATA" ] && [ -e "$(data_dir "$1")/.loaded" ]; }
 LAST=$(( SENSORS - 1 ))
 ONE=$(printf "s%0${#LAST}d" 7)
 [ "$SENSORS" -gt 7 ] || ONE=$(printf "s%0${#LAST}d" 0)
@@ -123,12 +134,10 @@ vm_url() {
   echo "http://127.0.0.1:18428/api/v1/query_range?nocache=1&start=${START[$1]}&end=$((TO_MS / 1000))&step=${STEP[$1]}s&query=$(uri "${PROMQL[$1]}")"
 }
 
-if [[ $SERVERS == *bucketd* ]]; then
-  echo "== bucketd" >&2
-  taskset -c "$SERVER_CPU" "$BUCKETD" --http-addr 127.0.0.1:18080 --data-dir "$WORK/bucketd" \
-    >"$WORK/bucketd.log" 2>&1 &
-  pid=$!; PIDS+=("$pid")
-  wait_http http://127.0.0.1:18080/health 30
+# load_bucketd: loads the data into bucketd and waits until all of it is in the store, sealed
+# and compacted.
+load_bucketd() {
+  local i m
   load_days http://127.0.0.1:18080 /write
   # Time the store, not the buffers: everything flushed, the log settled, and every hour
   # sealed (as VictoriaMetrics' merges are waited for below).
@@ -143,7 +152,7 @@ if [[ $SERVERS == *bucketd* ]]; then
   done
   # The compaction that follows a load once writes have been quiet (--compact-after-quiet)
   # holds the store while it runs: panels timed during it wait for it.
-  compacted="no compaction within 120 s; timing anyway"
+  local compacted="no compaction within 120 s; timing anyway"
   for ((i = 0; i < 1200; i++)); do
     if grep -q '^bucketd_store_compactions_total{result="done"}' <<<"$(curl -s http://127.0.0.1:18080/metrics)"; then
       compacted="store compacted"
@@ -152,17 +161,11 @@ if [[ $SERVERS == *bucketd* ]]; then
     sleep 0.1
   done
   echo "  $compacted" >&2
-  time_panels bucketd "$QUERY_RUNS" bucketd_url
-  kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
-fi
+}
 
-if [[ $SERVERS == *victoria* ]]; then
-  echo "== victoria-metrics" >&2
-  taskset -c "$SERVER_CPU" victoria-metrics -httpListenAddr 127.0.0.1:18428 \
-    -storageDataPath "$WORK/vm" -retentionPeriod 100y -loggerLevel ERROR \
-    >"$WORK/vm.log" 2>&1 &
-  pid=$!; PIDS+=("$pid")
-  wait_http http://127.0.0.1:18428/health 30
+# load_vm: loads the data into VictoriaMetrics and waits for its merges.
+load_vm() {
+  local i busy
   load_days http://127.0.0.1:18428 /write
   curl -sf http://127.0.0.1:18428/internal/force_flush >/dev/null
   # Background merges after the load would be timed with the first panels.
@@ -171,6 +174,37 @@ if [[ $SERVERS == *victoria* ]]; then
     [ "$busy" = 0 ] && break
     sleep 0.5
   done
+}
+
+if [[ $SERVERS == *bucketd* ]]; then
+  echo "== bucketd" >&2
+  taskset -c "$SERVER_CPU" "$BUCKETD" --http-addr 127.0.0.1:18080 --data-dir "$(data_dir bucketd)" \
+    >"$WORK/bucketd.log" 2>&1 &
+  pid=$!; PIDS+=("$pid")
+  wait_http http://127.0.0.1:18080/health 30
+  if loaded bucketd; then
+    echo "  data loaded by an earlier run: $(data_dir bucketd)" >&2
+  else
+    load_bucketd
+    [ -z "$DATA" ] || touch "$(data_dir bucketd)/.loaded"
+  fi
+  time_panels bucketd "$QUERY_RUNS" bucketd_url
+  kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
+fi
+
+if [[ $SERVERS == *victoria* ]]; then
+  echo "== victoria-metrics" >&2
+  taskset -c "$SERVER_CPU" victoria-metrics -httpListenAddr 127.0.0.1:18428 \
+    -storageDataPath "$(data_dir vm)" -retentionPeriod 100y -loggerLevel ERROR \
+    >"$WORK/vm.log" 2>&1 &
+  pid=$!; PIDS+=("$pid")
+  wait_http http://127.0.0.1:18428/health 30
+  if loaded vm; then
+    echo "  data loaded by an earlier run: $(data_dir vm)" >&2
+  else
+    load_vm
+    [ -z "$DATA" ] || touch "$(data_dir vm)/.loaded"
+  fi
   time_panels victoria-metrics "$QUERY_RUNS" vm_url
   kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
 fi
