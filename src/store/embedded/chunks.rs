@@ -14,8 +14,10 @@
 //! lie side by side and a month's are read from a few pages in a row. Chunks written before
 //! schema 5 are there too. A chunk there has write number [`BY_SERIES`], which no commit uses.
 
+use std::cmp::Ordering;
+
 use redb::{
-    AccessGuard, ReadOnlyTable, ReadTransaction, ReadableTable, StorageError, Table,
+    AccessGuard, Range, ReadOnlyTable, ReadTransaction, ReadableTable, StorageError, Table,
     TableDefinition, TableError, WriteTransaction,
 };
 
@@ -111,6 +113,66 @@ where
     }
 }
 
+/// A series' chunks asked for in ascending order, up to an hour: what a scan of its buckets
+/// forward reads. A sealed chunk comes from a range over the series-keyed table, which steps
+/// from leaf to leaf, where a lookup per chunk went down from the table's root each time;
+/// a chunk keyed by write is looked up.
+pub(super) struct Ascending<'c> {
+    chunks: &'c ReadChunks,
+    series: u64,
+    last_hour: TimestampMs,
+    range: Option<Range<'static, SeriesKey, &'static [u8]>>,
+    /// An entry the range gave that no chunk asked for yet.
+    ahead: Option<(SeriesKey, Guard)>,
+}
+
+type Guard = AccessGuard<'static, &'static [u8]>;
+
+impl<'c> Ascending<'c> {
+    pub fn new(chunks: &'c ReadChunks, series: u64, last_hour: TimestampMs) -> Self {
+        Ascending { chunks, series, last_hour, range: None, ahead: None }
+    }
+
+    /// The next chunk asked for may lie far ahead (buckets were passed over): a range from
+    /// where it is would read every page in between, so it starts again there.
+    pub fn jump(&mut self) {
+        (self.range, self.ahead) = (None, None);
+    }
+
+    /// The chunk at `at`, which must come after every chunk asked for before (since the
+    /// last [`jump`](Self::jump)); `None` when it is not stored, as [`Chunks::get`] says.
+    pub fn get(&mut self, at: ChunkAt) -> Result<Option<Guard>, StorageError> {
+        if !at.is_by_series() {
+            return self.chunks.by_write.get(at.key());
+        }
+        debug_assert_eq!(at.series, self.series);
+        let want = at.series_key();
+        if self.range.is_none() {
+            let end = (self.series, self.last_hour, u32::MAX, u32::MAX);
+            self.range = Some(self.chunks.by_series.range(want..=end)?);
+            self.ahead = None;
+        }
+        loop {
+            if let Some((key, _)) = &self.ahead {
+                match key.cmp(&want) {
+                    // A chunk no one asked for, of a bucket passed over.
+                    Ordering::Less => self.ahead = None,
+                    Ordering::Equal => return Ok(self.ahead.take().map(|(_, value)| value)),
+                    Ordering::Greater => return Ok(None),
+                }
+            }
+            let Some(range) = self.range.as_mut() else { return Ok(None) };
+            match range.next() {
+                Some(entry) => {
+                    let (key, value) = entry?;
+                    self.ahead = Some((key.value(), value));
+                }
+                None => return Ok(None),
+            }
+        }
+    }
+}
+
 impl WriteChunks<'_> {
     pub fn insert(&mut self, at: ChunkAt, bytes: &[u8]) -> Result<(), StorageError> {
         if at.is_by_series() {
@@ -128,5 +190,65 @@ impl WriteChunks<'_> {
             self.by_write.remove(at.key())?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redb::{Database, ReadableDatabase};
+
+    use super::*;
+
+    fn at(hour: TimestampMs, index: u32, write: u64) -> ChunkAt {
+        ChunkAt { series: 7, hour, seq: 0, index, write }
+    }
+
+    /// Sealed chunks of hours 0 to 5 but 2, one keyed by write in hour 3, and a sealed chunk
+    /// of another series beside them.
+    fn stored(db: &Database) {
+        let txn = db.begin_write().unwrap();
+        {
+            let mut chunks = open_write(&txn).unwrap();
+            for hour in [0, 1, 3, 4, 5] {
+                for index in 0..2 {
+                    chunks.insert(at(hour, index, BY_SERIES), &[hour as u8, index as u8]).unwrap();
+                }
+            }
+            chunks.insert(at(3, 2, 9), b"w").unwrap();
+            let other = ChunkAt { series: 8, ..at(0, 0, BY_SERIES) };
+            chunks.insert(other, b"x").unwrap();
+        }
+        txn.commit().unwrap();
+    }
+
+    #[test]
+    fn ascending_reads_what_lookups_read_with_and_without_jumps() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path().join("t.redb")).unwrap();
+        stored(&db);
+        let txn = db.begin_read().unwrap();
+        let chunks = open_read(&txn).unwrap();
+        let asked = [
+            at(0, 1, BY_SERIES),
+            at(1, 0, BY_SERIES),
+            at(2, 0, BY_SERIES),
+            at(3, 0, BY_SERIES),
+            at(3, 2, 9),
+            at(3, 3, 10),
+            at(4, 1, BY_SERIES),
+            at(5, 0, BY_SERIES),
+        ];
+        let looked_up = |a: ChunkAt| chunks.get(a).unwrap().map(|v| v.value().to_vec());
+        // Every way of jumping before some of the chunks asked for.
+        for jumps in 0u32..1 << asked.len() {
+            let mut ascending = Ascending::new(&chunks, 7, 5);
+            for (i, &a) in asked.iter().enumerate() {
+                if jumps & 1 << i != 0 {
+                    ascending.jump();
+                }
+                let got = ascending.get(a).unwrap().map(|v| v.value().to_vec());
+                assert_eq!(got, looked_up(a), "{a:?} with jumps {jumps:#b}");
+            }
+        }
     }
 }

@@ -685,18 +685,21 @@ fn scan_chunks<S: NumberSink>(
     let mut scratch = ScanScratch::default();
     let lo = (series_id, hour_start(from), 0u32);
     let hi = (series_id, hour_start(to - 1), u32::MAX);
+    let mut ascending = chunks::Ascending::new(&chunks, series_id, hi.1);
     for entry in buckets.range(lo..=hi)? {
         let (key, value) = entry?;
         let (_, hour, seq) = key.value();
         let header = HeaderView::decode(value.value())?;
         if header.count == 0 || header.max_ts < from || header.min_ts >= to {
+            ascending.jump();
             continue;
         }
         if whole(sink, &header)? {
+            ascending.jump();
             continue;
         }
         for at in chunks::of_bucket(series_id, hour, seq, &header.writes) {
-            let Some(value) = chunks.get(at)? else { continue };
+            let Some(value) = ascending.get(at)? else { continue };
             codec::scan_numbers(value.value(), hour, from, to, &mut scratch, sink)?;
             if enough(sink) {
                 return Ok(ControlFlow::Break(()));
