@@ -7,11 +7,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use futures::stream::{BoxStream, Stream, StreamExt};
-use redb::{Database, ReadOnlyTable, ReadTransaction, ReadableDatabase};
+use redb::{AccessGuard, Database, ReadOnlyTable, ReadTransaction, ReadableDatabase, StorageError};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::chunks::{self, ReadChunks};
+use super::chunks::{self, ChunkAt, ReadChunks};
 use super::codec::{
     self, BucketHeader, ChunkSummary, Decoded, HeaderView, NumberSink, ScanScratch, SeriesRecord,
 };
@@ -412,6 +412,11 @@ fn visit_range(
     let mut range = buckets.range(lo..=hi)?;
     let mut group: Vec<(u32, BucketHeader)> = Vec::new();
     let mut group_hour = 0;
+    let mut ascending = chunks::Ascending::new(chunks, series_id, hi.1);
+    let mut chunks = match order {
+        Order::Asc => HourChunks::Ascending(&mut ascending),
+        Order::Desc => HourChunks::LookedUp(chunks),
+    };
     loop {
         let next = match order {
             Order::Asc => range.next(),
@@ -420,8 +425,9 @@ fn visit_range(
         let Some(entry) = next.transpose()? else { break };
         let (_, hour, seq) = entry.0.value();
         if hour != group_hour && !group.is_empty() {
-            if visit_hour(chunks, series_id, group_hour, &mut group, from, to, order, v)?.is_break()
-            {
+            let flow =
+                visit_hour(&mut chunks, series_id, group_hour, &mut group, from, to, order, v)?;
+            if flow.is_break() {
                 return Ok(ControlFlow::Break(()));
             }
             group.clear();
@@ -432,7 +438,30 @@ fn visit_range(
     if group.is_empty() {
         return Ok(ControlFlow::Continue(()));
     }
-    visit_hour(chunks, series_id, group_hour, &mut group, from, to, order, v)
+    visit_hour(&mut chunks, series_id, group_hour, &mut group, from, to, order, v)
+}
+
+/// Where a range's chunks come from: read forward, a series' sealed chunks from one range of
+/// the table ([`chunks::Ascending`]); backward, each looked up.
+enum HourChunks<'a, 'c> {
+    Ascending(&'a mut chunks::Ascending<'c>),
+    LookedUp(&'c ReadChunks),
+}
+
+impl HourChunks<'_, '_> {
+    fn get(&mut self, at: ChunkAt) -> Result<Option<AccessGuard<'_, &'static [u8]>>, StorageError> {
+        match self {
+            HourChunks::Ascending(ascending) => ascending.get(at),
+            HourChunks::LookedUp(chunks) => chunks.get(at),
+        }
+    }
+
+    /// Buckets were passed over: see [`chunks::Ascending::jump`].
+    fn jump(&mut self) {
+        if let HourChunks::Ascending(ascending) = self {
+            ascending.jump();
+        }
+    }
 }
 
 /// Emits one hour of one series. When every bucket of the hour was written in timestamp order
@@ -440,7 +469,7 @@ fn visit_range(
 /// range are collected and stably sorted, which bounds memory by one hour of one series.
 #[allow(clippy::too_many_arguments)]
 fn visit_hour(
-    chunks: &ReadChunks,
+    chunks: &mut HourChunks<'_, '_>,
     series_id: u64,
     hour: TimestampMs,
     group: &mut Vec<(u32, BucketHeader)>,
@@ -450,7 +479,11 @@ fn visit_hour(
     v: &mut dyn Visit,
 ) -> Result<ControlFlow<()>, EmbeddedError> {
     group.sort_by_key(|(seq, _)| *seq);
+    let held = group.len();
     group.retain(|(_, h)| h.count > 0 && h.max_ts >= from && h.min_ts < to);
+    if group.len() < held {
+        chunks.jump();
+    }
     let in_order = group.iter().all(|(_, h)| h.sorted)
         && group.windows(2).all(|w| w[1].1.min_ts >= w[0].1.max_ts);
     if in_order {
