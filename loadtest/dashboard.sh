@@ -134,6 +134,17 @@ vm_url() {
   echo "http://127.0.0.1:18428/api/v1/query_range?nocache=1&start=${START[$1]}&end=$((TO_MS / 1000))&step=${STEP[$1]}s&query=$(uri "${PROMQL[$1]}")"
 }
 
+# load_once SERVER LOAD-FUNCTION: loads SERVER's data with LOAD-FUNCTION, unless an earlier run
+# left it loaded under DATA.
+load_once() {
+  if loaded "$1"; then
+    echo "  data loaded by an earlier run: $(data_dir "$1")" >&2
+  else
+    "$2"
+    [ -z "$DATA" ] || touch "$(data_dir "$1")/.loaded"
+  fi
+}
+
 # load_bucketd: loads the data into bucketd and waits until all of it is in the store, sealed
 # and compacted.
 load_bucketd() {
@@ -182,12 +193,7 @@ if [[ $SERVERS == *bucketd* ]]; then
     >"$WORK/bucketd.log" 2>&1 &
   pid=$!; PIDS+=("$pid")
   wait_http http://127.0.0.1:18080/health 30
-  if loaded bucketd; then
-    echo "  data loaded by an earlier run: $(data_dir bucketd)" >&2
-  else
-    load_bucketd
-    [ -z "$DATA" ] || touch "$(data_dir bucketd)/.loaded"
-  fi
+  load_once bucketd load_bucketd
   time_panels bucketd "$QUERY_RUNS" bucketd_url
   kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
 fi
@@ -199,12 +205,7 @@ if [[ $SERVERS == *victoria* ]]; then
     >"$WORK/vm.log" 2>&1 &
   pid=$!; PIDS+=("$pid")
   wait_http http://127.0.0.1:18428/health 30
-  if loaded vm; then
-    echo "  data loaded by an earlier run: $(data_dir vm)" >&2
-  else
-    load_vm
-    [ -z "$DATA" ] || touch "$(data_dir vm)/.loaded"
-  fi
+  load_once vm load_vm
   time_panels victoria-metrics "$QUERY_RUNS" vm_url
   kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
 fi
