@@ -57,6 +57,10 @@ data_dir() {
 }
 # loaded SERVER: whether SERVER's data under DATA was loaded (and settled) by an earlier run.
 loaded() { [ -n "$DATA" ] && [ -e "$(data_dir "$1")/.loaded" ]; }
+# clear_unloaded SERVER: removes what a run stopped during its load left under DATA, so that
+# the load starts from nothing (readings loaded twice would be counted twice by a server that
+# keeps both).
+clear_unloaded() { loaded "$1" || [ -z "$DATA" ] || rm -rf "$(data_dir "$1")"; }
 LAST=$(( SENSORS - 1 ))
 ONE=$(printf "s%0${#LAST}d" 7)
 [ "$SENSORS" -gt 7 ] || ONE=$(printf "s%0${#LAST}d" 0)
@@ -189,6 +193,7 @@ load_vm() {
 
 if [[ $SERVERS == *bucketd* ]]; then
   echo "== bucketd" >&2
+  clear_unloaded bucketd
   taskset -c "$SERVER_CPU" "$BUCKETD" --http-addr 127.0.0.1:18080 --data-dir "$(data_dir bucketd)" \
     >"$WORK/bucketd.log" 2>&1 &
   pid=$!; PIDS+=("$pid")
@@ -200,6 +205,7 @@ fi
 
 if [[ $SERVERS == *victoria* ]]; then
   echo "== victoria-metrics" >&2
+  clear_unloaded vm
   taskset -c "$SERVER_CPU" victoria-metrics -httpListenAddr 127.0.0.1:18428 \
     -storageDataPath "$(data_dir vm)" -retentionPeriod 100y -loggerLevel ERROR \
     >"$WORK/vm.log" 2>&1 &
