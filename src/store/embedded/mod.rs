@@ -109,8 +109,9 @@ use crate::store::{
 /// statistics of hours whose readings `--retention` deleted; a schema-3 bucketd would answer
 /// rollups over those hours as empty, so it must refuse the file. 5: chunks are keyed by write
 /// (`chunks`); a schema-4 bucketd cannot find them. 6: chunks are written column by column
-/// (chunk encoding 2), which a schema-5 bucketd cannot decode.
-pub(crate) const FILE_SCHEMA_VERSION: u64 = 6;
+/// (chunk encoding 2), which a schema-5 bucketd cannot decode. 7: a float column may hold its
+/// values' changes in runs, which a schema-6 bucketd cannot decode.
+pub(crate) const FILE_SCHEMA_VERSION: u64 = 7;
 
 /// Name of the database file inside the data directory.
 pub const DB_FILE_NAME: &str = "bucketd.redb";
@@ -376,7 +377,8 @@ fn init_schema(db: &Database, path: &Path) -> Result<(), EmbeddedError> {
                 // only writes headers of a newer encoding, which old ones still decode as;
                 // 3 → 4 adds `hour_stats` (opened below), empty until a retention pass;
                 // 4 → 5 adds `chunks_by_write` (opened below) and its write numbers; 5 → 6
-                // only writes chunks of a newer encoding, which old ones still decode beside.
+                // and 6 → 7 only write chunks of a newer encoding, which old ones still
+                // decode beside.
                 meta.insert(META_SCHEMA_VERSION, FILE_SCHEMA_VERSION)?;
                 if meta.get(META_NEXT_WRITE)?.is_none() {
                     meta.insert(META_NEXT_WRITE, chunks::BY_SERIES + 1)?;

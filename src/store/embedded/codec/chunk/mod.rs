@@ -268,6 +268,39 @@ mod tests {
         assert!(bytes.len() <= 60 * 2 + 45, "{} bytes", bytes.len());
     }
 
+    /// A value that holds still or moves by a fixed step, as a counter or a slow ramp does,
+    /// costs a few bytes a run of equal changes, not a byte a reading; a value that does not
+    /// keeps its byte a reading.
+    #[test]
+    fn floats_moving_by_fixed_steps_take_a_few_bytes_a_run() {
+        let hour = 5 * HOUR_MS;
+        let ramp: Vec<Reading> = (0..360)
+            .map(|k| {
+                // Wraps like the load test's temperature, twice in the chunk.
+                let centi = 1500 + (7 + k) % 150;
+                r(
+                    hour + k * 10_000,
+                    vec![("t", FieldValue::Float(f64::from(centi as i32) / 100.0))],
+                )
+            })
+            .collect();
+        assert_eq!(roundtrip(hour, &ramp), ramp);
+        let refs: Vec<&Reading> = ramp.iter().collect();
+        let bytes = encode_chunk(hour, &refs);
+        assert!(bytes.len() < 40, "{} bytes", bytes.len());
+        let noisy: Vec<Reading> = (0..360)
+            .map(|k| {
+                r(
+                    hour + k * 10_000,
+                    vec![("t", FieldValue::Float(f64::from((k * 37 % 11) as i32) / 10.0))],
+                )
+            })
+            .collect();
+        assert_eq!(roundtrip(hour, &noisy), noisy);
+        let refs: Vec<&Reading> = noisy.iter().collect();
+        assert!(encode_chunk(hour, &refs).len() >= 360, "one by one, a byte each");
+    }
+
     #[test]
     fn timestamps_in_runs_jitter_and_duplicates_roundtrip() {
         let hour = 11 * HOUR_MS;
@@ -371,6 +404,27 @@ mod tests {
                     fields: fields.into_iter().map(|(n, v): (String, _)| (n.into(), v)).collect(),
                 }).collect();
             readings.sort_by_key(|r| r.ts);
+            prop_assert_eq!(roundtrip(hour, &readings), readings);
+        }
+
+        /// Floats that move by a few steps, in runs or not, with any number of decimals (a
+        /// column may be written in runs or one by one): every value comes back bit for bit.
+        #[test]
+        fn floats_in_steps_roundtrip(
+            start in -1_000_000i64..1_000_000,
+            k in 0..8i32,
+            steps in proptest::collection::vec((prop_oneof![Just(0i64), Just(1), Just(-3), Just(250)], 1..40usize), 0..12),
+        ) {
+            let hour = 2 * HOUR_MS;
+            let mut v = start;
+            let mut readings = Vec::new();
+            for (step, n) in steps {
+                for _ in 0..n {
+                    v += step;
+                    let ts = hour + readings.len() as i64;
+                    readings.push(r(ts, vec![("v", FieldValue::Float(v as f64 / 10f64.powi(k)))]));
+                }
+            }
             prop_assert_eq!(roundtrip(hour, &readings), readings);
         }
     }

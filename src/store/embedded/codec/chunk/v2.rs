@@ -15,8 +15,11 @@ use crate::store::embedded::codec::float::{
 use crate::wire::{Cursor, put_str, put_varint, unzigzag, zigzag};
 
 /// A float column's mode byte when its values are written one by one, each decimal or XOR-ed
-/// (as in version 1). `DECIMAL_HEADER | k` says that every value has `k` decimals.
+/// (as in version 1). `DECIMAL_HEADER | k` says that every value has `k` decimals, each a
+/// varint delta of the scaled integers; `DECIMAL_RUNS | k` the same deltas in runs
+/// ([`put_runs`]), for a value that holds still or moves by a fixed step.
 const FLOATS_EACH: u8 = 0;
+const DECIMAL_RUNS: u8 = 0xe0;
 
 /// The values of one column (one field name with one type), in reading order. Floats are
 /// gathered and written at the end, because a float column's form depends on all of them;
@@ -103,18 +106,27 @@ fn decimal_column(values: &[f64]) -> Option<(usize, Vec<i64>)> {
 }
 
 /// A float column: when every value has at most six decimals, one mode byte and the varint
-/// deltas of the scaled integers (a sensor's slow change: a byte a value); else each value as
-/// version 1 writes it, with its own header byte.
+/// deltas of the scaled integers (a sensor's slow change: a byte a value), one by one or in
+/// runs, whichever is shorter; else each value as version 1 writes it, with its own header
+/// byte.
 fn put_floats(out: &mut Vec<u8>, values: &[f64]) {
     if values.is_empty() {
         return;
     }
     if let Some((k, scaled)) = decimal_column(values) {
-        out.push(DECIMAL_HEADER | k as u8);
-        let mut prev = 0i64;
-        for s in scaled {
-            put_varint(out, zigzag(s.wrapping_sub(prev)));
-            prev = s;
+        let deltas = || {
+            let mut prev = 0i64;
+            scaled.iter().map(move |&s| zigzag(s.wrapping_sub(std::mem::replace(&mut prev, s))))
+        };
+        let one_by_one: usize = deltas().map(varint_len).sum();
+        let mut in_runs = 0;
+        for_runs(deltas(), |run| in_runs += run_len(run));
+        if in_runs < one_by_one {
+            out.push(DECIMAL_RUNS | k as u8);
+            put_runs(out, deltas());
+        } else {
+            out.push(DECIMAL_HEADER | k as u8);
+            deltas().for_each(|zz| put_varint(out, zz));
         }
         return;
     }
@@ -127,39 +139,74 @@ fn put_floats(out: &mut Vec<u8>, values: &[f64]) {
     }
 }
 
-/// Timestamps after the first as deltas of their deltas, zigzag-coded, in runs: a token
-/// `zz << 1` is one delta, `zz << 1 | 1` is followed by a varint `n`, for `n + 2` deltas of that
-/// same change. A sensor reporting on a fixed period costs a few bytes a chunk; jitter of up to
-/// ±31 ms a byte a reading.
-fn put_timestamps(out: &mut Vec<u8>, ts: impl Iterator<Item = TimestampMs>) {
-    fn put_run(out: &mut Vec<u8>, (zz, n): (u64, u64)) {
+/// Bytes of `v` as a varint.
+fn varint_len(v: u64) -> usize {
+    (64 - v.leading_zeros()).max(1).div_ceil(7) as usize
+}
+
+/// Hands `each` the runs of equal numbers in `zz`, as (number, how many).
+fn for_runs(zz: impl Iterator<Item = u64>, mut each: impl FnMut((u64, u64))) {
+    let mut run: Option<(u64, u64)> = None;
+    for z in zz {
+        match &mut run {
+            Some((r, n)) if *r == z => *n += 1,
+            _ => {
+                if let Some(r) = run.replace((z, 1)) {
+                    each(r);
+                }
+            }
+        }
+    }
+    if let Some(r) = run {
+        each(r);
+    }
+}
+
+/// Bytes [`put_runs`] writes for one run.
+fn run_len((zz, n): (u64, u64)) -> usize {
+    if n == 1 { varint_len(zz << 1) } else { varint_len(zz << 1 | 1) + varint_len(n - 2) }
+}
+
+/// Zigzag-coded numbers in runs: a token `zz << 1` is one number, `zz << 1 | 1` is followed by
+/// a varint `n`, for `n + 2` of that same number. Read back by [`get_run`].
+fn put_runs(out: &mut Vec<u8>, zz: impl Iterator<Item = u64>) {
+    for_runs(zz, |(zz, n)| {
         if n == 1 {
             put_varint(out, zz << 1);
         } else {
             put_varint(out, zz << 1 | 1);
             put_varint(out, n - 2);
         }
+    });
+}
+
+/// One run of [`put_runs`]: the number, unzigzagged, and how many times it repeats, at most
+/// `left`.
+fn get_run(c: &mut Cursor<'_>, left: usize) -> Result<(i64, usize), EmbeddedError> {
+    let token = c.varint()?;
+    let n = if token & 1 == 0 { 1 } else { c.varint()?.saturating_add(2) };
+    if n > left as u64 {
+        return Err(corrupt("chunk column longer than its readings"));
     }
+    Ok((unzigzag(token >> 1), n as usize))
+}
+
+/// Timestamps after the first as deltas of their deltas, zigzag-coded, in runs
+/// ([`put_runs`]). A sensor reporting on a fixed period costs a few bytes a chunk; jitter of up
+/// to ±31 ms a byte a reading.
+fn put_timestamps(out: &mut Vec<u8>, ts: impl Iterator<Item = TimestampMs>) {
     let mut ts = ts;
     let Some(mut prev_ts) = ts.next() else { return };
     let mut prev_delta = 0i64;
-    let mut run: Option<(u64, u64)> = None;
-    for t in ts {
-        let delta = t - prev_ts;
-        let zz = zigzag(delta - prev_delta);
-        (prev_ts, prev_delta) = (t, delta);
-        match &mut run {
-            Some((z, n)) if *z == zz => *n += 1,
-            _ => {
-                if let Some(r) = run.replace((zz, 1)) {
-                    put_run(out, r);
-                }
-            }
-        }
-    }
-    if let Some(r) = run {
-        put_run(out, r);
-    }
+    put_runs(
+        out,
+        ts.map(|t| {
+            let delta = t - prev_ts;
+            let zz = zigzag(delta - prev_delta);
+            (prev_ts, prev_delta) = (t, delta);
+            zz
+        }),
+    );
 }
 
 /// Encodes readings that all lie in `hour` and are sorted by timestamp: [`Reading`](crate::model::Reading)s, or a
@@ -375,12 +422,7 @@ pub(in crate::store::embedded::codec) fn fill_timestamps(
     ts.push(summary.first);
     let (mut prev_ts, mut prev_delta) = (summary.first, 0i64);
     while ts.len() < count {
-        let token = c.varint()?;
-        let n = if token & 1 == 0 { 1 } else { c.varint()?.saturating_add(2) };
-        if n > (count - ts.len()) as u64 {
-            return Err(corrupt("chunk has more timestamps than readings"));
-        }
-        let change = unzigzag(token >> 1);
+        let (change, n) = get_run(c, count - ts.len())?;
         if change == 0 {
             // A fixed period, the common run: checked once at its end, not per reading.
             let end = i64::try_from(n)
@@ -425,16 +467,32 @@ pub(in crate::store::embedded::codec) fn get_floats(
             prev_bits = get_float(c, prev_bits, &mut memo)?;
             each(f64::from_bits(prev_bits));
         }
-    } else {
-        let k = usize::from(mode & 0x0f);
-        if mode & 0xf0 != DECIMAL_HEADER || k >= POW10.len() {
-            return Err(corrupt("bad float column mode"));
+        return Ok(());
+    }
+    let k = usize::from(mode & 0x0f);
+    if k >= POW10.len() {
+        return Err(corrupt("bad float column mode"));
+    }
+    let mut s = 0i64;
+    match mode & 0xf0 {
+        DECIMAL_HEADER => {
+            for _ in 0..n {
+                s = s.wrapping_add(unzigzag(c.varint()?));
+                each(unscaled(s, k));
+            }
         }
-        let mut s = 0i64;
-        for _ in 0..n {
-            s = s.wrapping_add(unzigzag(c.varint()?));
-            each(unscaled(s, k));
+        DECIMAL_RUNS => {
+            let mut left = n;
+            while left > 0 {
+                let (delta, run) = get_run(c, left)?;
+                for _ in 0..run {
+                    s = s.wrapping_add(delta);
+                    each(unscaled(s, k));
+                }
+                left -= run;
+            }
         }
+        _ => return Err(corrupt("bad float column mode")),
     }
     Ok(())
 }
@@ -455,8 +513,13 @@ pub(in crate::store::embedded::codec) fn get_integers(
 
 /// A column's `n` values.
 fn get_column(c: &mut Cursor<'_>, t: u8, n: usize) -> Result<Vec<FieldValue>, EmbeddedError> {
-    // Every value takes a byte at least, a bool an eighth.
-    let least = if t == T_BOOL { n.div_ceil(8) } else { n };
+    // Every value takes a byte at least, a bool an eighth; a float column in runs one byte
+    // (its mode) and a run a byte.
+    let least = match t {
+        T_BOOL => n.div_ceil(8),
+        T_FLOAT => n.min(1),
+        _ => n,
+    };
     if least > c.remaining() {
         return Err(corrupt("chunk shorter than its columns"));
     }
