@@ -413,7 +413,10 @@ mod tests {
         fn floats_in_steps_roundtrip(
             start in -1_000_000i64..1_000_000,
             k in 0..8i32,
-            steps in proptest::collection::vec((prop_oneof![Just(0i64), Just(1), Just(-3), Just(250)], 1..40usize), 0..12),
+            steps in proptest::collection::vec(
+                (prop_oneof![Just(0i64), Just(1), Just(-3), Just(250)], 1..40usize),
+                0..12,
+            ),
         ) {
             let hour = 2 * HOUR_MS;
             let mut v = start;
