@@ -113,6 +113,19 @@ use crate::store::{
 /// values' changes in runs, which a schema-6 bucketd cannot decode.
 pub(crate) const FILE_SCHEMA_VERSION: u64 = 7;
 
+/// Free space on the store's disk below which the seal pass waits. Sealing only rearranges
+/// what is stored, but it writes new pages before it frees the old ones, and redb latches a
+/// failed write until the file is reopened, reads included: on a nearly full disk (after a
+/// restart with a little room freed, say) a seal step must not be what fills it.
+const SEAL_MIN_FREE_BYTES: u64 = 64 << 20;
+
+/// Bytes free to unprivileged writers on the filesystem holding `path`; `None` when that
+/// cannot be told (sealing then goes ahead).
+fn free_bytes(path: &Path) -> Option<u64> {
+    let fs = rustix::fs::statvfs(path).ok()?;
+    Some(fs.f_bavail.saturating_mul(fs.f_frsize))
+}
+
 /// Name of the database file inside the data directory.
 pub const DB_FILE_NAME: &str = "bucketd.redb";
 
@@ -622,6 +635,13 @@ impl Store for EmbeddedStore {
         now: TimestampMs,
         budget: usize,
     ) -> Result<Option<SealReport>, StoreError> {
+        if let Some(free) = free_bytes(&self.path).filter(|&free| free < SEAL_MIN_FREE_BYTES) {
+            return Err(StoreError::Unavailable(format!(
+                "sealing waits for room: {free} bytes free on the store's disk, under the {} \
+                 MiB it leaves to writes",
+                SEAL_MIN_FREE_BYTES >> 20
+            )));
+        }
         let cursor = self.seal_cursor.clone();
         self.blocking(move |db| {
             let mut cursor = cursor.lock().unwrap_or_else(|p| p.into_inner());
