@@ -147,11 +147,14 @@ impl<'c> Ascending<'c> {
         }
         debug_assert_eq!(at.series, self.series);
         let want = at.series_key();
-        if self.range.is_none() {
-            let end = (self.series, self.last_hour, u32::MAX, u32::MAX);
-            self.range = Some(self.chunks.by_series.range(want..=end)?);
-            self.ahead = None;
-        }
+        // Without a range, nothing is ahead either (`new`, `jump`).
+        let range = match &mut self.range {
+            Some(range) => range,
+            None => {
+                let end = (self.series, self.last_hour, u32::MAX, u32::MAX);
+                self.range.insert(self.chunks.by_series.range(want..=end)?)
+            }
+        };
         loop {
             if let Some((key, _)) = &self.ahead {
                 match key.cmp(&want) {
@@ -161,7 +164,6 @@ impl<'c> Ascending<'c> {
                     Ordering::Greater => return Ok(None),
                 }
             }
-            let Some(range) = self.range.as_mut() else { return Ok(None) };
             match range.next() {
                 Some(entry) => {
                     let (key, value) = entry?;

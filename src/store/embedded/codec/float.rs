@@ -3,7 +3,7 @@
 
 use super::corrupt;
 use crate::store::embedded::EmbeddedError;
-use crate::wire::{Cursor, put_varint, unzigzag, zigzag};
+use crate::wire::{Cursor, put_varint, unzigzag, varint_len, zigzag};
 
 /// Powers of ten a float may be scaled by to become an integer: up to six decimals.
 pub(super) const POW10: [f64; 7] = [1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6];
@@ -56,8 +56,7 @@ pub(super) fn put_float(out: &mut Vec<u8>, v: f64, prev_bits: u64, memo: &mut Sc
             _ => scaled_prev(prev_bits, k),
         };
         let delta = zigzag(s.wrapping_sub(prev));
-        let varint_len = (64 - delta.leading_zeros()).max(1).div_ceil(7);
-        if 1 + varint_len >= xor_len {
+        if 1 + varint_len(delta) >= xor_len as usize {
             return false;
         }
         out.push(DECIMAL_HEADER | k as u8);

@@ -3,7 +3,7 @@
 
 use super::chunk::{
     CHUNK_V2, ChunkSummary, T_BOOL, T_FLOAT, T_INT, T_STR, T_UINT, chunk_prefix, decode_v1,
-    fill_timestamps, get_floats, get_integers,
+    fill_timestamps, get_floats, get_integers, least_bytes,
 };
 use super::corrupt;
 use crate::model::{Reading, TimestampMs};
@@ -180,8 +180,7 @@ fn get_numbers(
     n: usize,
     out: &mut Vec<f64>,
 ) -> Result<(), EmbeddedError> {
-    // An integer takes a byte at least; floats in runs may take less (`get_column`).
-    if t != T_FLOAT && n > c.remaining() {
+    if least_bytes(t, n) > c.remaining() {
         return Err(corrupt("chunk shorter than its columns"));
     }
     out.clear();

@@ -12,7 +12,7 @@ use crate::store::embedded::codec::corrupt;
 use crate::store::embedded::codec::float::{
     DECIMAL_HEADER, POW10, ScaledMemo, get_float, put_float, scaled, unscaled,
 };
-use crate::wire::{Cursor, put_str, put_varint, unzigzag, zigzag};
+use crate::wire::{Cursor, put_str, put_varint, unzigzag, varint_len, zigzag};
 
 /// A float column's mode byte when its values are written one by one, each decimal or XOR-ed
 /// (as in version 1). `DECIMAL_HEADER | k` says that every value has `k` decimals, each a
@@ -118,9 +118,12 @@ fn put_floats(out: &mut Vec<u8>, values: &[f64]) {
             let mut prev = 0i64;
             scaled.iter().map(move |&s| zigzag(s.wrapping_sub(std::mem::replace(&mut prev, s))))
         };
-        let one_by_one: usize = deltas().map(varint_len).sum();
-        let mut in_runs = 0;
-        for_runs(deltas(), |run| in_runs += run_len(run));
+        // Both forms' lengths from one pass: a run of `n` equal deltas is `n` varints.
+        let (mut one_by_one, mut in_runs) = (0, 0);
+        for_runs(deltas(), |(zz, n)| {
+            one_by_one += n as usize * varint_len(zz);
+            in_runs += run_len((zz, n));
+        });
         if in_runs < one_by_one {
             out.push(DECIMAL_RUNS | k as u8);
             put_runs(out, deltas());
@@ -137,11 +140,6 @@ fn put_floats(out: &mut Vec<u8>, values: &[f64]) {
         put_float(out, v, prev_bits, &mut memo);
         prev_bits = v.to_bits();
     }
-}
-
-/// Bytes of `v` as a varint.
-fn varint_len(v: u64) -> usize {
-    (64 - v.leading_zeros()).max(1).div_ceil(7) as usize
 }
 
 /// Hands `each` the runs of equal numbers in `zz`, as (number, how many).
@@ -511,16 +509,20 @@ pub(in crate::store::embedded::codec) fn get_integers(
     Ok(())
 }
 
-/// A column's `n` values.
-fn get_column(c: &mut Cursor<'_>, t: u8, n: usize) -> Result<Vec<FieldValue>, EmbeddedError> {
-    // Every value takes a byte at least, a bool an eighth; a float column in runs one byte
-    // (its mode) and a run a byte.
-    let least = match t {
+/// The fewest bytes a column of `n` values of type `t` takes, checked before anything is
+/// allocated for them: a byte a value, a bool an eighth, a float column one byte (its mode;
+/// in runs, a run of values takes a byte or two).
+pub(in crate::store::embedded::codec) fn least_bytes(t: u8, n: usize) -> usize {
+    match t {
         T_BOOL => n.div_ceil(8),
         T_FLOAT => n.min(1),
         _ => n,
-    };
-    if least > c.remaining() {
+    }
+}
+
+/// A column's `n` values.
+fn get_column(c: &mut Cursor<'_>, t: u8, n: usize) -> Result<Vec<FieldValue>, EmbeddedError> {
+    if least_bytes(t, n) > c.remaining() {
         return Err(corrupt("chunk shorter than its columns"));
     }
     let mut values = Vec::with_capacity(n);
