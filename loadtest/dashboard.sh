@@ -20,6 +20,8 @@
 #   PANELS='one_30d' SERVERS=bucketd,victoria-metrics loadtest/dashboard.sh
 #   DATA=/tmp/dash loadtest/dashboard.sh      (keeps each server's loaded data there, and a
 #                                             later run with the same data loads nothing)
+#   JITTER=20 loadtest/dashboard.sh           (values jump by up to 20 steps at random, where
+#                                             they otherwise move by one fixed step)
 # Needs: victoria-metrics, influxd (Debian packages), curl, jq, taskset. Everything listens on
 # 127.0.0.1 only, stores under a temp dir, and is killed (and the temp dir removed) on exit.
 set -euo pipefail
@@ -51,9 +53,15 @@ build_release
 # range starts or ends on a whole hour.
 past_days
 TO_MS=$(( END_MS - 7 * 60000 ))
-# data_dir SERVER: where SERVER's data lives; kept under DATA, named by what was loaded.
+# data_dir SERVER: where SERVER's data lives; kept under DATA, named by what was loaded and,
+# for bucketd, by the embedded file's schema (a bucketd of a newer schema upgrades a file in
+# place, which an older one then refuses).
+SCHEMA=$(sed -n 's/.*FILE_SCHEMA_VERSION: u64 = \([0-9]*\);/\1/p' src/store/embedded/mod.rs)
 data_dir() {
-  if [ -n "$DATA" ]; then echo "$DATA/$1-${SENSORS}x${STEP_MS}ms-${START_MS}-${END_MS}"; else echo "$WORK/$1"; fi
+  local what="$1-${SENSORS}x${STEP_MS}ms-${START_MS}-${END_MS}"
+  [ "${JITTER:-0}" = 0 ] || what="$what-jitter$JITTER"
+  [ "$1" != bucketd ] || what="$what-schema$SCHEMA"
+  if [ -n "$DATA" ]; then echo "$DATA/$what"; else echo "$WORK/$1"; fi
 }
 # loaded SERVER: whether SERVER's data under DATA was loaded (and settled) by an earlier run.
 loaded() { [ -n "$DATA" ] && [ -e "$(data_dir "$1")/.loaded" ]; }

@@ -76,11 +76,14 @@ past_days() {
 
 # load_days BASE_URL WRITE_PATH: writes past_days' readings as line protocol (measurement
 # `m`, tag `sensor`) with the load generator on LOAD_CPU, within an hour; prints its summary.
+# JITTER (default 0) makes the values jump by up to that many steps at random (the load
+# generator's --jitter) instead of moving by one fixed step.
 load_days() {
   echo "loading $COUNT readings ($SENSORS sensors x $PER_SENSOR) into $1..." >&2
   taskset -c "$LOAD_CPU" "$LOADTEST" --url "$1" --path "$2" --protocol lp-http \
     --sensors "$SENSORS" --count "$COUNT" --step-ms "$STEP_MS" --start-ms "$START_MS" \
-    --measurement m --batch 5000 --connections 2 --duration 60m >"$WORK/load.log" 2>&1 ||
+    --measurement m --jitter "${JITTER:-0}" --batch 5000 --connections 2 --duration 60m \
+    >"$WORK/load.log" 2>&1 ||
     { cat "$WORK/load.log" >&2; echo "$(basename "$0"): loading $1 failed" >&2; return 1; }
   tail -n 1 "$WORK/load.log" >&2
 }

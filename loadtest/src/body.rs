@@ -8,9 +8,11 @@ pub enum Protocol {
     Json,
 }
 
-/// Temperature in centi-degrees is `TEMP_MIN + (7s + k) % TEMP_SPAN`, humidity per mille
-/// `HUM_MIN + (s + 3k) % HUM_SPAN`: a slow, bounded wave per sensor. Every value so has the same
-/// number of characters ("15.00".."29.99", "30.0".."89.9"), and the texts are made once.
+/// Temperature in centi-degrees is `TEMP_MIN + (7s + k + j) % TEMP_SPAN`, humidity per mille
+/// `HUM_MIN + (s + 3k + j) % HUM_SPAN`: a slow, bounded wave per sensor, where `j` is 0 or,
+/// with [`Extra::jitter`], a pseudo-random `0..=jitter` drawn per reading. Every value so has
+/// the same number of characters ("15.00".."29.99", "30.0".."89.9"), and the texts are made
+/// once.
 const TEMP_MIN: u64 = 1500;
 const TEMP_SPAN: u64 = 1500;
 const HUM_MIN: u64 = 300;
@@ -26,6 +28,7 @@ pub struct Layout {
     humidities: Vec<[u8; 4]>,
     start_ms: i64,
     step_ms: i64,
+    jitter: u64,
     /// What every reading carries after its two fields, per format: `TAILS` variants that
     /// differ in the string's first byte (empty when the reading has nothing extra).
     lp_tails: Vec<Box<[u8]>>,
@@ -41,6 +44,9 @@ pub struct Extra {
     pub fields: u32,
     /// Length of a string field `note`, 0 for none.
     pub string_bytes: u32,
+    /// The most steps the two fields' values jump by, at random, from one reading to the
+    /// next (0: they move by one fixed step, which a store can take in runs).
+    pub jitter: u32,
 }
 
 /// How many versions of a tail there are: reading `(s, k)` takes `(s + k) % TAILS`, so
@@ -90,6 +96,7 @@ impl Layout {
             humidities: (HUM_MIN..HUM_MIN + HUM_SPAN).map(|v| fixed_text(v, 1)).collect(),
             start_ms,
             step_ms,
+            jitter: u64::from(extra.jitter),
             lp_tails: (0..TAILS).map(|v| extra.tail(true, v)).collect(),
             json_tails: (0..TAILS).map(|v| extra.tail(false, v)).collect(),
         }
@@ -132,8 +139,9 @@ impl Layout {
         let mut ts_text = Vec::new();
         self.timestamp_text(proto, k, &mut ts_text);
         for n in n0..n1 {
-            let temp = &self.temperatures[((s * 7 + k) % TEMP_SPAN) as usize];
-            let hum = &self.humidities[((s + 3 * k) % HUM_SPAN) as usize];
+            let j = self.jitter(s, k);
+            let temp = &self.temperatures[((s * 7 + k + j) % TEMP_SPAN) as usize];
+            let hum = &self.humidities[((s + 3 * k + j) % HUM_SPAN) as usize];
             let tail = ((s + k) % TAILS) as usize;
             match proto {
                 Protocol::LineProtocol => {
@@ -170,6 +178,15 @@ impl Layout {
         if proto == Protocol::Json {
             out.push(b']');
         }
+    }
+
+    /// Reading `(s, k)`'s jump, `0..=jitter`, the same on every run.
+    fn jitter(&self, s: u64, k: u64) -> u64 {
+        // splitmix64's finalizer: every bit of `(s, k)` moves every bit of the draw.
+        let mut h = ((s << 40) ^ k).wrapping_add(0x9e37_79b9_7f4a_7c15);
+        h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (h ^ (h >> 31)) % (self.jitter + 1)
     }
 
     /// Sets `text` to the `k`th timestamp as a line ends with it (ns), or as JSON has it (ms).
@@ -276,11 +293,36 @@ mod tests {
         assert_eq!(String::from_utf8(out).unwrap(), format!("[{}]", json.join(",")));
     }
 
+    /// With a jitter, a value's change from one reading to the next varies within the wave's
+    /// step plus `0..=jitter`, and the same readings come out on every run.
+    #[test]
+    fn jitter_varies_the_changes_within_its_bound() {
+        let extra = Extra { jitter: 3, ..Extra::default() };
+        let l = Layout::with_extra("env", "s", 1, 1_700_000_000_000, 1000, extra);
+        let temps = |l: &Layout| -> Vec<i64> {
+            let mut out = Vec::new();
+            l.write_body(Protocol::LineProtocol, (0, 400), &mut out);
+            let text = String::from_utf8(out).unwrap();
+            text.lines()
+                .map(|line| {
+                    let v = line.split("temperature=").nth(1).unwrap().split(',').next().unwrap();
+                    (v.parse::<f64>().unwrap() * 100.0).round() as i64
+                })
+                .collect()
+        };
+        let got = temps(&l);
+        let changes: std::collections::BTreeSet<i64> =
+            got.windows(2).map(|w| w[1] - w[0]).filter(|d| d.abs() < 1000).collect();
+        assert!(changes.iter().all(|d| (-2..=4).contains(d)), "{changes:?}");
+        assert!(changes.len() >= 5, "{changes:?}");
+        assert_eq!(temps(&Layout::with_extra("env", "s", 1, 1_700_000_000_000, 1000, extra)), got);
+    }
+
     /// Extra fields and the string come after humidity, in both formats, and the string's
     /// first byte differs between a sensor's consecutive readings.
     #[test]
     fn extra_fields_and_string() {
-        let extra = Extra { fields: 2, string_bytes: 5 };
+        let extra = Extra { fields: 2, string_bytes: 5, jitter: 0 };
         let l = Layout::with_extra("env", "s", 2, 1_700_000_000_000, 1000, extra);
         let mut out = Vec::new();
         l.write_body(Protocol::LineProtocol, (0, 3), &mut out);

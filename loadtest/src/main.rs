@@ -105,6 +105,11 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     string_bytes: u32,
 
+    /// The most steps (0.01 of temperature, 0.1 of humidity) a value jumps by at random from
+    /// one reading to the next, beside the wave's step: 0 for a steady wave.
+    #[arg(long, default_value_t = 0)]
+    jitter: u32,
+
     /// Milliseconds between one sensor's consecutive readings.
     #[arg(long, default_value_t = 1000)]
     step_ms: i64,
@@ -247,15 +252,16 @@ async fn main() -> anyhow::Result<()> {
     if args.sensors == 0 || args.batch == 0 || args.connections == 0 || args.step_ms <= 0 {
         bail!("--sensors, --batch, --connections and --step-ms must be positive");
     }
-    if args.extra_fields > 1000 || args.string_bytes > 1 << 20 {
-        bail!("--extra-fields is at most 1000 and --string-bytes at most 1 MiB");
+    if args.extra_fields > 1000 || args.string_bytes > 1 << 20 || args.jitter > 1000 {
+        bail!("--extra-fields and --jitter are at most 1000, --string-bytes at most 1 MiB");
     }
     let base = args.url.trim_end_matches('/').to_owned();
     let start_ms = args.start_ms.unwrap_or_else(|| {
         let now = chrono::Utc::now().timestamp_millis() - 24 * 3_600_000;
         now - now.rem_euclid(3_600_000)
     });
-    let extra = Extra { fields: args.extra_fields, string_bytes: args.string_bytes };
+    let extra =
+        Extra { fields: args.extra_fields, string_bytes: args.string_bytes, jitter: args.jitter };
     let layout = Arc::new(Layout::with_extra(
         &args.measurement,
         &args.sensor_prefix,
