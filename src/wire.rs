@@ -132,6 +132,12 @@ impl<'a> Cursor<'a> {
         self.array().map(f64::from_le_bytes)
     }
 
+    /// The bytes not read yet, left unread: a caller that reads some of them itself passes
+    /// them by with [`Cursor::bytes`].
+    pub fn rest(&self) -> &'a [u8] {
+        &self.buf[self.pos..]
+    }
+
     pub fn remaining(&self) -> usize {
         self.buf.len() - self.pos
     }

@@ -116,16 +116,51 @@ impl FieldStats {
         self.push_edges(ts, values);
     }
 
+    /// [`FieldStats::push_run_of`] of the values `scaled[i] / scale` (a decimal column's),
+    /// each divided only where it is kept: the extremes and the edges are those of the
+    /// integers, divided once (the division keeps their order), so they are the values' bit
+    /// for bit. The sum is the integers' exact sum divided once, which rounds once where
+    /// adding each value rounds at every step: it may differ from that in the last bits.
+    pub fn push_scaled_run_of(
+        &mut self,
+        ts: &[TimestampMs],
+        scaled: &[i64],
+        scale: f64,
+        need: Need,
+    ) {
+        debug_assert!(!ts.is_empty() && ts.len() == scaled.len());
+        let value = |s: i64| s as f64 / scale;
+        self.count += scaled.len() as u64;
+        if need.sum {
+            let total: i128 = scaled.iter().map(|&s| i128::from(s)).sum();
+            self.sum += total as f64 / scale;
+        }
+        if need.extremes {
+            let (lo, hi) = int_extremes(scaled);
+            (self.min, self.max) = extremes(&[value(lo), value(hi)], (self.min, self.max));
+        }
+        if need.edges {
+            let (earliest, latest) = edge_runs(ts);
+            let lowest = int_extremes(&scaled[..earliest]).0;
+            let highest = int_extremes(&scaled[scaled.len() - latest..]).1;
+            self.push_edge_values(ts, value(lowest), value(highest));
+        }
+    }
+
     #[inline]
     fn push_edges(&mut self, ts: &[TimestampMs], values: &[f64]) {
-        // Of the values at the earliest time, the smallest comes first; at the latest time,
-        // the largest last.
-        let (t0, tn) = (ts[0], ts[ts.len() - 1]);
-        let earliest = ts.iter().take_while(|&&t| t == t0).count();
-        let latest = ts.iter().rev().take_while(|&&t| t == tn).count();
+        let (earliest, latest) = edge_runs(ts);
         let lowest = values[..earliest].iter().copied().fold(f64::INFINITY, f64::min);
         let highest =
             values[values.len() - latest..].iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        self.push_edge_values(ts, lowest, highest);
+    }
+
+    /// Of the values at the earliest of `ts`, the smallest (`lowest`) comes first; at the
+    /// latest, the largest (`highest`) last.
+    #[inline]
+    fn push_edge_values(&mut self, ts: &[TimestampMs], lowest: f64, highest: f64) {
+        let (t0, tn) = (ts[0], ts[ts.len() - 1]);
         self.first = self.first.map(|a| if precedes((t0, lowest), a) { (t0, lowest) } else { a });
         self.last = self.last.map(|a| if precedes(a, (tn, highest)) { (tn, highest) } else { a });
     }
@@ -155,6 +190,22 @@ fn extremes(values: &[f64], (min, max): (f64, f64)) -> (f64, f64) {
     };
     let lanes = lo.into_iter().zip(hi).fold((min, max), fold);
     quads.remainder().iter().map(|&v| (v, v)).fold(lanes, fold)
+}
+
+/// The smallest and largest of `values` (at least one).
+#[inline]
+fn int_extremes(values: &[i64]) -> (i64, i64) {
+    values.iter().fold((i64::MAX, i64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)))
+}
+
+/// How many of the ascending `ts` (at least one) are at the earliest time, and how many at
+/// the latest.
+#[inline]
+fn edge_runs(ts: &[TimestampMs]) -> (usize, usize) {
+    let (t0, tn) = (ts[0], ts[ts.len() - 1]);
+    let earliest = ts.iter().take_while(|&&t| t == t0).count();
+    let latest = ts.iter().rev().take_while(|&&t| t == tn).count();
+    (earliest, latest)
 }
 
 /// Whether `a` comes strictly before `b` in the order of [`FieldStats::first`] and

@@ -116,6 +116,40 @@ impl<'q> Windows<'q> {
         RollupSteps { fields: fields.collect() }
     }
 
+    /// Walks field `slot`'s values at `ts` step by step: a step's statistics are made of its
+    /// first value by `first(i)`, and each run of values within one step (`run`, a range of
+    /// `ts`) is added to them by `add`.
+    fn runs(
+        &mut self,
+        slot: usize,
+        ts: &[TimestampMs],
+        first: impl Fn(usize) -> FieldStats,
+        mut add: impl FnMut(&mut FieldStats, std::ops::Range<usize>, Need),
+    ) {
+        let mut at = 0;
+        while at < ts.len() {
+            let open = &mut self.open[slot];
+            let Some(stats) = open.stats.as_mut().filter(|_| ts[at] >= open.start) else {
+                self.close(slot);
+                let start = self.start_of(ts[at]);
+                let open = &mut self.open[slot];
+                open.start = start;
+                open.end = start.saturating_add(self.step);
+                open.stats = Some(first(at));
+                at += 1;
+                continue;
+            };
+            // The values up to the step's end: times ascend, so they are a run.
+            let n = run_before(&ts[at..], open.end);
+            if n == 0 {
+                self.close(slot);
+                continue;
+            }
+            add(stats, at..at + n, self.need);
+            at += n;
+        }
+    }
+
     fn close(&mut self, slot: usize) {
         let open = &mut self.open[slot];
         if let Some(stats) = open.stats.take() {
@@ -136,28 +170,27 @@ impl NumberSink for Windows<'_> {
     }
 
     fn values(&mut self, slot: usize, ts: &[TimestampMs], values: &[f64]) {
-        let mut at = 0;
-        while at < ts.len() {
-            let open = &mut self.open[slot];
-            let Some(stats) = open.stats.as_mut().filter(|_| ts[at] >= open.start) else {
-                self.close(slot);
-                let start = self.start_of(ts[at]);
-                let open = &mut self.open[slot];
-                open.start = start;
-                open.end = start.saturating_add(self.step);
-                open.stats = Some(FieldStats::of(ts[at], values[at]));
-                at += 1;
-                continue;
-            };
-            // The values up to the step's end: times ascend, so they are a run.
-            let n = run_before(&ts[at..], open.end);
-            if n == 0 {
-                self.close(slot);
-                continue;
-            }
-            stats.push_run_of(&ts[at..at + n], &values[at..at + n], self.need);
-            at += n;
-        }
+        self.runs(
+            slot,
+            ts,
+            |i| FieldStats::of(ts[i], values[i]),
+            |stats, run, need| stats.push_run_of(&ts[run.clone()], &values[run], need),
+        );
+    }
+
+    fn takes_scaled(&self) -> bool {
+        true
+    }
+
+    fn scaled(&mut self, slot: usize, ts: &[TimestampMs], scaled: &[i64], scale: f64) {
+        self.runs(
+            slot,
+            ts,
+            |i| FieldStats::of(ts[i], scaled[i] as f64 / scale),
+            |stats, run, need| {
+                stats.push_scaled_run_of(&ts[run.clone()], &scaled[run], scale, need);
+            },
+        );
     }
 
     fn counts_only(&self) -> bool {
@@ -252,6 +285,55 @@ mod tests {
         let s = steps[1].1;
         assert_eq!((s.count, s.sum, s.min, s.max), (3, 8.0, 1.0, 5.0));
         assert_eq!((s.first, s.last), (Some((20, 1.0)), Some((27, 5.0))));
+    }
+
+    proptest::proptest! {
+        /// Statistics made from a decimal column's integers are those made from its floats:
+        /// bit for bit but for the sum, which rounds once instead of at every value.
+        #[test]
+        fn steps_of_integers_are_the_steps_of_their_floats(
+            values in proptest::collection::vec((0..5i64, -100_000i64..100_000), 1..200),
+            cuts in proptest::collection::vec(0usize..200, 0..6),
+            decimals in 0usize..4,
+            step in 1i64..40,
+            need in (proptest::bool::ANY, proptest::bool::ANY, proptest::bool::ANY),
+        ) {
+            let need = Need { sum: need.0, extremes: need.1, edges: need.2 };
+            let scale = 10f64.powi(decimals as i32);
+            let mut t = 0;
+            let ts: Vec<TimestampMs> = values.iter().map(|(d, _)| { t += d; t }).collect();
+            let scaled: Vec<i64> = values.iter().map(|(_, s)| *s).collect();
+            let floats: Vec<f64> = scaled.iter().map(|&s| s as f64 / scale).collect();
+            // The same values handed over in the same pieces (a piece a chunk).
+            let mut cuts: Vec<usize> = cuts.into_iter().filter(|&c| c < ts.len()).collect();
+            cuts.extend([0, ts.len()]);
+            cuts.sort_unstable();
+            cuts.dedup();
+            let (mut a, mut b) = (Windows::new(step, None, need), Windows::new(step, None, need));
+            let (sa, sb) = (a.slot("v").unwrap(), b.slot("v").unwrap());
+            for piece in cuts.windows(2) {
+                let r = piece[0]..piece[1];
+                a.values(sa, &ts[r.clone()], &floats[r.clone()]);
+                b.scaled(sb, &ts[r.clone()], &scaled[r], scale);
+            }
+            let (a, b) = (a.finish(), b.finish());
+            let (a, b) = (&a.fields[0].1, &b.fields[0].1);
+            proptest::prop_assert_eq!(a.len(), b.len());
+            for ((start_a, x), (start_b, y)) in a.iter().zip(b) {
+                proptest::prop_assert_eq!(start_a, start_b);
+                proptest::prop_assert_eq!(x.count, y.count);
+                if need.extremes {
+                    proptest::prop_assert_eq!((x.min.to_bits(), x.max.to_bits()), (y.min.to_bits(), y.max.to_bits()));
+                }
+                if need.edges {
+                    proptest::prop_assert_eq!((x.first, x.last), (y.first, y.last));
+                }
+                if need.sum {
+                    let close = (x.sum - y.sum).abs() <= 1e-9 * x.sum.abs().max(1.0);
+                    proptest::prop_assert!(close, "{} against {}", x.sum, y.sum);
+                }
+            }
+        }
     }
 
     #[test]

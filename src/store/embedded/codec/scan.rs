@@ -3,7 +3,7 @@
 
 use super::chunk::{
     CHUNK_V2, ChunkSummary, T_BOOL, T_FLOAT, T_INT, T_STR, T_UINT, chunk_prefix, decode_v1,
-    fill_timestamps, get_floats, get_integers, least_bytes,
+    fill_timestamps, get_floats, get_floats_into, get_integers, get_scaled_into, least_bytes,
 };
 use super::corrupt;
 use crate::model::{Reading, TimestampMs};
@@ -24,6 +24,20 @@ pub trait NumberSink {
     fn counts_only(&self) -> bool {
         false
     }
+
+    /// Whether the sink takes a float column of decimals as its integers ([`NumberSink::scaled`])
+    /// rather than as floats: a sink that keeps no value of each (statistics) then divides once
+    /// for what it keeps, where making the floats divides once a value.
+    fn takes_scaled(&self) -> bool {
+        false
+    }
+
+    /// Values of one field as [`NumberSink::values`] has them, each `scaled[i] / scale` (the
+    /// float the column decodes to, bit for bit); only for a sink that [`NumberSink::takes_scaled`].
+    fn scaled(&mut self, slot: usize, ts: &[TimestampMs], scaled: &[i64], scale: f64) {
+        let values: Vec<f64> = scaled.iter().map(|&s| s as f64 / scale).collect();
+        self.values(slot, ts, &values);
+    }
 }
 
 /// Buffers a scan reuses from chunk to chunk.
@@ -32,6 +46,7 @@ pub struct ScanScratch {
     ts: Vec<TimestampMs>,
     column_ts: Vec<TimestampMs>,
     values: Vec<f64>,
+    scaled: Vec<i64>,
     zeros: Vec<f64>,
     slots: Vec<Option<usize>>,
     types: Vec<u8>,
@@ -68,7 +83,9 @@ pub fn scan_numbers(
     }
     let count = summary.count as usize;
     let n_columns = c.len()?;
-    let ScanScratch { ts, column_ts, values, zeros, slots, types, shapes, shape_ids, .. } = scratch;
+    let ScanScratch {
+        ts, column_ts, values, scaled, zeros, slots, types, shapes, shape_ids, ..
+    } = scratch;
     slots.clear();
     types.clear();
     for _ in 0..n_columns {
@@ -114,8 +131,6 @@ pub fn scan_numbers(
     fill_timestamps(&mut c, summary, ts)?;
     let lo = ts.partition_point(|&t| t < from);
     let hi = ts.partition_point(|&t| t < to);
-    let counts_only = sink.counts_only();
-
     for col in 0..=last_wanted {
         let (t, slot) = (types[col], slots[col]);
         let has = |shape: usize| shapes[shape].contains(&col);
@@ -124,9 +139,9 @@ pub fn scan_numbers(
             let n = if has(0) { count } else { 0 };
             match slot {
                 Some(slot) if n > 0 => {
-                    let values =
-                        numbers(&mut c, (t, n), counts_only, col < last_wanted, values, zeros)?;
-                    sink.values(slot, &ts[lo..hi], &values[lo..hi]);
+                    let bufs = (&mut *values, &mut *scaled, &mut *zeros);
+                    let more = col < last_wanted;
+                    to_sink(&mut c, (t, n), more, (&ts[..], lo, hi), bufs, (slot, &mut *sink))?;
                 }
                 _ => skip_column(&mut c, t, n)?,
             }
@@ -138,16 +153,42 @@ pub fn scan_numbers(
         let n = column_ts.len();
         match slot {
             Some(slot) if n > 0 => {
-                let values =
-                    numbers(&mut c, (t, n), counts_only, col < last_wanted, values, zeros)?;
                 let lo = column_ts.partition_point(|&t| t < from);
                 let hi = column_ts.partition_point(|&t| t < to);
-                sink.values(slot, &column_ts[lo..hi], &values[lo..hi]);
+                let bufs = (&mut *values, &mut *scaled, &mut *zeros);
+                let more = col < last_wanted;
+                to_sink(&mut c, (t, n), more, (&column_ts[..], lo, hi), bufs, (slot, &mut *sink))?;
             }
             _ => skip_column(&mut c, t, n)?,
         }
     }
     Ok(summary)
+}
+
+/// Hands `sink`'s `slot` a numeric column's `n` values (of type `t`) at `ts[lo..hi]`: as
+/// integers of a decimal scale where the column has them and the sink takes them, else as
+/// floats (zeros for a sink that only counts).
+fn to_sink(
+    c: &mut Cursor<'_>,
+    (t, n): (u8, usize),
+    more: bool,
+    (ts, lo, hi): (&[TimestampMs], usize, usize),
+    (values, scaled, zeros): (&mut Vec<f64>, &mut Vec<i64>, &mut Vec<f64>),
+    (slot, sink): (usize, &mut dyn NumberSink),
+) -> Result<(), EmbeddedError> {
+    let counts_only = sink.counts_only();
+    if t == T_FLOAT && !counts_only && sink.takes_scaled() {
+        if least_bytes(t, n) > c.remaining() {
+            return Err(corrupt("chunk shorter than its columns"));
+        }
+        if let Some(scale) = get_scaled_into(c, n, scaled)? {
+            sink.scaled(slot, &ts[lo..hi], &scaled[lo..hi], scale);
+            return Ok(());
+        }
+    }
+    let values = numbers(c, (t, n), counts_only, more, values, zeros)?;
+    sink.values(slot, &ts[lo..hi], &values[lo..hi]);
+    Ok(())
 }
 
 /// A numeric column's `n` values (of type `t`) as floats in `out`, or, when `counts_only`, as
@@ -162,7 +203,7 @@ fn numbers<'a>(
 ) -> Result<&'a [f64], EmbeddedError> {
     if !counts_only {
         get_numbers(c, t, n, out)?;
-        return Ok(out);
+        return Ok(&out[..n]);
     }
     if more {
         skip_column(c, t, n)?;
@@ -173,7 +214,7 @@ fn numbers<'a>(
     Ok(&zeros[..n])
 }
 
-/// A numeric column's `n` values as floats, into `out` (cleared first).
+/// A numeric column's `n` values as floats, into `out[..n]`.
 fn get_numbers(
     c: &mut Cursor<'_>,
     t: u8,
@@ -183,11 +224,11 @@ fn get_numbers(
     if least_bytes(t, n) > c.remaining() {
         return Err(corrupt("chunk shorter than its columns"));
     }
-    out.clear();
-    out.reserve(n);
     if t == T_FLOAT {
-        get_floats(c, n, |v| out.push(v))
+        get_floats_into(c, n, out)
     } else {
+        out.clear();
+        out.reserve(n);
         get_integers(c, n, |bits| {
             out.push(if t == T_INT { bits as i64 as f64 } else { bits as f64 })
         })
@@ -220,7 +261,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::model::HOUR_MS;
+    use crate::model::{FieldValue, HOUR_MS};
     use crate::store::embedded::codec::tests::value;
     use crate::store::embedded::codec::{decode_chunk, encode_chunk, encode_v1};
 
@@ -231,6 +272,10 @@ mod tests {
         got: Vec<(String, TimestampMs, u64)>,
         only: Option<&'static str>,
         counts: bool,
+        /// Takes decimal columns as their integers.
+        scaled: bool,
+        /// How many values came as integers.
+        integers: usize,
     }
 
     impl NumberSink for Collect {
@@ -254,6 +299,17 @@ mod tests {
 
         fn counts_only(&self) -> bool {
             self.counts
+        }
+
+        fn takes_scaled(&self) -> bool {
+            self.scaled
+        }
+
+        fn scaled(&mut self, slot: usize, ts: &[TimestampMs], scaled: &[i64], scale: f64) {
+            assert!(self.scaled, "integers only for a sink that takes them");
+            self.integers += scaled.len();
+            let values: Vec<f64> = scaled.iter().map(|&s| s as f64 / scale).collect();
+            self.values(slot, ts, &values);
         }
     }
 
@@ -307,11 +363,12 @@ mod tests {
             only in prop_oneof![Just(None), Just(Some("a")), Just(Some("c"))],
             v1 in any::<bool>(),
             counts in any::<bool>(),
+            scaled in any::<bool>(),
         ) {
             let hour = 3 * HOUR_MS;
             let bytes = if v1 { encode_v1(hour, &rs) } else { encode_chunk(hour, &rs) };
             let (from, to) = (hour + from, hour + from + len);
-            let mut sink = Collect { only, counts, ..Collect::default() };
+            let mut sink = Collect { only, counts, scaled, ..Collect::default() };
             scan_numbers(&bytes, hour, from, to, &mut ScanScratch::default(), &mut sink).unwrap();
             let mut want = expected(&bytes, from, to, only);
             if counts {
@@ -328,9 +385,47 @@ mod tests {
             prop_assert_eq!(got, want);
         }
 
+        /// A column of decimals (in runs of equal changes or one by one) comes to a sink that
+        /// takes integers as integers that divide to the decoded floats, bit for bit.
         #[test]
-        fn scanning_garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
-            let mut sink = Collect::default();
+        fn decimal_columns_come_as_integers_of_the_same_values(
+            changes in proptest::collection::vec(
+                prop_oneof![Just(0i64), Just(1), Just(-3), -500i64..500],
+                1..150,
+            ),
+            times in proptest::collection::vec(0..3600i64, 150),
+            decimals in 0u32..5,
+            (from, len) in (0..3600i64, 0..3700i64),
+        ) {
+            let hour = 3 * HOUR_MS;
+            let mut times = times[..changes.len()].to_vec();
+            times.sort_unstable();
+            let mut s = 1234i64;
+            let rs: Vec<Reading> = changes
+                .iter()
+                .zip(&times)
+                .map(|(d, t)| {
+                    s += d;
+                    let v = s as f64 / 10f64.powi(decimals as i32);
+                    Reading { ts: hour + t, fields: vec![("a".into(), FieldValue::Float(v))].into() }
+                })
+                .collect();
+            let bytes = encode_chunk(hour, &rs);
+            let (from, to) = (hour + from, hour + from + len);
+            let mut sink = Collect { scaled: true, ..Collect::default() };
+            scan_numbers(&bytes, hour, from, to, &mut ScanScratch::default(), &mut sink).unwrap();
+            prop_assert_eq!(sink.integers, sink.got.len(), "every value came as an integer");
+            let mut got = sink.got;
+            got.sort();
+            prop_assert_eq!(got, expected(&bytes, from, to, None));
+        }
+
+        #[test]
+        fn scanning_garbage_never_panics(
+            bytes in proptest::collection::vec(any::<u8>(), 0..64),
+            scaled in any::<bool>(),
+        ) {
+            let mut sink = Collect { scaled, ..Collect::default() };
             let _ = scan_numbers(&bytes, 0, 0, HOUR_MS, &mut ScanScratch::default(), &mut sink);
         }
     }

@@ -14,7 +14,9 @@ pub(in crate::store::embedded) use self::v1::encode::encode_v1;
 pub(super) use self::v1::{CHUNK_V1, decode_v1};
 pub use self::v2::encode_chunk;
 use self::v2::{decode_v2, timestamps_v2};
-pub(super) use self::v2::{fill_timestamps, get_floats, get_integers, least_bytes};
+pub(super) use self::v2::{
+    fill_timestamps, get_floats, get_floats_into, get_integers, get_scaled_into, least_bytes,
+};
 use super::corrupt;
 use crate::model::{Columns, Reading, TimestampMs};
 use crate::store::embedded::EmbeddedError;

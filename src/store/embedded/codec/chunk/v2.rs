@@ -180,6 +180,7 @@ fn put_runs(out: &mut Vec<u8>, zz: impl Iterator<Item = u64>) {
 
 /// One run of [`put_runs`]: the number, unzigzagged, and how many times it repeats, at most
 /// `left`.
+#[inline]
 fn get_run(c: &mut Cursor<'_>, left: usize) -> Result<(i64, usize), EmbeddedError> {
     let token = c.varint()?;
     let n = if token & 1 == 0 { 1 } else { c.varint()?.saturating_add(2) };
@@ -448,6 +449,95 @@ pub(in crate::store::embedded::codec) fn fill_timestamps(
     }
     if prev_ts != summary.last {
         return Err(corrupt("chunk's last timestamp does not match its summary"));
+    }
+    Ok(())
+}
+
+/// A float column's `n` values (its mode byte first) into `out[..n]`; `out` grows to hold
+/// them, and is not cleared first where it holds more. The decimal forms write into the slice
+/// where [`get_floats`] hands each value on: a push's length kept in memory across the run
+/// decoder's calls was the longer part of a value's decode.
+pub(in crate::store::embedded::codec) fn get_floats_into(
+    c: &mut Cursor<'_>,
+    n: usize,
+    out: &mut Vec<f64>,
+) -> Result<(), EmbeddedError> {
+    let Some((mode, k)) = decimal_mode(c)? else {
+        out.clear();
+        out.reserve(n);
+        return get_floats(c, n, |v| out.push(v));
+    };
+    if out.len() < n {
+        out.resize(n, 0.0);
+    }
+    get_decimals(c, mode, &mut out[..n], |s| unscaled(s, k))
+}
+
+/// A float column's `n` values as integers of `10^-k` (its mode byte first) into `out[..n]`
+/// (grown to hold them), and the power of ten that divides them: `None`, with nothing read,
+/// when the column is not in a decimal form.
+pub(in crate::store::embedded::codec) fn get_scaled_into(
+    c: &mut Cursor<'_>,
+    n: usize,
+    out: &mut Vec<i64>,
+) -> Result<Option<f64>, EmbeddedError> {
+    let Some((mode, k)) = decimal_mode(c)? else { return Ok(None) };
+    if out.len() < n {
+        out.resize(n, 0);
+    }
+    get_decimals(c, mode, &mut out[..n], |s| s)?;
+    Ok(Some(POW10[k]))
+}
+
+/// The mode of the float column at `c` and its number of decimals, read, when it is one of
+/// the decimal forms; `None`, with nothing read, otherwise.
+fn decimal_mode(c: &mut Cursor<'_>) -> Result<Option<(u8, usize)>, EmbeddedError> {
+    let mode = c.peek()?;
+    let k = usize::from(mode & 0x0f);
+    if mode == FLOATS_EACH
+        || k >= POW10.len()
+        || !matches!(mode & 0xf0, DECIMAL_HEADER | DECIMAL_RUNS)
+    {
+        return Ok(None);
+    }
+    c.u8()?;
+    Ok(Some((mode, k)))
+}
+
+/// A decimal float column's integers after its mode byte, each made into `out`'s values by
+/// `make`, one a slot. Most changes are a byte, a value each: those are read straight from
+/// the bytes, the others through the cursor.
+fn get_decimals<T>(
+    c: &mut Cursor<'_>,
+    mode: u8,
+    out: &mut [T],
+    make: impl Fn(i64) -> T,
+) -> Result<(), EmbeddedError> {
+    let runs = mode & 0xf0 == DECIMAL_RUNS;
+    // A byte that is a whole change of one value: a one-byte varint, and in runs, a token
+    // for one value (its low bit clear).
+    let single = if runs { 0x81 } else { 0x80 };
+    let (n, mut at, mut s) = (out.len(), 0, 0i64);
+    while at < n {
+        let rest = c.rest();
+        let mut used = 0;
+        while at < n {
+            let Some(&b) = rest.get(used).filter(|&&b| b & single == 0) else { break };
+            let change = if runs { b >> 1 } else { b };
+            s = s.wrapping_add(unzigzag(u64::from(change)));
+            out[at] = make(s);
+            (at, used) = (at + 1, used + 1);
+        }
+        c.bytes(used)?;
+        if at == n {
+            break;
+        }
+        let (change, run) = if runs { get_run(c, n - at)? } else { (unzigzag(c.varint()?), 1) };
+        for v in &mut out[at..at + run] {
+            s = s.wrapping_add(change);
+            *v = make(s);
+        }
+        at += run;
     }
     Ok(())
 }
