@@ -192,10 +192,22 @@ fn extremes(values: &[f64], (min, max): (f64, f64)) -> (f64, f64) {
     quads.remainder().iter().map(|&v| (v, v)).fold(lanes, fold)
 }
 
-/// The smallest and largest of `values` (at least one).
+/// The smallest and largest of `values` (at least one), in four lanes as [`extremes`] keeps
+/// them: one pair of comparisons would wait for the one before.
 #[inline]
 fn int_extremes(values: &[i64]) -> (i64, i64) {
-    values.iter().fold((i64::MAX, i64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)))
+    const LANES: usize = 4;
+    let (mut lo, mut hi) = ([i64::MAX; LANES], [i64::MIN; LANES]);
+    let mut quads = values.chunks_exact(LANES);
+    for quad in &mut quads {
+        for i in 0..LANES {
+            lo[i] = lo[i].min(quad[i]);
+            hi[i] = hi[i].max(quad[i]);
+        }
+    }
+    let lanes =
+        lo.into_iter().zip(hi).fold((i64::MAX, i64::MIN), |(a, b), (l, h)| (a.min(l), b.max(h)));
+    quads.remainder().iter().fold(lanes, |(lo, hi), &v| (lo.min(v), hi.max(v)))
 }
 
 /// How many of the ascending `ts` (at least one) are at the earliest time, and how many at
