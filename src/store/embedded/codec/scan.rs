@@ -177,14 +177,17 @@ fn to_sink(
     (slot, sink): (usize, &mut dyn NumberSink),
 ) -> Result<(), EmbeddedError> {
     let counts_only = sink.counts_only();
-    if t == T_FLOAT && !counts_only && sink.takes_scaled() {
-        if least_bytes(t, n) > c.remaining() {
-            return Err(corrupt("chunk shorter than its columns"));
-        }
-        if let Some(scale) = get_scaled_into(c, n, scaled)? {
-            sink.scaled(slot, &ts[lo..hi], &scaled[lo..hi], scale);
-            return Ok(());
-        }
+    // Checked before anything is grown for the values, whichever way they are decoded.
+    if !counts_only && least_bytes(t, n) > c.remaining() {
+        return Err(corrupt("chunk shorter than its columns"));
+    }
+    if t == T_FLOAT
+        && !counts_only
+        && sink.takes_scaled()
+        && let Some(scale) = get_scaled_into(c, n, scaled)?
+    {
+        sink.scaled(slot, &ts[lo..hi], &scaled[lo..hi], scale);
+        return Ok(());
     }
     let values = numbers(c, (t, n), counts_only, more, values, zeros)?;
     sink.values(slot, &ts[lo..hi], &values[lo..hi]);
@@ -221,9 +224,6 @@ fn get_numbers(
     n: usize,
     out: &mut Vec<f64>,
 ) -> Result<(), EmbeddedError> {
-    if least_bytes(t, n) > c.remaining() {
-        return Err(corrupt("chunk shorter than its columns"));
-    }
     if t == T_FLOAT {
         get_floats_into(c, n, out)
     } else {
