@@ -3,9 +3,10 @@
 //! appended beside it.
 //!
 //! The usual write meets no stored point: each reading is later than the latest one of its
-//! hour. That is told without a read by [`Latest`], the latest time this process stored per
-//! series and hour, and by one aggregation per write for the series and hours it does not
-//! know yet (after a start, and at each new hour). Only a batch that reaches back to or before
+//! hour. That is told without a read by [`Latest`], the latest time stored per series and
+//! hour that this process knows of (its own writes, and what it read), and by one aggregation
+//! per write for the series and hours it does not know yet (after a start, and at each new
+//! hour). Only a batch that reaches back to or before
 //! that latest time has its hour's buckets read whole, and only one that meets a stored point
 //! takes the slow path, [`Overlay`]:
 //!
@@ -43,8 +44,8 @@ const LATEST_SERIES: usize = 1 << 20;
 /// Sensors per lookup aggregation.
 const LOOKUP_KEYS: usize = 1000;
 
-/// The latest reading time this process stored per series, for the two latest hours it wrote
-/// of each: a flush at an hour's turn has both.
+/// The latest reading time stored per series, as this process wrote or read it, for the two
+/// latest hours it wrote of each: a flush at an hour's turn has both.
 #[derive(Default)]
 pub(super) struct Latest {
     map: Mutex<HashMap<String, [Option<HourLatest>; 2]>>,
@@ -143,6 +144,11 @@ pub(super) async fn plan<'b>(
             Ok(latest) => {
                 for (&i, last) in unknown.iter().zip(latest) {
                     let b = &batches[i];
+                    // Kept, not only the batch's own latest once written: a point stored
+                    // before this process started may be later than all of this batch.
+                    if let Some(last) = last {
+                        inner.latest.note(b.series.key(), b.hour, last);
+                    }
                     plans[i] = Some(match last {
                         Some(last) if last >= first_ts(b) => overlay(inner, b, last).await,
                         _ => Ok(Plan::Append(folded(b))),

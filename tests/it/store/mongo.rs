@@ -665,3 +665,29 @@ async fn hour_statistics_count_each_reading_once_across_retries() {
     let names = hours.list_index_names().await.unwrap();
     assert!(names.iter().any(|n| n == hours::TTL_INDEX), "{names:?}");
 }
+
+/// A store opened afresh (a restart) learns from MongoDB how late its hours' readings go, and
+/// keeps that: a point stored before the restart, later than the first batch written after
+/// it, is written over when it comes again, not appended beside itself.
+#[tokio::test]
+async fn a_restarted_store_meets_points_stored_before_it_started() {
+    let backend = MongoBackend::start();
+    let s = series("restarted", "m", &[]);
+    let at = |minute: i64, name: &str, v: f64| {
+        reading(T0 + HOUR_MS + minute * 60_000, &[(name, FieldValue::Float(v))])
+    };
+    let before = connect(&backend, BucketLimits::default()).await;
+    write_ok(&before, &batches(&s, &[at(10, "a", 1.0), at(20, "a", 2.0)])).await;
+    before.close().await;
+
+    let after = connect(&backend, BucketLimits::default()).await;
+    // Earlier than what is stored: appended, and the hour's latest stored time is known.
+    write_ok(&after, &batches(&s, &[at(5, "a", 0.5)])).await;
+    // The point at minute 20 again, with another field.
+    write_ok(&after, &batches(&s, &[at(20, "b", 3.0)])).await;
+    let got = read(&after, range(s.key(), T0, T0 + 3 * HOUR_MS)).await;
+    let times: Vec<i64> = got.iter().map(|r| (r.ts - T0 - HOUR_MS) / 60_000).collect();
+    assert_eq!(times, [5, 10, 20], "each point once: {got:?}");
+    let twenty = &got[2];
+    assert_eq!(twenty.fields.len(), 2, "both fields in one reading: {twenty:?}");
+}
