@@ -64,11 +64,21 @@ peak_rss_mib() {
 }
 
 # past_days: the data of DAYS days at one reading per STEP_MS for each of SENSORS sensors,
-# ending at the last whole UTC day before today, so that all of it is in the past. Sets
-# START_MS, END_MS, PER_SENSOR (readings a sensor) and COUNT (readings in all).
+# ending at the last whole UTC day before today, so that all of it is in the past; END_DAY
+# (YYYY-MM-DD, a day before today) ends it at that day's start instead, so that data kept
+# under DATA by an earlier day's run is read again rather than loaded anew. Sets START_MS,
+# END_MS, PER_SENSOR (readings a sensor) and COUNT (readings in all).
 past_days() {
   local now_ms=$(($(date +%s) * 1000))
   END_MS=$(( (now_ms / 86400000 - 1) * 86400000 ))
+  if [ -n "${END_DAY:-}" ]; then
+    local day_s day_ms
+    day_s=$(date -u -d "$END_DAY" +%s) || { echo "END_DAY=$END_DAY: not a date" >&2; return 1; }
+    day_ms=$(( day_s * 1000 ))
+    [ "$day_ms" -le "$END_MS" ] ||
+      { echo "END_DAY=$END_DAY: must be before today" >&2; return 1; }
+    END_MS=$(( day_ms / 86400000 * 86400000 ))
+  fi
   START_MS=$(( END_MS - DAYS * 86400000 ))
   PER_SENSOR=$(( DAYS * 86400000 / STEP_MS ))
   COUNT=$(( SENSORS * PER_SENSOR ))
