@@ -62,12 +62,20 @@ impl Buffers {
         out
     }
 
-    /// Sensors with unflushed readings, with the first and last unflushed timestamps.
-    /// Ordered by key.
+    /// Sensors with unflushed readings, with the first and last unflushed timestamps. Ordered
+    /// by key.
     pub fn unflushed_sensors(&self) -> Vec<SensorInfo> {
+        self.unflushed_sensors_except(&|_| false)
+    }
+
+    /// [`Buffers::unflushed_sensors`] but those `known` holds (asked first, so that a known one costs no copy). Ordered by key.
+    pub fn unflushed_sensors_except(&self, known: &dyn Fn(&str) -> bool) -> Vec<SensorInfo> {
         self.merge();
         let mut out: Vec<SensorInfo> = Vec::new();
         self.map.for_each(|key, sensor| {
+            if known(key.0.key()) {
+                return;
+            }
             let mut span = Span::EMPTY;
             for hb in sensor.hours.iter() {
                 span.merge(hb.span);

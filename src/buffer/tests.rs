@@ -863,3 +863,14 @@ async fn an_hour_the_sensor_moved_on_from_is_written_and_dropped() {
     drop(entry);
     assert!(b.buffered_bytes() < one_hour + ENTRY_BYTES + 64, "{}", b.buffered_bytes());
 }
+
+#[test]
+fn unflushed_sensors_leave_out_the_known_ones() {
+    let b = Buffers::new(config(1000, 1000));
+    b.push(vec![item("a", 10, 0), item("b", 20, 1), item("c", 30, 2)]).unwrap();
+    let keys =
+        |infos: Vec<crate::store::SensorInfo>| infos.into_iter().map(|i| i.key).collect::<Vec<_>>();
+    assert_eq!(keys(b.unflushed_sensors()), ["a", "b", "c"]);
+    assert_eq!(keys(b.unflushed_sensors_except(&|k| k == "b")), ["a", "c"]);
+    assert!(b.unflushed_sensors_except(&|_| true).is_empty());
+}

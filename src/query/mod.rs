@@ -27,6 +27,7 @@ pub mod encode;
 pub mod error;
 pub mod influxql;
 mod kept;
+mod listed;
 mod merge;
 pub mod params;
 mod points;

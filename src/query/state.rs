@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::listed::Listings;
 use super::unflushed::Unflushed;
 use super::view;
 use crate::buffer::Buffers;
@@ -60,6 +61,8 @@ pub struct QueryState {
     pub databases: Arc<Registry>,
     /// The database read: the default one until [`QueryState::open`] names another.
     pub database: Database,
+    /// Series listings kept across statements, shared by every database's state.
+    pub listings: Arc<Listings>,
 }
 
 impl QueryState {
@@ -74,6 +77,7 @@ impl QueryState {
             limits: QueryLimits::default(),
             databases,
             database: Database::default(),
+            listings: Arc::default(),
         }
     }
 
@@ -94,6 +98,7 @@ impl QueryState {
             limits: self.limits.clone(),
             databases: self.databases.clone(),
             database: db,
+            listings: self.listings.clone(),
         })
     }
 }

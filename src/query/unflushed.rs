@@ -14,6 +14,14 @@ pub trait Unflushed: Send + Sync + 'static {
     /// Sensors with unflushed readings, with their first and last unflushed timestamps.
     fn unflushed_sensors(&self) -> Vec<SensorInfo>;
 
+    /// [`Unflushed::unflushed_sensors`] but those `known` holds: a statement that listed the
+    /// store's series asks only for the ones not stored yet.
+    fn unflushed_sensors_except(&self, known: &dyn Fn(&str) -> bool) -> Vec<SensorInfo> {
+        let mut all = self.unflushed_sensors();
+        all.retain(|s| !known(&s.key));
+        all
+    }
+
     /// Whether `sensor` has any unflushed reading. Only asked when a query found nothing.
     fn has_unflushed(&self, sensor: &str) -> bool {
         !self.unflushed(sensor, MIN_TIMESTAMP_MS, MAX_TIMESTAMP_MS + 1).is_empty()
@@ -27,5 +35,9 @@ impl Unflushed for Buffers {
 
     fn unflushed_sensors(&self) -> Vec<SensorInfo> {
         Buffers::unflushed_sensors(self)
+    }
+
+    fn unflushed_sensors_except(&self, known: &dyn Fn(&str) -> bool) -> Vec<SensorInfo> {
+        Buffers::unflushed_sensors_except(self, known)
     }
 }

@@ -163,6 +163,10 @@ impl Store for StoreView {
         self.own(self.inner.step_values_of(queries, most).await)
     }
 
+    fn series_generation(&self) -> Option<u64> {
+        self.inner.series_generation()
+    }
+
     async fn sensors(&self, mut query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError> {
         query.after = query.after.map(|a| self.db.qualify(&a));
         query.database = self.db.clone();
@@ -202,8 +206,12 @@ impl Unflushed for UnflushedView {
     }
 
     fn unflushed_sensors(&self) -> Vec<SensorInfo> {
-        let mut all = self.inner.unflushed_sensors();
-        all.retain(|info| self.db.holds(&info.key));
+        self.unflushed_sensors_except(&|_| false)
+    }
+
+    fn unflushed_sensors_except(&self, known: &dyn Fn(&str) -> bool) -> Vec<SensorInfo> {
+        let known = |stored: &str| !self.db.holds(stored) || known(self.db.local(stored));
+        let all = self.inner.unflushed_sensors_except(&known);
         all.into_iter().map(|info| local(&self.db, info)).collect()
     }
 

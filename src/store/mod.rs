@@ -590,6 +590,15 @@ pub trait Store: Send + Sync + 'static {
 
     async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError>;
 
+    /// A number that changes whenever a series is created or removed, so that a listing of
+    /// [`Store::sensors`] (keys, measurements and tags, not spans) answered under one value may
+    /// be used again while it stays. It changes once the store holds the new series, before the
+    /// write that created it returns. `None`, the default: the store cannot tell (other
+    /// processes write it too), and every listing is asked for.
+    fn series_generation(&self) -> Option<u64> {
+        None
+    }
+
     /// Deletes, in one bounded step of at most about `budget` buckets, raw readings of hours
     /// past `policy.raw` (keeping their hour statistics for [`Store::rollups`]) and hour
     /// statistics past `policy.rollups`. The default does nothing: a store that expires by

@@ -254,6 +254,9 @@ pub struct EmbeddedStore {
     /// [`Store::expire_keys`]' cursors, by the range's lower key.
     key_cursors: Arc<std::sync::Mutex<std::collections::HashMap<String, Option<String>>>>,
     seal_cursor: Arc<std::sync::Mutex<Option<chunks::Key>>>,
+    /// [`Store::series_generation`]: raised after each commit that created a series (none is
+    /// ever removed).
+    series_generation: std::sync::atomic::AtomicU64,
 }
 
 impl EmbeddedStore {
@@ -289,6 +292,7 @@ impl EmbeddedStore {
             expire_cursor: Arc::default(),
             key_cursors: Arc::default(),
             seal_cursor: Arc::default(),
+            series_generation: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -465,10 +469,19 @@ impl Store for EmbeddedStore {
         // under a 10,000-sensor load and held each flushed reading twice in memory
         // (docs/performance.md#embedded-writes-on-a-thread-of-their-own).
         let run = std::panic::AssertUnwindSafe(|| write::write_batches(&self.db(), w, batches));
-        std::panic::catch_unwind(run).unwrap_or_else(|_| {
+        let written = std::panic::catch_unwind(run).unwrap_or_else(|_| {
             let e = StoreError::Internal("embedded write panicked".into());
-            vec![Err(e); batches.len()]
-        })
+            // Whether it committed a series is not known: listings are asked again.
+            write::Written { outcomes: vec![Err(e); batches.len()], new_series: true }
+        });
+        if written.new_series {
+            self.series_generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        written.outcomes
+    }
+
+    fn series_generation(&self) -> Option<u64> {
+        Some(self.series_generation.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     fn writes_block(&self) -> bool {

@@ -25,6 +25,8 @@ struct Tables<'t> {
     marks: Table<'t, (&'static str, i64, u64), u64>,
     /// This transaction's number, which its new chunks are keyed by.
     write: u64,
+    /// Whether this transaction created a series.
+    new_series: bool,
 }
 
 impl<'t> Tables<'t> {
@@ -44,6 +46,7 @@ impl<'t> Tables<'t> {
             chunks: chunks::open_write(txn)?,
             marks: txn.open_table(WRITER_MARKS)?,
             write,
+            new_series: false,
         })
     }
 }
@@ -57,23 +60,29 @@ pub(super) struct Writing {
     pub fail_after: usize,
 }
 
-/// Writes `batches`, returning one outcome per batch. A batch that breaks the `Batch`
-/// invariant, or whose stored series or bucket turns out corrupt, fails alone; a redb error
-/// (I/O, disk full) aborts the transaction and fails every batch that was to be written.
-pub(super) fn write_batches(
-    db: &Database,
-    w: Writing,
-    batches: &[Batch],
-) -> Vec<Result<WriteReport, StoreError>> {
+/// What [`write_batches`] did.
+pub(super) struct Written {
+    /// One per batch.
+    pub outcomes: Vec<Result<WriteReport, StoreError>>,
+    /// Whether it committed a series that did not exist before.
+    pub new_series: bool,
+}
+
+/// Writes `batches`, with one outcome per batch. A batch that breaks the `Batch` invariant,
+/// or whose stored series or bucket turns out corrupt, fails alone; a redb error (I/O, disk
+/// full) aborts the transaction and fails every batch that was to be written.
+pub(super) fn write_batches(db: &Database, w: Writing, batches: &[Batch]) -> Written {
     let mut outcomes: Vec<Result<WriteReport, StoreError>> =
         batches.iter().map(|b| check_batch(b).map(|()| WriteReport::default())).collect();
     let todo: Vec<usize> =
         (0..batches.len()).filter(|&i| outcomes[i].is_ok() && !batches[i].is_empty()).collect();
     if todo.is_empty() {
-        return outcomes;
+        return Written { outcomes, new_series: false };
     }
+    let mut new_series = false;
     match commit(db, w, batches, &todo) {
-        Ok(results) => {
+        Ok((results, created)) => {
+            new_series = created;
             for (i, r) in todo.into_iter().zip(results) {
                 outcomes[i] = r;
             }
@@ -85,7 +94,7 @@ pub(super) fn write_batches(
             }
         }
     }
-    outcomes
+    Written { outcomes, new_series }
 }
 
 fn check_batch(batch: &Batch) -> Result<(), StoreError> {
@@ -106,13 +115,14 @@ fn commit(
     w: Writing,
     batches: &[Batch],
     todo: &[usize],
-) -> Result<Vec<Result<WriteReport, StoreError>>, EmbeddedError> {
+) -> Result<(Vec<Result<WriteReport, StoreError>>, bool), EmbeddedError> {
     let mut txn = db.begin_write()?;
     // Durability stays redb's default (Immediate: fsync before commit returns).
     txn.set_quick_repair(true);
     let cut = cut_batch(w.fail_after, batches, todo);
     let mut results: Vec<Result<WriteReport, StoreError>> =
         vec![Ok(WriteReport::default()); todo.len()];
+    let new_series;
     {
         let mut t = Tables::open(&txn)?;
         let mut items: Vec<Item<'_>> = todo
@@ -132,6 +142,7 @@ fn commit(
                 results[item.slot] = outcome;
             }
         }
+        new_series = t.new_series;
     }
     if let Some(c) = cut {
         results[c.slot] = Err(StoreError::Unavailable(format!(
@@ -140,7 +151,7 @@ fn commit(
         )));
     }
     super::commit(db, txn)?;
-    Ok(results)
+    Ok((results, new_series))
 }
 
 /// The batch the test hook (`EmbeddedStore::fail_next_batch_after`) breaks off: the first
@@ -544,6 +555,7 @@ fn create_series(
         .map(|g| g.value())
         .ok_or_else(|| EmbeddedError::Corrupt("meta table lacks next_series_id".into()))?;
     t.meta.insert(META_NEXT_SERIES_ID, id + 1)?;
+    t.new_series = true;
     let s = &batch.series;
     let record = SeriesRecord {
         id,

@@ -542,6 +542,7 @@ async fn a_statement_past_its_time_budget_fails_alone_and_the_next_one_runs() {
         },
         databases: Default::default(),
         database: Default::default(),
+        listings: Default::default(),
     };
     let app = App { store, unflushed, router: bucketd::query::router(state) };
     fixture(&app).await;
@@ -574,6 +575,7 @@ async fn kept_values_are_bounded_per_window_not_per_statement() {
         limits: bucketd::query::QueryLimits { max_held, ..Default::default() },
         databases: Default::default(),
         database: Default::default(),
+        listings: Default::default(),
     };
     let whole = App {
         store: store.clone(),
@@ -640,6 +642,7 @@ async fn a_statement_past_its_window_budget_fails_with_a_clear_error() {
         limits: bucketd::query::QueryLimits { max_cells: 100, ..Default::default() },
         databases: Default::default(),
         database: Default::default(),
+        listings: Default::default(),
     };
     let app = App { store, unflushed, router: bucketd::query::router(state) };
     fixture(&app).await;
@@ -659,4 +662,52 @@ async fn a_statement_past_its_window_budget_fails_with_a_clear_error() {
         assert_eq!(status, StatusCode::OK, "{body}");
         assert!(body["results"][0]["series"].as_array().is_some_and(|s| s.len() == 3), "{body}");
     }
+}
+
+/// The series listing a statement made is kept for the next ones (on a store that tells when
+/// its series change), and a series stored after it, with nothing of it left unflushed, is
+/// listed by the next statement all the same.
+#[tokio::test]
+async fn a_series_stored_after_a_statement_is_listed_by_the_next() {
+    async fn store_one(store: &dyn Store, host: &str, ts: TimestampMs) {
+        let meta = series(&format!("cpu,host={host}"), "cpu", &[("host", host)]);
+        let s = bucketd::model::Series::shared(meta);
+        let one = [reading(ts, vec![("v", FieldValue::Float(1.0))])];
+        for result in
+            store.write(WriterId(1), &bucketd_test_support::store::batches(&s, &one)).await
+        {
+            result.expect("embedded store write");
+        }
+    }
+    async fn hosts(router: &axum::Router) -> Vec<String> {
+        let q =
+            r#"SELECT count("v") FROM "cpu" WHERE "host" = 'b' OR "host" = 'a' GROUP BY "host""#;
+        let (status, body) = get_json(router, &format!("/query?q={}", enc(q))).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let series = body["results"][0]["series"].as_array().cloned().unwrap_or_default();
+        series.iter().map(|s| s["tags"]["host"].as_str().unwrap().to_owned()).collect()
+    }
+    async fn shown(router: &axum::Router) -> Value {
+        let (_, body) = get_json(router, &format!("/query?q={}", enc("SHOW SERIES"))).await;
+        body["results"][0]["series"][0]["values"].clone()
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let embedded =
+        bucketd::store::embedded::EmbeddedStore::open(dir.path(), BucketLimits::default())
+            .expect("open the embedded store");
+    let embedded: Arc<dyn Store> = Arc::new(embedded);
+    let unflushed = Arc::new(FakeUnflushed::default());
+    let memory = Arc::new(MemoryStore::new(BucketLimits::default()));
+    let app = app_with(memory, embedded.clone(), unflushed);
+    store_one(&*embedded, "a", 1_000).await;
+    assert_eq!(hosts(&app.router).await, ["a"]);
+    assert_eq!(shown(&app.router).await, json!([["cpu,host=a"]]));
+    // Asked again, with no series created: the same answer from the listing kept.
+    assert_eq!(hosts(&app.router).await, ["a"]);
+    store_one(&*embedded, "b", 2_000).await;
+    assert_eq!(hosts(&app.router).await, ["a", "b"]);
+    assert_eq!(shown(&app.router).await, json!([["cpu,host=a"], ["cpu,host=b"]]));
+    // Readings of a known series only.
+    store_one(&*embedded, "a", 3_000).await;
+    assert_eq!(hosts(&app.router).await, ["a", "b"]);
 }

@@ -115,6 +115,7 @@ macro_rules! store_suite {
             a_failed_batch_leaves_the_prefix_its_mark_names,
             marks_are_kept_per_writer,
             first_and_last_of_each_hour,
+            series_generation_moves_with_new_series_only,
         );
         $crate::store::suite::store_suite!(@retention $make;
             expired_hours_keep_exact_statistics,
@@ -841,6 +842,25 @@ pub async fn sensors_by_tag_and_measurement(make: Make<'_>) {
 /// Requests with nothing to do succeed with nothing; a step that is not positive is refused.
 /// The same series in three databases: each listing holds its database's only, by tag,
 /// by measurement and from a cursor alike, and each reads its own readings.
+/// A store that tells its series generation changes it by the time the write creating a
+/// series returns, and keeps it while writes only add readings to known series.
+pub async fn series_generation_moves_with_new_series_only(make: Make<'_>) {
+    let f = make(BucketLimits::default()).await;
+    let Some(before) = f.store.series_generation() else { return };
+    let a = series("gen-a", "m", &[("site", "a")]);
+    let b = series("gen-b", "m", &[("site", "b")]);
+    let one = |ts| reading(ts, &[("v", FieldValue::Float(1.0))]);
+    write_ok(&*f.store, &batches(&a, &[one(T0)])).await;
+    let after_a = f.store.series_generation().expect("still told");
+    assert_ne!(after_a, before, "a series was created");
+    // More readings of a known series, in this hour and another.
+    write_ok(&*f.store, &batches(&a, &[one(T0 + MINUTE), one(T0 + 2 * HOUR_MS)])).await;
+    assert_eq!(f.store.series_generation(), Some(after_a), "no series was created");
+    write_ok(&*f.store, &[batches(&a, &[one(T0 + 3 * MINUTE)]), batches(&b, &[one(T0)])].concat())
+        .await;
+    assert_ne!(f.store.series_generation(), Some(after_a), "series b was created");
+}
+
 pub async fn sensors_are_listed_per_database(make: Make<'_>) {
     use bucketd::databases::Database;
     let f = make(BucketLimits { max_readings: 4, max_bytes: 64 * 1024 }).await;

@@ -93,6 +93,7 @@ pub fn app_with(
         limits: QueryLimits::default(),
         databases: Default::default(),
         database: Default::default(),
+        listings: Default::default(),
     };
     // The API's one OpenAPI document beside the query routes, as the server serves them.
     let router = router(state)

@@ -13,6 +13,7 @@ use crate::query::influxql::syntax::ast::Source;
 
 use crate::model::{FieldValue, Reading, TimestampMs};
 use crate::query::kept::Kept;
+use crate::query::listed;
 use crate::query::merge::merge;
 use crate::query::points;
 use crate::query::rollups::{each_step_value, merge_unflushed, merged_rollups};
@@ -214,7 +215,7 @@ impl Ctx<'_> {
     pub async fn series_of(
         &self,
         sources: &[Source],
-    ) -> Result<BTreeMap<String, Vec<SensorInfo>>, ExecError> {
+    ) -> Result<BTreeMap<String, Vec<Arc<SensorInfo>>>, ExecError> {
         let mut names = Vec::new();
         let mut regexes = Vec::new();
         for s in sources {
@@ -228,7 +229,7 @@ impl Ctx<'_> {
                 Source::Regex { pattern, .. } => regexes.push(compile_regex(pattern)?),
             }
         }
-        let mut found: BTreeMap<String, SensorInfo> = BTreeMap::new();
+        let mut found: BTreeMap<String, Arc<SensorInfo>> = BTreeMap::new();
         let wanted = |m: &str| {
             sources.is_empty()
                 || names.iter().any(|n| n == m)
@@ -243,28 +244,55 @@ impl Ctx<'_> {
         for measurement in listings {
             self.list(measurement, &wanted, &mut found).await?;
         }
-        for s in self.state.unflushed.unflushed_sensors() {
+        let unstored = self.state.unflushed.unflushed_sensors_except(&|k| found.contains_key(k));
+        for s in unstored {
             if !wanted(&s.measurement) {
                 continue;
             }
-            found.entry(s.key.clone()).or_insert(s);
+            if !found.contains_key(&s.key) {
+                found.insert(s.key.clone(), Arc::new(s));
+            }
             if found.len() > MAX_SERIES {
                 return Err(too_many_series());
             }
         }
-        let mut by_measurement: BTreeMap<String, Vec<SensorInfo>> = BTreeMap::new();
+        let mut by_measurement: BTreeMap<String, Vec<Arc<SensorInfo>>> = BTreeMap::new();
         for (_, s) in found {
-            by_measurement.entry(s.measurement.clone()).or_default().push(s);
+            match by_measurement.get_mut(&s.measurement) {
+                Some(series) => series.push(s),
+                None => {
+                    by_measurement.insert(s.measurement.clone(), vec![s]);
+                }
+            }
         }
         Ok(by_measurement)
     }
 
+    /// The store's series of `measurement` (of every one: `None`) that are `wanted`, into
+    /// `found`: from the listing kept since the store's series last changed, if there is one.
     async fn list(
         &self,
         measurement: Option<String>,
         wanted: &impl Fn(&str) -> bool,
-        found: &mut BTreeMap<String, SensorInfo>,
+        found: &mut BTreeMap<String, Arc<SensorInfo>>,
     ) -> Result<(), ExecError> {
+        let listings = &self.state.listings;
+        let database = self.state.database.name();
+        // Read before the listing: a series created meanwhile makes the listing kept stale.
+        let generation = self.state.store.series_generation();
+        if let Some(g) = generation
+            && let Some(kept) = listings.get(database, measurement.as_deref(), g)
+        {
+            for s in kept.iter().filter(|s| wanted(&s.measurement)) {
+                found.insert(s.key.clone(), s.clone());
+                if found.len() > MAX_SERIES {
+                    return Err(too_many_series());
+                }
+            }
+            return Ok(());
+        }
+        // The whole listing, to keep; dropped once it passes what may be kept.
+        let mut whole: Option<(Vec<Arc<SensorInfo>>, usize)> = generation.map(|_| (Vec::new(), 0));
         let page = self.state.limits.max_sensors;
         let mut after = None;
         loop {
@@ -282,6 +310,14 @@ impl Ctx<'_> {
             let full = batch.len() == page;
             after = batch.last().map(|s| s.key.clone());
             for s in batch {
+                let s = Arc::new(s);
+                if let Some((all, bytes)) = &mut whole {
+                    *bytes += listed::bytes_of(&s);
+                    all.push(s.clone());
+                }
+                if whole.as_ref().is_some_and(|(_, bytes)| *bytes > listed::MAX_BYTES) {
+                    whole = None;
+                }
                 if wanted(&s.measurement) {
                     found.insert(s.key.clone(), s);
                 }
@@ -290,9 +326,13 @@ impl Ctx<'_> {
                 return Err(too_many_series());
             }
             if !full || after.is_none() {
-                return Ok(());
+                break;
             }
         }
+        if let (Some(g), Some((all, bytes))) = (generation, whole) {
+            listings.put(database, measurement, g, all, bytes);
+        }
+        Ok(())
     }
 
     /// The readings of one series in `[from, to)`, unflushed ones merged in; from where they

@@ -2,6 +2,7 @@
 //! field keys and series. A database's only retention policy is `autogen`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -189,14 +190,15 @@ impl Filter {
 
     fn matching<'a>(
         &'a self,
-        series: &'a [SensorInfo],
+        series: &'a [Arc<SensorInfo>],
     ) -> impl Iterator<Item = &'a SensorInfo> + 'a {
         series
             .iter()
+            .map(|s| &**s)
             .filter(move |s| self.condition.as_ref().is_none_or(|c| c.series_matches_tags(&s.tags)))
     }
 
-    fn any(&self, series: &[SensorInfo]) -> bool {
+    fn any(&self, series: &[Arc<SensorInfo>]) -> bool {
         self.matching(series).next().is_some()
     }
 }

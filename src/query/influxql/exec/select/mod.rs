@@ -103,13 +103,17 @@ pub async fn select(ctx: &Ctx<'_>, s: &Select) -> Result<Vec<Series>, ExecError>
     let mut measurements = Vec::new();
     let mut left_outs = Vec::new();
     for (name, all) in ctx.series_of(&s.from).await? {
-        let tag_keys: BTreeSet<String> =
-            all.iter().flat_map(|s| s.tags.iter().map(|(k, _)| k.clone())).collect();
+        // Cloned once each, not once a series.
+        let mut tag_keys: BTreeSet<String> = BTreeSet::new();
+        for (k, _) in all.iter().flat_map(|s| &s.tags) {
+            if !tag_keys.contains(k) {
+                tag_keys.insert(k.clone());
+            }
+        }
         let group_keys = group_keys(&s.group_by.tags, &tag_keys)?;
         let mut groups: BTreeMap<Vec<String>, Vec<Arc<SensorInfo>>> = BTreeMap::new();
         let mut left_out = Vec::new();
         for info in all {
-            let info = Arc::new(info);
             if condition.as_ref().is_some_and(|c| !c.series_may_match(&info.tags, &tag_keys)) {
                 keep_left_out(&mut left_out, &info);
                 continue;
