@@ -12,6 +12,7 @@ mod rollup;
 
 pub use rollup::{
     FieldStats, Need, RollupQuery, RollupRow, RollupSteps, StepOfValues, StepValues, add_to_step,
+    i128_to_f64,
 };
 
 use async_trait::async_trait;

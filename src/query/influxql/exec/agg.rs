@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::go_order;
 use crate::model::{FieldValue, TimestampMs};
-use crate::store::{FieldStats, Need};
+use crate::store::{FieldStats, Need, i128_to_f64};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Func {
@@ -545,7 +545,7 @@ fn order(a: &FieldValue, b: &FieldValue) -> Option<std::cmp::Ordering> {
 
 fn float_mean(all_int: bool, int: i128, float_sum: f64, n: u64) -> Value {
     // An integer sum is exact; dividing it once keeps the mean as exact as InfluxDB's.
-    let sum = if all_int { int as f64 } else { float_sum };
+    let sum = if all_int { i128_to_f64(int) } else { float_sum };
     float(sum / n as f64)
 }
 

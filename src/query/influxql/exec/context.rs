@@ -55,9 +55,15 @@ fn as_go_writes_them<S: serde::Serializer>(rows: &[Vec<Value>], s: S) -> Result<
     }
     impl Serialize for Cell<'_> {
         fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            // Every float from 2^63 up is whole; below, whole when it survives a round trip
+            // through i64 (`fract` is a library call on the baseline x86-64 target).
+            const I64_BOUND: f64 = 9_223_372_036_854_775_808.0;
             match self.0.as_f64() {
+                Some(f) if self.0.is_f64() && f.abs() < I64_BOUND && (f as i64) as f64 == f => {
+                    s.serialize_i64(f as i64)
+                }
                 // Go writes digits, not an exponent, below 1e21; i128 holds those exactly.
-                Some(f) if self.0.is_f64() && f.fract() == 0.0 && f.abs() < 1e21 => {
+                Some(f) if self.0.is_f64() && f.abs() >= I64_BOUND && f.abs() < 1e21 => {
                     s.serialize_i128(f as i128)
                 }
                 _ => self.0.serialize(s),
@@ -618,13 +624,17 @@ mod tests {
                 vec![Value::from(3), Value::from(-4.0)],
                 vec![Value::from(4), Value::from(1e20)],
                 vec![Value::from(4), Value::from(1e21)],
+                vec![Value::from(4), Value::from(-9_223_372_036_854_775_808.0)],
+                vec![Value::from(4), Value::from(9_223_372_036_854_775_808.0)],
+                vec![Value::from(4), Value::from(-0.5)],
+                vec![Value::from(4), Value::from(1e15 + 0.5)],
                 vec![Value::from(5), Value::Null],
                 vec![Value::from(6), Value::from("x")],
             ],
         };
         assert_eq!(
             serde_json::to_string(&series).unwrap(),
-            r#"{"name":"m","columns":["time","v"],"values":[[1,21],[2,21.5],[3,-4],[4,100000000000000000000],[4,1e+21],[5,null],[6,"x"]]}"#
+            r#"{"name":"m","columns":["time","v"],"values":[[1,21],[2,21.5],[3,-4],[4,100000000000000000000],[4,1e+21],[4,-9223372036854775808],[4,9223372036854775808],[4,-0.5],[4,1000000000000000.5],[5,null],[6,"x"]]}"#
         );
         assert!(series.values[0][1].is_f64(), "the rows themselves stay floats");
     }
