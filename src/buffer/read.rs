@@ -68,7 +68,8 @@ impl Buffers {
         self.unflushed_sensors_except(&|_| false)
     }
 
-    /// [`Buffers::unflushed_sensors`] but those `known` holds (asked first, so that a known one costs no copy). Ordered by key.
+    /// [`Buffers::unflushed_sensors`] but those `known` holds (asked first, so that a known one
+    /// costs no copy). Ordered by key.
     pub fn unflushed_sensors_except(&self, known: &dyn Fn(&str) -> bool) -> Vec<SensorInfo> {
         self.merge();
         let mut out: Vec<SensorInfo> = Vec::new();
