@@ -22,6 +22,8 @@
 #                                             later run with the same data loads nothing)
 #   JITTER=20 loadtest/dashboard.sh           (values jump by up to 20 steps at random, where
 #                                             they otherwise move by one fixed step)
+#   DATA=/tmp/dash END_DAY=2026-11-30 loadtest/dashboard.sh   (the data ends at that day's
+#                                             start, not at the last whole day before today)
 # Needs: victoria-metrics, influxd (Debian packages), curl, jq, taskset. Everything listens on
 # 127.0.0.1 only, stores under a temp dir, and is killed (and the temp dir removed) on exit.
 set -euo pipefail
