@@ -184,7 +184,7 @@ pub(super) async fn write(
                     outcomes[i] = Err(e.clone());
                 }
             }
-            Ok(errors) => {
+            Ok((errors, _)) => {
                 for (k, code, msg) in errors {
                     let i = indexes[k];
                     if code == 11000 {
@@ -209,11 +209,17 @@ async fn rest_of(inner: &Inner, writer: WriterId, run: &Run<'_>) -> Result<(), S
     let filter = doc! {d::ID: doc_id(batch.series.key(), batch.hour)};
     let action = inner.hours.find_one(filter).projection(doc! {&path: 1});
     let found = super::timed(inner.op_timeout, "find", action).await?.map_err(error_from_driver)?;
+    // Exactly: sequence numbers pass 2^53, so a mark read through a float is another number,
+    // which skipped the statistics of readings above the true mark and made the filter below
+    // match nothing.
     let mark = found
         .as_ref()
         .and_then(|doc| lookup(doc, &path))
-        .and_then(d::number)
-        .map(|m| m as Seq)
+        .and_then(|m| match m {
+            Bson::Int64(m) => Seq::try_from(*m).ok(),
+            Bson::Int32(m) => Seq::try_from(*m).ok(),
+            _ => None,
+        })
         .ok_or_else(|| {
             StoreError::Unavailable(format!(
                 "hour statistics of {} without a mark",
@@ -221,9 +227,15 @@ async fn rest_of(inner: &Inner, writer: WriterId, run: &Run<'_>) -> Result<(), S
             ))
         })?;
     let Some(st) = statement(run, writer, Some(mark)) else { return Ok(()) };
-    match send(inner, vec![st]).await?.first() {
-        None => Ok(()),
+    let (errors, matched) = send(inner, vec![st]).await?;
+    match errors.first() {
         Some((_, code, msg)) => Err(error_from_code(*code, msg)),
+        // The mark moved since it was read: nothing was counted, and the batch is retried.
+        None if matched == 0 => Err(StoreError::Unavailable(format!(
+            "hour statistics of {} changed while they were written; retried",
+            batch.series.key()
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -237,11 +249,11 @@ fn lookup<'d>(doc: &'d Document, path: &str) -> Option<&'d Bson> {
 }
 
 /// Sends one unordered `update` command; returns its write errors (statement index, code,
-/// message).
+/// message) and how many documents its statements matched or inserted.
 async fn send(
     inner: &Inner,
     statements: Vec<Document>,
-) -> Result<Vec<(usize, i32, String)>, StoreError> {
+) -> Result<(Vec<(usize, i32, String)>, u64), StoreError> {
     let n = statements.len();
     let cmd = doc! {
         "update": COLLECTION,
@@ -269,7 +281,8 @@ async fn send(
             }
         }
     }
-    Ok(errors)
+    let matched = reply.get("n").and_then(d::number).map_or(0, |n| n as u64);
+    Ok((errors, matched))
 }
 
 /// One hour's kept statistics: readings counted, and per numeric field.
