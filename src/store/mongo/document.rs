@@ -32,7 +32,7 @@ use std::borrow::Cow;
 
 use bson::{Bson, DateTime, Document, RawDocumentBuf};
 
-use crate::model::{FieldName, FieldValue, Fields, Reading, TimestampMs, WriterId};
+use crate::model::{FieldName, FieldValue, Fields, Reading, Seq, TimestampMs, WriterId};
 use crate::store::{FieldStats, StoreError};
 
 pub const ID: &str = "_id";
@@ -218,6 +218,17 @@ pub fn decode_reading(doc: &Document) -> Result<Reading, StoreError> {
     Ok(Reading { ts, fields })
 }
 
+/// A writer's mark (a sequence number) as stored: an integer read exactly, since sequence
+/// numbers pass 2^53, where [`number`] would hand back another one. `None`: not an integer, or
+/// negative.
+pub fn seq(value: &Bson) -> Option<Seq> {
+    match value {
+        Bson::Int64(v) => Seq::try_from(*v).ok(),
+        Bson::Int32(v) => Seq::try_from(*v).ok(),
+        _ => None,
+    }
+}
+
 /// Any BSON number as f64: the server may hand back int32, int64 or double for the same
 /// statistic depending on how it was accumulated.
 pub fn number(value: &Bson) -> Option<f64> {
@@ -274,6 +285,15 @@ fn decode_point(doc: &Document, key: &str) -> Result<Option<(TimestampMs, f64)>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn marks_past_2_pow_53_are_read_exactly() {
+        let mark: Seq = 1_796_144_786_877_426_668;
+        assert_eq!(seq(&Bson::Int64(mark as i64)), Some(mark));
+        assert_eq!(seq(&Bson::Int32(7)), Some(7));
+        assert_eq!(seq(&Bson::Int64(-1)), None);
+        assert_eq!(seq(&Bson::Double(7.0)), None);
+    }
 
     #[test]
     fn names_that_would_break_update_paths_are_mapped() {

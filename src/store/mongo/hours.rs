@@ -209,18 +209,10 @@ async fn rest_of(inner: &Inner, writer: WriterId, run: &Run<'_>) -> Result<(), S
     let filter = doc! {d::ID: doc_id(batch.series.key(), batch.hour)};
     let action = inner.hours.find_one(filter).projection(doc! {&path: 1});
     let found = super::timed(inner.op_timeout, "find", action).await?.map_err(error_from_driver)?;
-    // Exactly: sequence numbers pass 2^53, so a mark read through a float is another number,
-    // which skipped the statistics of readings above the true mark and made the filter below
-    // match nothing.
-    let mark = found
-        .as_ref()
-        .and_then(|doc| lookup(doc, &path))
-        .and_then(|m| match m {
-            Bson::Int64(m) => Seq::try_from(*m).ok(),
-            Bson::Int32(m) => Seq::try_from(*m).ok(),
-            _ => None,
-        })
-        .ok_or_else(|| {
+    // Exactly (`d::seq`): a mark read through a float skipped the statistics of readings above
+    // the true mark and made the filter below match nothing.
+    let mark =
+        found.as_ref().and_then(|doc| lookup(doc, &path)).and_then(d::seq).ok_or_else(|| {
             StoreError::Unavailable(format!(
                 "hour statistics of {} without a mark",
                 batch.series.key()

@@ -6,9 +6,8 @@
 //! hour. That is told without a read by [`Latest`], the latest time stored per series and
 //! hour that this process knows of (its own writes, and what it read), and by one aggregation
 //! per write for the series and hours it does not know yet (after a start, and at each new
-//! hour). Only a batch that reaches back to or before
-//! that latest time has its hour's buckets read whole, and only one that meets a stored point
-//! takes the slow path, [`Overlay`]:
+//! hour). Only a batch that reaches back to or before that latest time has its hour's buckets
+//! read whole, and only one that meets a stored point takes the slow path, [`Overlay`]:
 //!
 //! 1. each bucket holding a met point is replaced, with its statistics counted again from its
 //!    readings, by an update filtered on the bucket's count and size as read, so that a bucket

@@ -69,13 +69,9 @@ pub(super) async fn high_water(
                 .iter()
                 .filter_map(|doc| {
                     let sensor = doc.get_str(d::ID).ok()?;
-                    // Sequence numbers are int64 (not f64: they pass 2^53). Buckets written
-                    // without them have no `w`, so the group's is null: 0.
-                    let w = match doc.get("w") {
-                        Some(Bson::Int64(v)) => u64::try_from(*v).unwrap_or(0),
-                        Some(Bson::Int32(v)) => u64::try_from(*v).unwrap_or(0),
-                        _ => 0,
-                    };
+                    // Buckets written without sequence numbers have no `w`, so the group's
+                    // is null: 0.
+                    let w = doc.get("w").and_then(d::seq).unwrap_or(0);
                     Some((sensor, w))
                 })
                 .collect();

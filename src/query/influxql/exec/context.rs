@@ -255,9 +255,7 @@ impl Ctx<'_> {
             if !wanted(&s.measurement) {
                 continue;
             }
-            if !found.contains_key(&s.key) {
-                found.insert(s.key.clone(), Arc::new(s));
-            }
+            found.insert(s.key.clone(), Arc::new(s));
             if found.len() > MAX_SERIES {
                 return Err(too_many_series());
             }
