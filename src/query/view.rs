@@ -158,7 +158,7 @@ impl Store for StoreView {
         &self,
         queries: Vec<RollupQuery>,
         most: usize,
-    ) -> Result<Option<Vec<StepValues>>, StoreError> {
+    ) -> Result<Option<StepValues>, StoreError> {
         let queries = queries.into_iter().map(|q| self.rollup(q)).collect();
         self.own(self.inner.step_values_of(queries, most).await)
     }

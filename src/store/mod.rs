@@ -12,7 +12,7 @@ mod rollup;
 
 pub use rollup::{
     FieldStats, Need, RollupQuery, RollupRow, RollupSteps, StepOfValues, StepValues, add_to_step,
-    i128_to_f64,
+    add_to_step_with_room, i128_to_f64,
 };
 
 use async_trait::async_trait;
@@ -570,21 +570,22 @@ pub trait Store: Send + Sync + 'static {
         Ok(Some(out))
     }
 
-    /// [`Store::step_values`] of several series at once, in the order asked; `None` as soon as
-    /// they hold more than `most` together. The default asks for each in turn; a store that
-    /// runs its reads on other threads reads them all in one go.
+    /// [`Store::step_values`] of several series together, of one step and the same fields:
+    /// each step holds the values of every series, in no set order (what a median over them
+    /// all reads). `None` as soon as they hold more than `most`. The default asks for each in
+    /// turn; a store that runs its reads on other threads reads them all in one go, into the
+    /// same steps.
     async fn step_values_of(
         &self,
         queries: Vec<RollupQuery>,
         most: usize,
-    ) -> Result<Option<Vec<StepValues>>, StoreError> {
-        let (mut out, mut held) = (Vec::with_capacity(queries.len()), 0usize);
+    ) -> Result<Option<StepValues>, StoreError> {
+        let mut out = StepValues::default();
         for query in queries {
-            let Some(values) = self.step_values(query, most - held).await? else {
+            let Some(values) = self.step_values(query, most - out.held()).await? else {
                 return Ok(None);
             };
-            held += values.held();
-            out.push(values);
+            out.merge(values);
         }
         Ok(Some(out))
     }

@@ -280,6 +280,16 @@ impl StepValues {
         add_to_step(field_of(&mut self.fields, name), start, values);
     }
 
+    /// Adds every value of `other`, step by step.
+    pub fn merge(&mut self, other: StepValues) {
+        for (name, steps) in other.fields {
+            let into = field_of(&mut self.fields, &name);
+            for (start, values) in steps {
+                add_to_step(into, start, &values);
+            }
+        }
+    }
+
     /// Forgets step `start` of every field, to gather it again.
     pub fn clear_step(&mut self, start: TimestampMs) {
         clear_step(&mut self.fields, start);
@@ -288,15 +298,39 @@ impl StepValues {
 
 /// Adds `values` to step `start` of `steps` (ascending), made where it is missing.
 pub fn add_to_step(steps: &mut Vec<StepOfValues>, start: TimestampMs, values: &[f64]) {
+    add_to_step_with_room(steps, start, values, 0);
+}
+
+/// [`add_to_step`], a step made here with room for `room` values (at least `values`), where
+/// the caller knows more are coming. How many values of room it made beyond `values`.
+pub fn add_to_step_with_room(
+    steps: &mut Vec<StepOfValues>,
+    start: TimestampMs,
+    values: &[f64],
+    room: usize,
+) -> usize {
+    let room = room.max(values.len());
+    let made = || {
+        let mut held = Vec::with_capacity(room);
+        held.extend_from_slice(values);
+        (start, held)
+    };
     match steps.last_mut() {
-        Some((last, held)) if *last == start => held.extend_from_slice(values),
-        Some((last, _)) if *last < start => steps.push((start, values.to_vec())),
-        None => steps.push((start, values.to_vec())),
+        Some((last, held)) if *last == start => {
+            held.extend_from_slice(values);
+            return 0;
+        }
+        Some((last, _)) if *last < start => steps.push(made()),
+        None => steps.push(made()),
         Some(_) => match steps.binary_search_by_key(&start, |(s, _)| *s) {
-            Ok(i) => steps[i].1.extend_from_slice(values),
-            Err(i) => steps.insert(i, (start, values.to_vec())),
+            Ok(i) => {
+                steps[i].1.extend_from_slice(values);
+                return 0;
+            }
+            Err(i) => steps.insert(i, made()),
         },
     }
+    room - values.len()
 }
 
 /// A rollup field by field: each field's steps ascending, one entry a step, steps without a
@@ -392,6 +426,29 @@ pub fn i128_to_f64(x: i128) -> f64 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn steps_are_made_with_the_room_asked_and_say_what_it_was() {
+        let mut steps: Vec<StepOfValues> = Vec::new();
+        assert_eq!(add_to_step_with_room(&mut steps, 120, &[1.0, 2.0], 10), 8);
+        assert!(steps[0].1.capacity() >= 10);
+        // Added to a step that is there: no room made.
+        assert_eq!(add_to_step_with_room(&mut steps, 120, &[3.0], 50), 0);
+        // A step made before one that is there, and one with less room than its values.
+        assert_eq!(add_to_step_with_room(&mut steps, 60, &[4.0], 3), 2);
+        assert_eq!(add_to_step_with_room(&mut steps, 180, &[5.0, 6.0], 1), 0);
+        assert_eq!(add_to_step_with_room(&mut steps, 60, &[7.0], 9), 0);
+        let want: Vec<StepOfValues> =
+            vec![(60, vec![4.0, 7.0]), (120, vec![1.0, 2.0, 3.0]), (180, vec![5.0, 6.0])];
+        assert_eq!(steps, want);
+        let mut merged = StepValues::default();
+        merged.add("v", 120, &[1.0]);
+        merged.merge(StepValues {
+            fields: vec![("v".into(), want), ("w".into(), vec![(0, vec![8.0])])],
+        });
+        assert_eq!(merged.held(), 9);
+        assert_eq!(merged.fields[0].1[1], (120, vec![1.0, 1.0, 2.0, 3.0]));
+    }
 
     #[test]
     fn wide_integers_round_as_a_cast_does() {

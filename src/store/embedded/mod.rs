@@ -573,7 +573,7 @@ impl Store for EmbeddedStore {
         &self,
         queries: Vec<RollupQuery>,
         most: usize,
-    ) -> Result<Option<Vec<StepValues>>, StoreError> {
+    ) -> Result<Option<StepValues>, StoreError> {
         queries.iter().try_for_each(positive_step)?;
         self.blocking(move |db| read::step_values_of(db, &queries, most)).await
     }

@@ -668,20 +668,30 @@ pub(super) fn step_values(
     step_values_in(&db.begin_read()?, q, most)
 }
 
-/// [`Store::step_values_of`](crate::store::Store::step_values_of) in one read transaction.
+/// The most room [`step_values_of`] makes ahead in its steps, in values.
+const MOST_SPARE: usize = 1 << 22;
+
+/// [`Store::step_values_of`](crate::store::Store::step_values_of) in one read transaction,
+/// every series into the same steps.
 pub(super) fn step_values_of(
     db: &Database,
     queries: &[RollupQuery],
     most: usize,
-) -> Result<Option<Vec<StepValues>>, EmbeddedError> {
+) -> Result<Option<StepValues>, EmbeddedError> {
+    let Some(first) = queries.first() else { return Ok(Some(StepValues::default())) };
     let txn = db.begin_read()?;
-    let (mut out, mut held) = (Vec::with_capacity(queries.len()), 0usize);
+    // Room is made ahead for no more than the values a call may hold, and for no more than
+    // a bounded number when that is unbounded.
+    let spare = most.min(MOST_SPARE);
+    let mut sink =
+        StepSink::new(first.step_ms, first.fields.as_deref()).shared(queries.len(), spare);
     for q in queries {
-        let Some(values) = step_values_in(&txn, q, most - held)? else { return Ok(None) };
-        held += values.held();
-        out.push(values);
+        debug_assert!(q.step_ms == first.step_ms && q.fields == first.fields);
+        if !step_values_into(&txn, q, most, &mut sink)? {
+            return Ok(None);
+        }
     }
-    Ok(Some(out))
+    Ok(Some(sink.finish()))
 }
 
 fn step_values_in(
@@ -689,15 +699,23 @@ fn step_values_in(
     q: &RollupQuery,
     most: usize,
 ) -> Result<Option<StepValues>, EmbeddedError> {
-    let Some(series) = series_record(txn, &q.sensor)? else {
-        return Ok(Some(StepValues::default()));
-    };
+    let mut sink = StepSink::new(q.step_ms, q.fields.as_deref());
+    Ok(step_values_into(txn, q, most, &mut sink)?.then(|| sink.finish()))
+}
+
+/// Adds `q`'s step values to `sink`; `false` as soon as it holds more than `most`.
+fn step_values_into(
+    txn: &ReadTransaction,
+    q: &RollupQuery,
+    most: usize,
+    sink: &mut StepSink<'_>,
+) -> Result<bool, EmbeddedError> {
+    let Some(series) = series_record(txn, &q.sensor)? else { return Ok(true) };
     check_live(txn, series.id, q.from, q.to)?;
     let (from, to) = (q.from.max(MIN_TIMESTAMP_MS), q.to.min(MAX_TIMESTAMP_MS + 1));
-    let mut sink = StepSink::new(q.step_ms, q.fields.as_deref());
     let over = |sink: &StepSink<'_>| sink.held > most;
-    let flow = scan_chunks(txn, series.id, (from, to), &mut sink, |_, _| Ok(false), over)?;
-    Ok(flow.is_continue().then(|| sink.finish()))
+    let flow = scan_chunks(txn, series.id, (from, to), sink, |_, _| Ok(false), over)?;
+    Ok(flow.is_continue())
 }
 
 /// Hands `sink` the numbers in `from..to` of every bucket of series `series_id` there, chunk by

@@ -4,7 +4,9 @@
 use super::EmbeddedError;
 use super::codec::{HeaderView, NumberSink};
 use crate::model::TimestampMs;
-use crate::store::{FieldStats, Need, RollupSteps, StepOfValues, StepValues, add_to_step};
+use crate::store::{
+    FieldStats, Need, RollupSteps, StepOfValues, StepValues, add_to_step_with_room,
+};
 
 /// Per wanted field, the step being filled and the steps done.
 pub(super) struct Windows<'q> {
@@ -232,11 +234,25 @@ pub(super) struct StepSink<'q> {
     names: Vec<String>,
     steps: Vec<Vec<StepOfValues>>,
     pub held: usize,
+    /// How many series add to the same steps: a step is made with room for the values of
+    /// each of them as many as the first brought, so that it is not grown and copied again
+    /// and again as they come.
+    series: usize,
+    /// How much room beyond the values held may still be made: a bound on what that guess
+    /// can cost when the other series have fewer values.
+    spare: usize,
 }
 
 impl<'q> StepSink<'q> {
     pub fn new(step: TimestampMs, wanted: Option<&'q [String]>) -> Self {
-        StepSink { step, wanted, names: Vec::new(), steps: Vec::new(), held: 0 }
+        let (names, steps) = (Vec::new(), Vec::new());
+        StepSink { step, wanted, names, steps, held: 0, series: 1, spare: 0 }
+    }
+
+    /// Steps that `series` series add to, with room made ahead for at most `spare` values.
+    pub fn shared(mut self, series: usize, spare: usize) -> Self {
+        (self.series, self.spare) = (series.max(1), spare);
+        self
     }
 
     pub fn finish(self) -> StepValues {
@@ -260,7 +276,9 @@ impl NumberSink for StepSink<'_> {
             let start = ts[at].div_euclid(self.step) * self.step;
             let end = start.saturating_add(self.step);
             let n = run_before(&ts[at..], end);
-            add_to_step(&mut self.steps[slot], start, &values[at..at + n]);
+            let room = n.saturating_mul(self.series - 1).min(self.spare);
+            let part = &values[at..at + n];
+            self.spare -= add_to_step_with_room(&mut self.steps[slot], start, part, n + room);
             at += n;
         }
     }

@@ -507,10 +507,11 @@ impl Ctx<'_> {
         Ok(Some(values))
     }
 
-    /// [`Ctx::step_values`] of several series over one range, read from the store in one
-    /// call. `None` when they hold more than `most` together, and when the store answers with
-    /// any error (a range past the retention among them): asked one by one, each series then
-    /// gets its own answer or error.
+    /// [`Ctx::step_values`] of several series over one range together (each step holds the
+    /// values of them all), read from the store in one call. `None` when they hold more than
+    /// `most` together, and when the store answers with any error (a range past the
+    /// retention among them): asked one by one, each series then gets its own answer or
+    /// error.
     pub async fn step_values_of(
         &self,
         keys: &[&str],
@@ -518,7 +519,7 @@ impl Ctx<'_> {
         step_ms: i64,
         fields: Option<&[String]>,
         most: usize,
-    ) -> Option<Vec<StepValues>> {
+    ) -> Option<StepValues> {
         let unflushed: Vec<_> =
             keys.iter().map(|key| self.state.unflushed.unflushed(key, from, to)).collect();
         let queries = keys
@@ -547,8 +548,8 @@ impl Ctx<'_> {
             }
         }
         let mut all = self.state.store.step_values_of(queries, most).await.ok()??;
-        for (values, unflushed) in all.iter_mut().zip(unflushed) {
-            add_unflushed(values, &unflushed, step_ms, fields);
+        for unflushed in unflushed {
+            add_unflushed(&mut all, &unflushed, step_ms, fields);
         }
         Some(all)
     }

@@ -72,16 +72,41 @@ proptest! {
         let want = model_step_values(&stored, &q);
         prop_assert_eq!(&got_sorted, &want);
         let total: usize = want.values().map(Vec::len).sum();
-        // Asked with an unknown series beside it, in one call: the same answer in its place.
+        // Asked together with an unknown series and a second one: each step holds the
+        // values of both, and a bound below them is met with `None`.
+        let t = meta("t", "m", &[]);
+        let shifted: Vec<Reading> = written
+            .iter()
+            .map(|r| Reading { ts: r.ts + 7_000, fields: r.fields.clone() })
+            .collect();
+        rt.block_on(write_ok(&store, &batches(&t, &shifted)));
+        let mut shifted_stored = shifted;
+        crate::model::fold_points(&mut shifted_stored);
+        let mut both_want = want.clone();
+        for (step, mut vs) in model_step_values(&shifted_stored, &q) {
+            let held = both_want.entry(step).or_default();
+            held.append(&mut vs);
+            held.sort_by(f64::total_cmp);
+        }
         let other = RollupQuery { sensor: "none".into(), ..q.clone() };
-        let both = rt.block_on(store.step_values_of(vec![other.clone(), q.clone()], total));
+        let second = RollupQuery { sensor: "t".into(), ..q.clone() };
+        let together = vec![second.clone(), other, q.clone()];
+        let both_total: usize = both_want.values().map(Vec::len).sum();
+        let both = rt.block_on(store.step_values_of(together.clone(), both_total));
         let both = both.unwrap().expect("exactly the values of both");
-        let alone = rt.block_on(store.step_values(q.clone(), usize::MAX)).unwrap().unwrap();
-        prop_assert_eq!(both, vec![StepValues::default(), alone]);
+        let mut both_sorted = BTreeMap::new();
+        for (name, steps) in both.fields {
+            prop_assert!(steps.windows(2).all(|w| w[0].0 < w[1].0), "steps ascend");
+            for (start, mut vs) in steps {
+                vs.sort_by(f64::total_cmp);
+                both_sorted.insert((name.clone(), start), vs);
+            }
+        }
+        prop_assert_eq!(&both_sorted, &both_want);
         if total > 0 {
             let bounded = rt.block_on(store.step_values(q.clone(), total - 1)).unwrap();
             prop_assert!(bounded.is_none());
-            let bounded = rt.block_on(store.step_values_of(vec![q, other], total - 1)).unwrap();
+            let bounded = rt.block_on(store.step_values_of(together, both_total - 1)).unwrap();
             prop_assert!(bounded.is_none());
         }
     }

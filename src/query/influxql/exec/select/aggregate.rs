@@ -3,7 +3,7 @@
 //! per window.
 
 use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -77,7 +77,7 @@ pub(super) async fn run(
         cells: Cells { made: 0, limit: ctx.state.limits.max_cells },
         fields_seen: vec![BTreeSet::new(); plan.calls.len()],
         numeric: HashMap::new(),
-        prefetched: HashMap::new(),
+        folded: HashSet::new(),
         rollups_ahead: HashMap::new(),
         rollups_alone: false,
         ahead_pace: None,
@@ -262,9 +262,9 @@ struct Scan {
     /// Per series (by key), whether the fields the calls read are numbers: asked once a
     /// statement, not once a slice.
     numeric: HashMap<String, bool>,
-    /// A slice's step values, by series key, read for all its series at once
-    /// ([`prefetch`]): what [`fold_step_values`] takes before it asks the store.
-    prefetched: HashMap<String, StepValues>,
+    /// The series whose step values in the slice were folded together ([`fold_together`]):
+    /// [`fold_step_values`] has nothing left to add of them.
+    folded: HashSet<String>,
     /// Rollups read ahead for the series to come ([`read_rollups_ahead`]), by series key,
     /// with the field types of each series' latest reading in range.
     rollups_ahead: HashMap<String, (Option<HashMap<String, FieldKind>>, RollupSteps)>,
@@ -509,20 +509,24 @@ async fn by_slices(
         };
         let (held, made) = (scan.held, scan.cells.made);
         // The first slice is the whole range, and a group too large for it is found so as
-        // its series are read one by one: read ahead as well, it would be read twice.
-        if (from, to) != (st.range.from, st.range.to) {
-            prefetch(ctx, st, m, members, (from, to), scan).await;
-        }
+        // its series are read one by one: read together as well, it would be read twice.
         let mut read = Ok(());
-        let mut done = 0usize;
-        for (series, info) in members.iter().enumerate() {
-            read = fold_readings(ctx, st, m, (series, info), (from, to), g, scan).await;
-            if read.is_err() {
-                break;
-            }
-            done += 1;
+        if (from, to) != (st.range.from, st.range.to) {
+            read = fold_together(ctx, st, m, members, (from, to), g, scan).await;
         }
-        scan.prefetched.clear();
+        // Those folded together were read whole before the limit was met.
+        let mut done = scan.folded.len().saturating_sub(1);
+        if read.is_ok() {
+            done = 0;
+            for (series, info) in members.iter().enumerate() {
+                read = fold_readings(ctx, st, m, (series, info), (from, to), g, scan).await;
+                if read.is_err() {
+                    break;
+                }
+                done += 1;
+            }
+        }
+        scan.folded.clear();
         if let Err(e) = read {
             if scan.held <= limit || to <= first_end {
                 return Err(e);
@@ -561,35 +565,43 @@ async fn by_slices(
     Ok(())
 }
 
-/// Reads the step values of a slice's series in one store call, for [`fold_step_values`]
-/// to take: asked one series at a time, the handoffs to the store's threads were the larger
-/// part of a median of many series over many slices. A series whose readings are read
-/// whole (a condition on its fields, fields picked beside the calls) is left out. Nothing
-/// is read ahead when the store's answer is not whole (more than the values left to hold,
-/// an error): each series is then asked alone, as before.
-async fn prefetch(
+/// Folds the step values of a slice's series into their group together, read in one store
+/// call into the same steps: asked one series at a time, the handoffs to the store's threads
+/// were the larger part of a median of many series over many slices, and each series' steps
+/// were copied again into the group's. A series whose readings are read whole (a condition
+/// on its fields, fields picked beside the calls) or whose fields are not numbers is left
+/// out, and nothing is folded when the store's answer is not whole (more than the values
+/// left to hold, an error): each series is then asked alone, as before.
+async fn fold_together(
     ctx: &Ctx<'_>,
     st: &Statement<'_>,
     m: &Measurement,
     members: &[Arc<SensorInfo>],
     range: (TimestampMs, TimestampMs),
+    g: &mut Group,
     scan: &mut Scan,
-) {
-    scan.prefetched.clear();
-    let Some(w) = step_values_window(st).filter(|_| !st.plan.aux) else { return };
-    let keys: Vec<&str> = members
-        .iter()
-        .filter(|info| st.condition.is_none_or(|c| c.series_matches(&info.tags, &m.tag_keys)))
-        .map(|info| info.key.as_str())
-        .collect();
+) -> Result<(), ExecError> {
+    scan.folded.clear();
+    let Some(w) = step_values_window(st).filter(|_| !st.plan.aux) else { return Ok(()) };
+    let mut keys: Vec<&str> = Vec::new();
+    for info in members {
+        if st.condition.is_none_or(|c| c.series_matches(&info.tags, &m.tag_keys))
+            && numeric(ctx, st, info, scan).await?
+        {
+            keys.push(info.key.as_str());
+        }
+    }
     if keys.len() < 2 {
-        return;
+        return Ok(());
     }
     let most = ctx.state.limits.max_held.saturating_sub(scan.held);
     let named = named_fields(st);
-    if let Some(all) = ctx.step_values_of(&keys, range, w.interval, named.as_deref(), most).await {
-        scan.prefetched = keys.into_iter().map(str::to_owned).zip(all).collect();
-    }
+    let Some(values) = ctx.step_values_of(&keys, range, w.interval, named.as_deref(), most).await
+    else {
+        return Ok(());
+    };
+    scan.folded.extend(keys.into_iter().map(str::to_owned));
+    fold_values(ctx, st, values, g, scan)
 }
 
 /// The window of a statement whose every call is a median (which needs a window's values,
@@ -791,30 +803,52 @@ async fn fold_step_values(
     let Some(w) = step_values_window(st) else {
         return Ok(false);
     };
-    let numeric = match scan.numeric.get(&info.key) {
-        Some(numeric) => *numeric,
-        None => {
-            let numeric = all_numeric(st, ctx.field_kinds(info, st.range).await?.as_ref());
-            scan.numeric.insert(info.key.clone(), numeric);
-            numeric
-        }
-    };
-    if !numeric {
+    if scan.folded.contains(&info.key) {
+        return Ok(true);
+    }
+    if !numeric(ctx, st, info, scan).await? {
         return Ok(false);
     }
     let limit = ctx.state.limits.max_held;
     let most = limit.saturating_sub(scan.held);
-    let values = match scan.prefetched.remove(&info.key) {
-        Some(values) => Some(values),
-        None => {
-            ctx.step_values(&info.key, range, w.interval, named_fields(st).as_deref(), most).await?
-        }
-    };
-    let Some(values) = values else {
+    let named = named_fields(st);
+    let Some(values) =
+        ctx.step_values(&info.key, range, w.interval, named.as_deref(), most).await?
+    else {
         // Counted as more than the limit, so that a slice is read again shorter.
         scan.held = scan.held.saturating_add(most).saturating_add(1);
         return Err(too_many_points(limit));
     };
+    fold_values(ctx, st, values, g, scan)?;
+    Ok(true)
+}
+
+/// Whether the fields the calls read are numbers in series `info` (by its latest reading in
+/// the statement's range), asked once a statement.
+async fn numeric(
+    ctx: &Ctx<'_>,
+    st: &Statement<'_>,
+    info: &SensorInfo,
+    scan: &mut Scan,
+) -> Result<bool, ExecError> {
+    if let Some(numeric) = scan.numeric.get(&info.key) {
+        return Ok(*numeric);
+    }
+    let numeric = all_numeric(st, ctx.field_kinds(info, st.range).await?.as_ref());
+    scan.numeric.insert(info.key.clone(), numeric);
+    Ok(numeric)
+}
+
+/// Adds step `values` (of one series or of several together) to the group's windows of
+/// every median call that reads their fields.
+fn fold_values(
+    ctx: &Ctx<'_>,
+    st: &Statement<'_>,
+    values: StepValues,
+    g: &mut Group,
+    scan: &mut Scan,
+) -> Result<(), ExecError> {
+    let limit = ctx.state.limits.max_held;
     for (name, mut steps) in values.fields {
         let calls: Vec<usize> = (0..st.plan.calls.len())
             .filter(|&i| st.plan.calls[i].field.as_ref().is_none_or(|f| *f == name))
@@ -853,7 +887,7 @@ async fn fold_step_values(
     if scan.held > limit {
         return Err(too_many_points(limit));
     }
-    Ok(true)
+    Ok(())
 }
 
 /// The (function, field, window) cells a statement folds into: each holds an accumulator,
