@@ -164,8 +164,14 @@ impl Window {
         let mut next = Some(self.bounds(from));
         std::iter::from_fn(move || {
             let (start, end) = next?;
+            // Without a zone every window is as long as the interval: the next one is
+            // stepped to, not divided for.
+            let following = match self.zone {
+                None => (end, end.saturating_add(self.interval)),
+                Some(_) => self.bounds(end),
+            };
             next = (end < to && end > start)
-                .then(|| self.bounds(end))
+                .then_some(following)
                 .filter(|&(next_start, _)| next_start > start);
             Some(start)
         })
