@@ -23,6 +23,19 @@ fn model_step_values(written: &[Reading], q: &RollupQuery) -> BTreeMap<(String, 
     out
 }
 
+/// `values` by field and step, each step's values sorted; its steps must ascend.
+fn sorted_steps(values: StepValues) -> Result<BTreeMap<(String, i64), Vec<f64>>, TestCaseError> {
+    let mut out = BTreeMap::new();
+    for (name, steps) in values.fields {
+        prop_assert!(steps.windows(2).all(|w| w[0].0 < w[1].0), "steps ascend");
+        for (start, mut vs) in steps {
+            vs.sort_by(f64::total_cmp);
+            out.insert((name.clone(), start), vs);
+        }
+    }
+    Ok(out)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
@@ -58,14 +71,7 @@ proptest! {
             fields: only_a.then(|| vec!["a".into()]),
         };
         let got = rt.block_on(store.step_values(q.clone(), usize::MAX)).unwrap().unwrap();
-        let mut got_sorted = BTreeMap::new();
-        for (name, steps) in got.fields {
-            prop_assert!(steps.windows(2).all(|w| w[0].0 < w[1].0), "steps ascend");
-            for (start, mut vs) in steps {
-                vs.sort_by(f64::total_cmp);
-                got_sorted.insert((name.clone(), start), vs);
-            }
-        }
+        let got_sorted = sorted_steps(got)?;
         // One value per point: readings of one time are one, the later winning.
         let mut stored = written.clone();
         crate::model::fold_points(&mut stored);
@@ -94,15 +100,7 @@ proptest! {
         let both_total: usize = both_want.values().map(Vec::len).sum();
         let both = rt.block_on(store.step_values_of(together.clone(), both_total));
         let both = both.unwrap().expect("exactly the values of both");
-        let mut both_sorted = BTreeMap::new();
-        for (name, steps) in both.fields {
-            prop_assert!(steps.windows(2).all(|w| w[0].0 < w[1].0), "steps ascend");
-            for (start, mut vs) in steps {
-                vs.sort_by(f64::total_cmp);
-                both_sorted.insert((name.clone(), start), vs);
-            }
-        }
-        prop_assert_eq!(&both_sorted, &both_want);
+        prop_assert_eq!(&sorted_steps(both)?, &both_want);
         if total > 0 {
             let bounded = rt.block_on(store.step_values(q.clone(), total - 1)).unwrap();
             prop_assert!(bounded.is_none());
