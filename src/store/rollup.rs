@@ -280,8 +280,12 @@ impl StepValues {
         add_to_step(field_of(&mut self.fields, name), start, values);
     }
 
-    /// Adds every value of `other`, step by step.
+    /// Adds every value of `other`, step by step: taken whole where nothing is held yet.
     pub fn merge(&mut self, other: StepValues) {
+        if self.fields.is_empty() {
+            *self = other;
+            return;
+        }
         for (name, steps) in other.fields {
             let into = field_of(&mut self.fields, &name);
             for (start, values) in steps {
