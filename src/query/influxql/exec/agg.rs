@@ -559,20 +559,24 @@ fn percentile(func: Func, vs: &mut [(Num, TimestampMs)]) -> Option<(Value, Optio
 }
 
 /// Median and stddev of a window's values (at least one).
-fn floats(func: Func, vs: &mut [f64]) -> Option<(Value, Option<TimestampMs>)> {
+fn floats(func: Func, vs: &mut Vec<f64>) -> Option<(Value, Option<TimestampMs>)> {
     match func {
         Func::Median => {
             // The middle values the sorted values would have, selected rather than sorted:
             // values equal in this order have the same bits, so either gives the same answer.
-            let n = vs.len();
-            let (below, mid, _) = vs.select_nth_unstable_by(n / 2, f64::total_cmp);
-            let b = *mid;
+            // Selected as integers that order as `f64::total_cmp` orders the floats, since
+            // comparing is most of what a selection does; the values stay in their vector.
+            let mut keys: Vec<i64> = std::mem::take(vs).into_iter().map(total_order).collect();
+            let n = keys.len();
+            let (below, mid, _) = keys.select_nth_unstable(n / 2);
+            let b = from_total_order(*mid);
             let v = if n % 2 == 1 {
                 b
             } else {
-                let a = below.iter().copied().max_by(f64::total_cmp).expect("n >= 2");
+                let a = from_total_order(*below.iter().max().expect("n >= 2"));
                 a + (b - a) / 2.0
             };
+            *vs = keys.into_iter().map(from_total_order).collect();
             Some((float(v), None))
         }
         Func::Stddev => {
@@ -586,6 +590,18 @@ fn floats(func: Func, vs: &mut [f64]) -> Option<(Value, Option<TimestampMs>)> {
         }
         _ => None,
     }
+}
+
+/// An integer for `v` that orders as [`f64::total_cmp`] orders the floats: the bits, with
+/// those after the sign flipped for a negative number (whose larger magnitudes are smaller).
+fn total_order(v: f64) -> i64 {
+    let bits = v.to_bits() as i64;
+    bits ^ (((bits >> 63) as u64) >> 1) as i64
+}
+
+/// The float of a [`total_order`] integer (the same flips undo themselves).
+fn from_total_order(key: i64) -> f64 {
+    f64::from_bits((key ^ (((key >> 63) as u64) >> 1) as i64) as u64)
 }
 
 #[cfg(test)]
@@ -648,6 +664,16 @@ mod tests {
                 a + (b - a) / 2.0
             };
             proptest::prop_assert_eq!(run(Func::Median, &vs), Some(float(want)));
+        }
+    }
+
+    proptest::proptest! {
+        /// Any two floats (NaNs, infinities, zeros of both signs) compare as their integers
+        /// do, and each comes back bit for bit.
+        #[test]
+        fn total_order_integers_order_as_the_floats(a in proptest::num::f64::ANY, b in proptest::num::f64::ANY) {
+            proptest::prop_assert_eq!(total_order(a).cmp(&total_order(b)), a.total_cmp(&b));
+            proptest::prop_assert_eq!(from_total_order(total_order(a)).to_bits(), a.to_bits());
         }
     }
 

@@ -746,28 +746,31 @@ fn fold_steps(
     integer: bool,
     cells: &mut Cells,
 ) -> Result<(), ExecError> {
-    merge_in_order(windows, steps, func, cells, |acc, stats, start| {
+    let (Some(first), Some(last)) = (steps.first(), steps.last()) else { return Ok(()) };
+    let steps = steps.iter().map(|(start, stats)| (*start, stats));
+    merge_in_order(windows, (first.0, last.0), steps, func, cells, |acc, stats, start| {
         acc.push_stats(stats, integer, start);
     })
 }
 
-/// Adds each of a series' `steps` (ascending) to its window with `add`, walking the windows
-/// and the steps together: only a step whose window the group has not made yet is looked up.
+/// Adds each of a series' `steps` (ascending, from `first` to `last`) to its window with
+/// `add`, walking the windows and the steps together: only a step whose window the group has
+/// not made yet is looked up.
 fn merge_in_order<T>(
     windows: &mut BTreeMap<TimestampMs, Acc>,
-    steps: &[(TimestampMs, T)],
+    (first, last): (TimestampMs, TimestampMs),
+    steps: impl IntoIterator<Item = (TimestampMs, T)>,
     func: Func,
     cells: &mut Cells,
-    mut add: impl FnMut(&mut Acc, &T, TimestampMs),
+    mut add: impl FnMut(&mut Acc, T, TimestampMs),
 ) -> Result<(), ExecError> {
-    let (Some(first), Some(last)) = (steps.first(), steps.last()) else { return Ok(()) };
     let mut missing = Vec::new();
-    let mut have = windows.range_mut(first.0..=last.0).peekable();
+    let mut have = windows.range_mut(first..=last).peekable();
     for (start, step) in steps {
-        while have.next_if(|(at, _)| **at < *start).is_some() {}
+        while have.next_if(|(at, _)| **at < start).is_some() {}
         match have.peek_mut() {
-            Some((at, acc)) if **at == *start => add(acc, step, *start),
-            _ => missing.push((*start, step)),
+            Some((at, acc)) if **at == start => add(acc, step, start),
+            _ => missing.push((start, step)),
         }
     }
     for (start, step) in missing {
@@ -860,19 +863,20 @@ fn fold_values(
             let func = st.plan.calls[i].func;
             scan.held += steps.iter().map(|(_, held)| held.len()).sum::<usize>();
             let windows = windows_entry(g, scan, i, &name);
+            // The last call that reads the field takes the steps' values, the others a copy.
+            let taken =
+                if k + 1 == calls.len() { std::mem::take(&mut steps) } else { steps.clone() };
             if !windows.is_empty() {
-                merge_in_order(windows.map(), &steps, func, &mut scan.cells, |acc, held, _| {
-                    if let Acc::Floats(all) = acc {
-                        all.extend_from_slice(held);
-                    }
-                })?;
+                // A window no earlier series or slice made (every window of a slice after the
+                // first) keeps its step's values as they are.
+                let span = (taken[0].0, taken[taken.len() - 1].0);
+                let cells = &mut scan.cells;
+                merge_in_order(windows.map(), span, taken, func, cells, add_held)?;
                 continue;
             }
             // The group's first series (the only one under `GROUP BY` every tag): its steps
             // come in order and their values become the windows' own, neither copied nor
-            // inserted one by one. The last call that reads the field takes them.
-            let taken =
-                if k + 1 == calls.len() { std::mem::take(&mut steps) } else { steps.clone() };
+            // inserted one by one.
             scan.cells.count(taken.len())?;
             let made = taken.into_iter().map(|(start, held)| {
                 let mut acc = Acc::new(func);
@@ -888,6 +892,18 @@ fn fold_values(
         return Err(too_many_points(limit));
     }
     Ok(())
+}
+
+/// Adds a step's values to a median's window: those of a window that has none yet become
+/// its own.
+fn add_held(acc: &mut Acc, held: Vec<f64>, _: TimestampMs) {
+    if let Acc::Floats(all) = acc {
+        if all.is_empty() {
+            *all = held;
+        } else {
+            all.extend_from_slice(&held);
+        }
+    }
 }
 
 /// The (function, field, window) cells a statement folds into: each holds an accumulator,
