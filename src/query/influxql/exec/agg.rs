@@ -164,7 +164,12 @@ impl Num {
 
 /// JSON has no NaN or infinity; InfluxDB leaves such values out as null.
 pub fn float(f: f64) -> Value {
-    serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)
+    // Not `map_or`: its `Value::Null`, made before it is known to be needed, was dropped by
+    // a call for every number.
+    match serde_json::Number::from_f64(f) {
+        Some(n) => Value::Number(n),
+        None => Value::Null,
+    }
 }
 
 pub fn field_json(v: &FieldValue) -> Value {

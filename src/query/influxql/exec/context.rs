@@ -58,15 +58,18 @@ fn as_go_writes_them<S: serde::Serializer>(rows: &[Vec<Value>], s: S) -> Result<
             // Every float from 2^63 up is whole; below, whole when it survives a round trip
             // through i64 (`fract` is a library call on the baseline x86-64 target).
             const I64_BOUND: f64 = 9_223_372_036_854_775_808.0;
-            match self.0.as_f64() {
-                Some(f) if self.0.is_f64() && f.abs() < I64_BOUND && (f as i64) as f64 == f => {
-                    s.serialize_i64(f as i64)
-                }
+            // Floats are written here rather than through `Value`'s own `serialize`, which
+            // matches on the value again to reach the same calls.
+            let Value::Number(n) = self.0 else { return self.0.serialize(s) };
+            let Some(f) = n.as_f64().filter(|_| n.is_f64()) else { return n.serialize(s) };
+            let size = f.abs();
+            if size < I64_BOUND && (f as i64) as f64 == f {
+                s.serialize_i64(f as i64)
+            } else if (I64_BOUND..1e21).contains(&size) {
                 // Go writes digits, not an exponent, below 1e21; i128 holds those exactly.
-                Some(f) if self.0.is_f64() && f.abs() >= I64_BOUND && f.abs() < 1e21 => {
-                    s.serialize_i128(f as i128)
-                }
-                _ => self.0.serialize(s),
+                s.serialize_i128(f as i128)
+            } else {
+                s.serialize_f64(f)
             }
         }
     }

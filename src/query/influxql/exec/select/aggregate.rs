@@ -224,7 +224,20 @@ pub(super) async fn run(
                     fill(column, &starts, st.fill, count, st.descending);
                 }
             }
-            let mut values = Vec::new();
+            // The cells of each column that is a call alone (most dashboards' columns), found
+            // once a group rather than once a row.
+            let alone: Vec<Option<&Vec<Cell>>> = cols
+                .iter()
+                .map(|c| match c.expr {
+                    ColExpr::Call(i) => plan.calls[i]
+                        .field
+                        .as_deref()
+                        .or(c.field.as_deref())
+                        .and_then(|name| column_of(&cells, i, name)),
+                    _ => None,
+                })
+                .collect();
+            let mut values = Vec::with_capacity(starts.len());
             for (k, start) in starts.iter().enumerate() {
                 if (st.window.is_none() || st.fill == Fill::None)
                     && cells.iter().all(|(_, c)| c[k].is_none())
@@ -239,8 +252,16 @@ pub(super) async fn run(
                 let aux = g.aux.get(start);
                 let mut row = Vec::with_capacity(cols.len() + 1);
                 row.push(Value::from(time));
-                for c in &cols {
-                    row.push(eval(&c.expr, c.field.as_deref(), plan, &cells, k, aux, &m.tag_keys));
+                for (c, alone) in cols.iter().zip(&alone) {
+                    row.push(match alone {
+                        Some(cells) => match &cells[k] {
+                            Some((v, _)) => v.clone(),
+                            None => Value::Null,
+                        },
+                        None => {
+                            eval(&c.expr, c.field.as_deref(), plan, &cells, k, aux, &m.tag_keys)
+                        }
+                    });
                 }
                 values.push(row);
             }

@@ -30,7 +30,7 @@ use self::plan::{
 };
 use self::transform::Transform;
 use super::cond::{self, Condition};
-use super::context::{Ctx, Series};
+use super::context::{Ctx, Epoch, Series};
 use super::error::ExecError;
 use crate::query::influxql::syntax::ast::Select;
 use crate::store::SensorInfo;
@@ -181,10 +181,13 @@ pub async fn select(ctx: &Ctx<'_>, s: &Select) -> Result<Vec<Series>, ExecError>
                 });
             }
         }
-        // Times are kept in milliseconds until here, where `epoch` decides how they are written.
-        for row in &mut series.values {
-            if let Some(ms) = row.first().and_then(Value::as_i64) {
-                row[0] = ctx.time_in(ms, zone);
+        // Times are kept in milliseconds until here, where `epoch` decides how they are
+        // written (as they are, in milliseconds).
+        if ctx.epoch != Epoch::Ms {
+            for row in &mut series.values {
+                if let Some(ms) = row.first().and_then(Value::as_i64) {
+                    row[0] = ctx.time_in(ms, zone);
+                }
             }
         }
         (!series.values.is_empty()).then_some(series)
