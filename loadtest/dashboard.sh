@@ -12,7 +12,8 @@
 # across series for the all-sensors panel).
 #
 # Each server runs alone, pinned to SERVER_CPU, with the load and curl on LOAD_CPU. A time is
-# the median of QUERY_RUNS (INFLUX_RUNS for InfluxDB, which is slow on the wide panels).
+# the median of QUERY_RUNS (INFLUX_RUNS for InfluxDB, which is slow on the wide panels), after
+# WARMUP_RUNS untimed ones.
 # bucketd's answers are compared with InfluxDB's, value by value.
 #
 # Usage: loadtest/dashboard.sh                (from the repository root; about 20 minutes)
@@ -33,6 +34,11 @@ SENSORS=${SENSORS:-100}
 STEP_MS=${STEP_MS:-10000}
 QUERY_RUNS=${QUERY_RUNS:-5}
 INFLUX_RUNS=${INFLUX_RUNS:-3}
+# Untimed requests before a panel's timed ones, so that every server is timed on a warm page
+# cache: a host that reclaims idle memory (proactive reclaim in a VM) drops the file pages a
+# panel reads when nothing has read them for a minute or so, and the first panel to read a
+# range again then waits for the disk.
+WARMUP_RUNS=${WARMUP_RUNS:-1}
 SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 # Comma-separated subset of: bucketd,victoria-metrics,influxdb
@@ -126,6 +132,9 @@ time_panels() {
   for name in "${ORDER[@]}"; do
     url=$($urlfn "$name")
     times=()
+    for ((i = 0; i < WARMUP_RUNS; i++)); do
+      taskset -c "$LOAD_CPU" curl -s --max-time 300 -o /dev/null "$url"
+    done
     for ((i = 0; i < runs; i++)); do
       times+=("$(taskset -c "$LOAD_CPU" curl -s --max-time 300 -o "$WORK/body" -w '%{time_total}' "$url")")
     done
