@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use serde_json::Value;
 
 use super::fill::{Cell, fill};
 use super::plan::{
-    ColExpr, Kind, Measurement, NS_PER_MS, Plan, Statement, arith, dedupe, readings_of,
-    too_many_points, too_many_rows,
+    ColExpr, Kind, Measurement, NS_PER_MS, Plan, Statement, dedupe, readings_of, too_many_points,
+    too_many_rows,
 };
+use super::rows::{Columns, OutCol, Picked, calls_of, column_of, distinct_rows, rows};
 use super::windows::Windows;
 use crate::model::{FieldValue, HOUR_MS, Reading, TimestampMs};
 use crate::query::influxql::exec::agg::{Acc, Func, arrange_modes};
@@ -24,27 +24,12 @@ use crate::query::influxql::exec::error::ExecError;
 use crate::query::influxql::syntax::ast::Fill;
 use crate::store::{FieldStats, Need, Order, RollupSteps, Run, SensorInfo, StepValues, StoreError};
 
-/// A group's cells per (call, field), over its windows. A statement has few of them, so they
-/// are found by a scan that makes nothing, once per row and column.
-type Columns = Vec<((usize, String), Vec<Cell>)>;
-
-fn column_of<'c>(cells: &'c Columns, call: usize, field: &str) -> Option<&'c Vec<Cell>> {
-    cells.iter().find(|((i, f), _)| *i == call && f == field).map(|(_, c)| c)
-}
-
 /// One group's state: per call, per field, per window start.
 struct Group {
     accs: Vec<BTreeMap<String, Windows>>,
     /// Per window, the reading (and its series) a lone selector picked, for the fields and
     /// tags selected beside it (`max(v), host`).
-    aux: BTreeMap<TimestampMs, (Reading, Arc<SensorInfo>)>,
-}
-
-/// An output column: a wildcard call becomes one per field it saw.
-struct OutCol {
-    name: String,
-    expr: ColExpr,
-    field: Option<String>,
+    aux: Picked,
 }
 
 pub(super) async fn run(
@@ -171,7 +156,7 @@ pub(super) async fn run(
                 }
             };
             if plan.kind == Kind::Distinct {
-                let values = distinct_rows(plan, &cols, &g, &starts);
+                let values = distinct_rows(plan, &cols, &g.accs, &starts);
                 if !values.is_empty() {
                     out.push(m.series(group, header.clone(), values));
                 }
@@ -224,47 +209,8 @@ pub(super) async fn run(
                     fill(column, &starts, st.fill, count, st.descending);
                 }
             }
-            // The cells of each column that is a call alone (most dashboards' columns), found
-            // once a group rather than once a row.
-            let alone: Vec<Option<&Vec<Cell>>> = cols
-                .iter()
-                .map(|c| match c.expr {
-                    ColExpr::Call(i) => plan.calls[i]
-                        .field
-                        .as_deref()
-                        .or(c.field.as_deref())
-                        .and_then(|name| column_of(&cells, i, name)),
-                    _ => None,
-                })
-                .collect();
-            let mut values = Vec::with_capacity(starts.len());
-            for (k, start) in starts.iter().enumerate() {
-                if (st.window.is_none() || st.fill == Fill::None)
-                    && cells.iter().all(|(_, c)| c[k].is_none())
-                {
-                    continue;
-                }
-                let mut time = *start;
-                if lone_selector && let Some(Some((_, Some(t)))) = cells.first().map(|(_, c)| &c[k])
-                {
-                    time = *t;
-                }
-                let aux = g.aux.get(start);
-                let mut row = Vec::with_capacity(cols.len() + 1);
-                row.push(Value::from(time));
-                for (c, alone) in cols.iter().zip(&alone) {
-                    row.push(match alone {
-                        Some(cells) => match &cells[k] {
-                            Some((v, _)) => v.clone(),
-                            None => Value::Null,
-                        },
-                        None => {
-                            eval(&c.expr, c.field.as_deref(), plan, &cells, k, aux, &m.tag_keys)
-                        }
-                    });
-                }
-                values.push(row);
-            }
+            let aux = &g.aux;
+            let values = rows(st, &cols, &cells, &starts, lone_selector, aux, &m.tag_keys);
             if !values.is_empty() {
                 out.push(m.series(group, header.clone(), values));
             }
@@ -970,66 +916,4 @@ impl Cells {
         }
         Ok(())
     }
-}
-
-fn calls_of(e: &ColExpr) -> Vec<usize> {
-    match e {
-        ColExpr::Call(i) => vec![*i],
-        ColExpr::Binary(_, l, r) => {
-            let mut v = calls_of(l);
-            v.extend(calls_of(r));
-            v
-        }
-        _ => Vec::new(),
-    }
-}
-
-fn eval(
-    e: &ColExpr,
-    field: Option<&str>,
-    plan: &Plan,
-    cells: &Columns,
-    k: usize,
-    aux: Option<&(Reading, Arc<SensorInfo>)>,
-    tag_keys: &BTreeSet<String>,
-) -> Value {
-    match e {
-        ColExpr::Call(i) => {
-            let Some(name) = plan.calls[*i].field.as_deref().or(field) else { return Value::Null };
-            column_of(cells, *i, name)
-                .and_then(|c| c[k].as_ref())
-                .map_or(Value::Null, |(v, _)| v.clone())
-        }
-        ColExpr::Lit(v) => v.clone(),
-        ColExpr::Binary(op, l, r) => arith(
-            *op,
-            &eval(l, field, plan, cells, k, aux, tag_keys),
-            &eval(r, field, plan, cells, k, aux, tag_keys),
-        ),
-        ColExpr::Ref { .. } => {
-            aux.map_or(Value::Null, |(r, info)| super::raw::value(e, r, info, tag_keys))
-        }
-    }
-}
-
-/// `distinct(x)`: one row per distinct value per window, in the order they first appeared.
-fn distinct_rows(
-    plan: &Plan,
-    cols: &[OutCol],
-    g: &Group,
-    starts: &[TimestampMs],
-) -> Vec<Vec<Value>> {
-    let ColExpr::Call(i) = cols[0].expr else { return Vec::new() };
-    let Some(field) = plan.calls[i].field.as_ref().or(cols[0].field.as_ref()) else {
-        return Vec::new();
-    };
-    let mut rows = Vec::new();
-    for start in starts {
-        if let Some(acc) = g.accs[i].get(field).and_then(|w| w.get(*start)) {
-            for v in acc.distinct_values() {
-                rows.push(vec![Value::from(*start), v]);
-            }
-        }
-    }
-    rows
 }

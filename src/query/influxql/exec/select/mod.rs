@@ -16,6 +16,7 @@ mod aggregate;
 mod fill;
 mod plan;
 mod raw;
+mod rows;
 mod transform;
 mod windows;
 
