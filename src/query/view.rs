@@ -158,9 +158,10 @@ impl Store for StoreView {
         &self,
         queries: Vec<RollupQuery>,
         most: usize,
+        lists: Vec<Vec<f64>>,
     ) -> Result<Option<StepValues>, StoreError> {
         let queries = queries.into_iter().map(|q| self.rollup(q)).collect();
-        self.own(self.inner.step_values_of(queries, most).await)
+        self.own(self.inner.step_values_of(queries, most, lists).await)
     }
 
     fn series_generation(&self) -> Option<u64> {

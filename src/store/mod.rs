@@ -574,12 +574,15 @@ pub trait Store: Send + Sync + 'static {
     /// each step holds the values of every series, in no set order (what a median over them
     /// all reads). `None` as soon as they hold more than `most`. The default asks for each in
     /// turn; a store that runs its reads on other threads reads them all in one go, into the
-    /// same steps.
+    /// same steps. `lists` are lists of values the caller is done with, which a store may
+    /// fill again rather than allocate new ones (the default lets them go).
     async fn step_values_of(
         &self,
         queries: Vec<RollupQuery>,
         most: usize,
+        lists: Vec<Vec<f64>>,
     ) -> Result<Option<StepValues>, StoreError> {
+        drop(lists);
         let mut out = StepValues::default();
         for query in queries {
             let Some(values) = self.step_values(query, most - out.held()).await? else {

@@ -302,20 +302,24 @@ impl StepValues {
 
 /// Adds `values` to step `start` of `steps` (ascending), made where it is missing.
 pub fn add_to_step(steps: &mut Vec<StepOfValues>, start: TimestampMs, values: &[f64]) {
-    add_to_step_with_room(steps, start, values, 0);
+    add_to_step_with_room(steps, start, values, 0, &mut Vec::new());
 }
 
 /// [`add_to_step`], a step made here with room for `room` values (at least `values`), where
-/// the caller knows more are coming. How many values of room it made beyond `values`.
+/// the caller knows more are coming, and made of one of `lists` (lists whose values are done
+/// with) while there is one. How many values of room it made beyond `values`.
 pub fn add_to_step_with_room(
     steps: &mut Vec<StepOfValues>,
     start: TimestampMs,
     values: &[f64],
     room: usize,
+    lists: &mut Vec<Vec<f64>>,
 ) -> usize {
     let room = room.max(values.len());
-    let made = || {
-        let mut held = Vec::with_capacity(room);
+    let mut made = || {
+        let mut held = lists.pop().unwrap_or_default();
+        held.clear();
+        held.reserve(room);
         held.extend_from_slice(values);
         (start, held)
     };
@@ -434,14 +438,14 @@ mod tests {
     #[test]
     fn steps_are_made_with_the_room_asked_and_say_what_it_was() {
         let mut steps: Vec<StepOfValues> = Vec::new();
-        assert_eq!(add_to_step_with_room(&mut steps, 120, &[1.0, 2.0], 10), 8);
+        assert_eq!(add_to_step_with_room(&mut steps, 120, &[1.0, 2.0], 10, &mut Vec::new()), 8);
         assert!(steps[0].1.capacity() >= 10);
         // Added to a step that is there: no room made.
-        assert_eq!(add_to_step_with_room(&mut steps, 120, &[3.0], 50), 0);
+        assert_eq!(add_to_step_with_room(&mut steps, 120, &[3.0], 50, &mut Vec::new()), 0);
         // A step made before one that is there, and one with less room than its values.
-        assert_eq!(add_to_step_with_room(&mut steps, 60, &[4.0], 3), 2);
-        assert_eq!(add_to_step_with_room(&mut steps, 180, &[5.0, 6.0], 1), 0);
-        assert_eq!(add_to_step_with_room(&mut steps, 60, &[7.0], 9), 0);
+        assert_eq!(add_to_step_with_room(&mut steps, 60, &[4.0], 3, &mut Vec::new()), 2);
+        assert_eq!(add_to_step_with_room(&mut steps, 180, &[5.0, 6.0], 1, &mut Vec::new()), 0);
+        assert_eq!(add_to_step_with_room(&mut steps, 60, &[7.0], 9, &mut Vec::new()), 0);
         let want: Vec<StepOfValues> =
             vec![(60, vec![4.0, 7.0]), (120, vec![1.0, 2.0, 3.0]), (180, vec![5.0, 6.0])];
         assert_eq!(steps, want);

@@ -573,9 +573,10 @@ impl Store for EmbeddedStore {
         &self,
         queries: Vec<RollupQuery>,
         most: usize,
+        lists: Vec<Vec<f64>>,
     ) -> Result<Option<StepValues>, StoreError> {
         queries.iter().try_for_each(positive_step)?;
-        self.blocking(move |db| read::step_values_of(db, &queries, most)).await
+        self.blocking(move |db| read::step_values_of(db, &queries, most, lists)).await
     }
 
     async fn sensors(&self, query: SensorQuery) -> Result<Vec<SensorInfo>, StoreError> {

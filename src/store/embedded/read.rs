@@ -54,32 +54,50 @@ type Msg = Result<Vec<Piece>, StoreError>;
 
 type Buckets = ReadOnlyTable<(u64, i64, u32), &'static [u8]>;
 
-fn series_record(txn: &ReadTransaction, key: &str) -> Result<Option<SeriesRecord>, EmbeddedError> {
-    let series = txn.open_table(SERIES)?;
-    let guard = series.get(key)?;
-    guard.map(|g| SeriesRecord::decode(g.value())).transpose()
+/// The tables a read reads, opened once a transaction: opening a table looks it up in the
+/// transaction's tree of tables, which a statement over many series paid again for every
+/// series and table.
+struct Tables<'t> {
+    txn: &'t ReadTransaction,
+    series: ReadOnlyTable<&'static str, &'static [u8]>,
+    hour_stats: ReadOnlyTable<(u64, i64), &'static [u8]>,
+    buckets: Buckets,
+    chunks: ReadChunks,
 }
 
-/// `Err(Expired)` when `[from, to)` of series `id` touches an hour whose readings the
-/// retention pass deleted: an answer without them would look complete.
-fn check_live(
-    txn: &ReadTransaction,
-    id: u64,
-    from: TimestampMs,
-    to: TimestampMs,
-) -> Result<(), EmbeddedError> {
-    let from = from.max(MIN_TIMESTAMP_MS);
-    let to = to.min(MAX_TIMESTAMP_MS + 1);
-    if from >= to {
-        return Ok(());
+impl<'t> Tables<'t> {
+    fn open(txn: &'t ReadTransaction) -> Result<Self, EmbeddedError> {
+        Ok(Tables {
+            txn,
+            series: txn.open_table(SERIES)?,
+            hour_stats: txn.open_table(HOUR_STATS)?,
+            buckets: txn.open_table(BUCKETS)?,
+            chunks: chunks::open_read(txn)?,
+        })
     }
-    let stats = txn.open_table(HOUR_STATS)?;
-    let Some(entry) = stats.range((id, hour_start(from))..(id, to))?.next_back() else {
-        return Ok(());
-    };
-    let before = entry?.0.value().1 + HOUR_MS;
-    let retention_ms = txn.open_table(META)?.get(META_RAW_RETENTION_MS)?.map_or(0, |g| g.value());
-    Err(EmbeddedError::Expired { before, retention_ms })
+
+    fn series_record(&self, key: &str) -> Result<Option<SeriesRecord>, EmbeddedError> {
+        let guard = self.series.get(key)?;
+        guard.map(|g| SeriesRecord::decode(g.value())).transpose()
+    }
+
+    /// `Err(Expired)` when `[from, to)` of series `id` touches an hour whose readings the
+    /// retention pass deleted: an answer without them would look complete.
+    fn check_live(&self, id: u64, from: TimestampMs, to: TimestampMs) -> Result<(), EmbeddedError> {
+        let from = from.max(MIN_TIMESTAMP_MS);
+        let to = to.min(MAX_TIMESTAMP_MS + 1);
+        if from >= to {
+            return Ok(());
+        }
+        let stats = &self.hour_stats;
+        let Some(entry) = stats.range((id, hour_start(from))..(id, to))?.next_back() else {
+            return Ok(());
+        };
+        let before = entry?.0.value().1 + HOUR_MS;
+        let meta = self.txn.open_table(META)?;
+        let retention_ms = meta.get(META_RAW_RETENTION_MS)?.map_or(0, |g| g.value());
+        Err(EmbeddedError::Expired { before, retention_ms })
+    }
 }
 
 /// Streams a range from a blocking reader thread that starts on the first poll and stops as soon
@@ -296,15 +314,15 @@ fn produce(db: &Database, query: &RangeQuery, tx: &mpsc::Sender<Msg>) {
             return Ok(());
         }
         let txn = db.begin_read()?;
-        let Some(series) = series_record(&txn, &query.sensor)? else {
+        let tables = Tables::open(&txn)?;
+        let Some(series) = tables.series_record(&query.sensor)? else {
             return Ok(());
         };
-        check_live(&txn, series.id, query.from, query.to)?;
-        let (buckets, chunks) = (txn.open_table(BUCKETS)?, chunks::open_read(&txn)?);
+        tables.check_live(series.id, query.from, query.to)?;
         // Whether the scan stopped early makes no difference here.
         let _: ControlFlow<()> = visit_range(
-            &buckets,
-            &chunks,
+            &tables.buckets,
+            &tables.chunks,
             series.id,
             query.from,
             query.to,
@@ -332,17 +350,17 @@ pub(super) fn latest_of(
     (from, to): (TimestampMs, TimestampMs),
 ) -> Result<Vec<Option<Reading>>, EmbeddedError> {
     let txn = db.begin_read()?;
-    let (buckets, chunks) = (txn.open_table(BUCKETS)?, chunks::open_read(&txn)?);
+    let t = Tables::open(&txn)?;
     let mut out = Vec::with_capacity(sensors.len());
     for sensor in sensors {
-        let Some(series) = series_record(&txn, sensor)? else {
+        let Some(series) = t.series_record(sensor)? else {
             out.push(None);
             continue;
         };
-        check_live(&txn, series.id, from, to)?;
+        t.check_live(series.id, from, to)?;
         let mut latest = Latest { range: (from, to), found: None };
         let _: ControlFlow<()> =
-            visit_range(&buckets, &chunks, series.id, from, to, Order::Desc, &mut latest)?;
+            visit_range(&t.buckets, &t.chunks, series.id, from, to, Order::Desc, &mut latest)?;
         out.push(latest.found);
     }
     Ok(out)
@@ -542,14 +560,15 @@ fn emit(
 /// the readings.
 pub(super) fn rollups(db: &Database, q: &RollupQuery) -> Result<Vec<RollupRow>, EmbeddedError> {
     let txn = db.begin_read()?;
-    let Some(series) = series_record(&txn, &q.sensor)? else {
+    let t = Tables::open(&txn)?;
+    let Some(series) = t.series_record(&q.sensor)? else {
         return Ok(Vec::new());
     };
     if from_stats(q) {
-        return hour_rows(&txn, series.id, q);
+        return hour_rows(&t, series.id, q);
     }
-    check_live(&txn, series.id, q.from, q.to)?;
-    Ok(fold_steps(&txn, series.id, q, Need::ALL)?.into_rows())
+    t.check_live(series.id, q.from, q.to)?;
+    Ok(fold_steps(&t, series.id, q, Need::ALL)?.into_rows())
 }
 
 /// [`rollups`] field by field, keeping what `need` names.
@@ -558,7 +577,7 @@ pub(super) fn rollup_steps(
     q: &RollupQuery,
     need: Need,
 ) -> Result<RollupSteps, EmbeddedError> {
-    rollup_steps_in(&db.begin_read()?, q, need)
+    rollup_steps_in(&Tables::open(&db.begin_read()?)?, q, need)
 }
 
 /// [`Store::rollup_steps_of`](crate::store::Store::rollup_steps_of) in one read transaction.
@@ -568,22 +587,23 @@ pub(super) fn rollup_steps_of(
     need: Need,
 ) -> Result<Vec<RollupSteps>, EmbeddedError> {
     let txn = db.begin_read()?;
-    queries.iter().map(|q| rollup_steps_in(&txn, q, need)).collect()
+    let t = Tables::open(&txn)?;
+    queries.iter().map(|q| rollup_steps_in(&t, q, need)).collect()
 }
 
 fn rollup_steps_in(
-    txn: &ReadTransaction,
+    t: &Tables<'_>,
     q: &RollupQuery,
     need: Need,
 ) -> Result<RollupSteps, EmbeddedError> {
-    let Some(series) = series_record(txn, &q.sensor)? else {
+    let Some(series) = t.series_record(&q.sensor)? else {
         return Ok(RollupSteps::default());
     };
     if from_stats(q) {
-        return Ok(RollupSteps::of_rows(hour_rows(txn, series.id, q)?));
+        return Ok(RollupSteps::of_rows(hour_rows(t, series.id, q)?));
     }
-    check_live(txn, series.id, q.from, q.to)?;
-    fold_steps(txn, series.id, q, need)
+    t.check_live(series.id, q.from, q.to)?;
+    fold_steps(t, series.id, q, need)
 }
 
 /// Whole-hour steps over whole hours: the buckets' and the kept hours' statistics answer.
@@ -592,7 +612,7 @@ fn from_stats(q: &RollupQuery) -> bool {
 }
 
 fn hour_rows(
-    txn: &ReadTransaction,
+    t: &Tables<'_>,
     series_id: u64,
     q: &RollupQuery,
 ) -> Result<Vec<RollupRow>, EmbeddedError> {
@@ -611,8 +631,7 @@ fn hour_rows(
 
     if q.from < q.to {
         // Hours whose readings were deleted answer from the statistics they left.
-        let stats = txn.open_table(HOUR_STATS)?;
-        for entry in stats.range((series_id, q.from)..(series_id, q.to))? {
+        for entry in t.hour_stats.range((series_id, q.from)..(series_id, q.to))? {
             let (key, value) = entry?;
             let start = step_of(key.value().1);
             for (name, s) in &BucketHeader::decode(value.value())?.stats {
@@ -621,8 +640,7 @@ fn hour_rows(
                 }
             }
         }
-        let buckets = txn.open_table(BUCKETS)?;
-        for entry in buckets.range((series_id, q.from, 0)..(series_id, q.to, 0))? {
+        for entry in t.buckets.range((series_id, q.from, 0)..(series_id, q.to, 0))? {
             let (key, value) = entry?;
             let start = step_of(key.value().1);
             for (name, s) in &BucketHeader::decode(value.value())?.stats {
@@ -643,7 +661,7 @@ fn hour_rows(
 /// A rollup's steps folded from every bucket in range, in any order (statistics merge in any
 /// order): a bucket within one step from its header, the others from their chunks' numbers.
 fn fold_steps(
-    txn: &ReadTransaction,
+    t: &Tables<'_>,
     series_id: u64,
     q: &RollupQuery,
     need: Need,
@@ -653,8 +671,7 @@ fn fold_steps(
         Windows::new(q.step_ms, q.fields.as_deref(), need).expecting(from, to, EXPECT_STEPS);
     let whole = |w: &mut Windows<'_>, header: &HeaderView<'_>| w.whole_bucket(header, from, to);
     // Never told to stop, it reads the whole range.
-    let _: ControlFlow<()> =
-        scan_chunks(txn, series_id, (from, to), &mut windows, whole, |_| false)?;
+    let _: ControlFlow<()> = scan_chunks(t, series_id, (from, to), &mut windows, whole, |_| false)?;
     Ok(windows.finish())
 }
 
@@ -665,7 +682,7 @@ pub(super) fn step_values(
     q: &RollupQuery,
     most: usize,
 ) -> Result<Option<StepValues>, EmbeddedError> {
-    step_values_in(&db.begin_read()?, q, most)
+    step_values_in(&Tables::open(&db.begin_read()?)?, q, most)
 }
 
 /// The most room [`step_values_of`] makes ahead in its steps, in values.
@@ -677,17 +694,20 @@ pub(super) fn step_values_of(
     db: &Database,
     queries: &[RollupQuery],
     most: usize,
+    lists: Vec<Vec<f64>>,
 ) -> Result<Option<StepValues>, EmbeddedError> {
     let Some(first) = queries.first() else { return Ok(Some(StepValues::default())) };
     let txn = db.begin_read()?;
+    let t = Tables::open(&txn)?;
     // Room is made ahead for no more than the values a call may hold, and for no more than
     // a bounded number when that is unbounded.
     let spare = most.min(MOST_SPARE);
-    let mut sink =
-        StepSink::new(first.step_ms, first.fields.as_deref()).shared(queries.len(), spare);
+    let mut sink = StepSink::new(first.step_ms, first.fields.as_deref())
+        .shared(queries.len(), spare)
+        .reusing(lists);
     for q in queries {
         debug_assert!(q.step_ms == first.step_ms && q.fields == first.fields);
-        if !step_values_into(&txn, q, most, &mut sink)? {
+        if !step_values_into(&t, q, most, &mut sink)? {
             return Ok(None);
         }
     }
@@ -695,26 +715,26 @@ pub(super) fn step_values_of(
 }
 
 fn step_values_in(
-    txn: &ReadTransaction,
+    t: &Tables<'_>,
     q: &RollupQuery,
     most: usize,
 ) -> Result<Option<StepValues>, EmbeddedError> {
     let mut sink = StepSink::new(q.step_ms, q.fields.as_deref());
-    Ok(step_values_into(txn, q, most, &mut sink)?.then(|| sink.finish()))
+    Ok(step_values_into(t, q, most, &mut sink)?.then(|| sink.finish()))
 }
 
 /// Adds `q`'s step values to `sink`; `false` as soon as it holds more than `most`.
 fn step_values_into(
-    txn: &ReadTransaction,
+    t: &Tables<'_>,
     q: &RollupQuery,
     most: usize,
     sink: &mut StepSink<'_>,
 ) -> Result<bool, EmbeddedError> {
-    let Some(series) = series_record(txn, &q.sensor)? else { return Ok(true) };
-    check_live(txn, series.id, q.from, q.to)?;
+    let Some(series) = t.series_record(&q.sensor)? else { return Ok(true) };
+    t.check_live(series.id, q.from, q.to)?;
     let (from, to) = (q.from.max(MIN_TIMESTAMP_MS), q.to.min(MAX_TIMESTAMP_MS + 1));
     let over = |sink: &StepSink<'_>| sink.held > most;
-    let flow = scan_chunks(txn, series.id, (from, to), sink, |_, _| Ok(false), over)?;
+    let flow = scan_chunks(t, series.id, (from, to), sink, |_, _| Ok(false), over)?;
     Ok(flow.is_continue())
 }
 
@@ -722,7 +742,7 @@ fn step_values_into(
 /// chunk, but those `whole` takes from their header; breaks as soon as `enough` says so after a
 /// chunk.
 fn scan_chunks<S: NumberSink>(
-    txn: &ReadTransaction,
+    t: &Tables<'_>,
     series_id: u64,
     (from, to): (TimestampMs, TimestampMs),
     sink: &mut S,
@@ -732,12 +752,11 @@ fn scan_chunks<S: NumberSink>(
     if from >= to {
         return Ok(ControlFlow::Continue(()));
     }
-    let (buckets, chunks) = (txn.open_table(BUCKETS)?, chunks::open_read(txn)?);
     let mut scratch = ScanScratch::default();
     let lo = (series_id, hour_start(from), 0u32);
     let hi = (series_id, hour_start(to - 1), u32::MAX);
-    let mut ascending = chunks::Ascending::new(&chunks, series_id, hi.1);
-    for entry in buckets.range(lo..=hi)? {
+    let mut ascending = chunks::Ascending::new(&t.chunks, series_id, hi.1);
+    for entry in t.buckets.range(lo..=hi)? {
         let (key, value) = entry?;
         let (_, hour, seq) = key.value();
         let header = HeaderView::decode(value.value())?;
@@ -842,5 +861,5 @@ pub(super) fn sensors(db: &Database, q: &SensorQuery) -> Result<Vec<SensorInfo>,
 
 #[cfg(test)]
 pub(super) fn series_id_for_tests(txn: &ReadTransaction, key: &str) -> u64 {
-    series_record(txn, key).unwrap().expect("series exists").id
+    Tables::open(txn).unwrap().series_record(key).unwrap().expect("series exists").id
 }

@@ -241,12 +241,20 @@ pub(super) struct StepSink<'q> {
     /// How much room beyond the values held may still be made: a bound on what that guess
     /// can cost when the other series have fewer values.
     spare: usize,
+    /// Lists the caller was done with, which steps are made of before any is allocated.
+    lists: Vec<Vec<f64>>,
 }
 
 impl<'q> StepSink<'q> {
     pub fn new(step: TimestampMs, wanted: Option<&'q [String]>) -> Self {
         let (names, steps) = (Vec::new(), Vec::new());
-        StepSink { step, wanted, names, steps, held: 0, series: 1, spare: 0 }
+        StepSink { step, wanted, names, steps, held: 0, series: 1, spare: 0, lists: Vec::new() }
+    }
+
+    /// Steps made of `lists` (emptied or not) while they last.
+    pub fn reusing(mut self, lists: Vec<Vec<f64>>) -> Self {
+        self.lists = lists;
+        self
     }
 
     /// Steps that `series` series add to, with room made ahead for at most `spare` values.
@@ -278,7 +286,8 @@ impl NumberSink for StepSink<'_> {
             let n = run_before(&ts[at..], end);
             let room = n.saturating_mul(self.series - 1).min(self.spare);
             let part = &values[at..at + n];
-            self.spare -= add_to_step_with_room(&mut self.steps[slot], start, part, n + room);
+            let steps = &mut self.steps[slot];
+            self.spare -= add_to_step_with_room(steps, start, part, n + room, &mut self.lists);
             at += n;
         }
     }

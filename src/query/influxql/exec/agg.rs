@@ -413,15 +413,20 @@ impl Acc {
     }
 
     /// Answers a window of kept values (`median`, `percentile`, `stddev`) whose values have
-    /// all been pushed, and lets the values go; the number let go.
-    pub fn seal(&mut self, func: Func) -> usize {
+    /// all been pushed, and lets the values go (a list of floats into `lists`, emptied); the
+    /// number let go.
+    pub fn seal(&mut self, func: Func, lists: &mut Vec<Vec<f64>>) -> usize {
         let held = match self {
             Acc::Values(vs) => vs.len(),
             Acc::Floats(vs) => vs.len(),
             _ => return 0,
         };
         let cell = self.finish(func);
-        *self = Acc::Answered(cell);
+        if let Acc::Floats(vs) = std::mem::replace(self, Acc::Answered(cell)) {
+            let mut list = vs;
+            list.clear();
+            lists.push(list);
+        }
         held
     }
 

@@ -522,6 +522,7 @@ impl Ctx<'_> {
         step_ms: i64,
         fields: Option<&[String]>,
         most: usize,
+        lists: Vec<Vec<f64>>,
     ) -> Option<StepValues> {
         let unflushed: Vec<_> =
             keys.iter().map(|key| self.state.unflushed.unflushed(key, from, to)).collect();
@@ -550,7 +551,7 @@ impl Ctx<'_> {
                 return None;
             }
         }
-        let mut all = self.state.store.step_values_of(queries, most).await.ok()??;
+        let mut all = self.state.store.step_values_of(queries, most, lists).await.ok()??;
         for unflushed in unflushed {
             add_unflushed(&mut all, &unflushed, step_ms, fields);
         }

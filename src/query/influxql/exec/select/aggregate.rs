@@ -66,6 +66,7 @@ pub(super) async fn run(
         rollups_ahead: HashMap::new(),
         rollups_alone: false,
         ahead_pace: None,
+        lists: Vec::new(),
     };
     let slices = st.window.filter(|_| answered_by_slice(plan));
     let mut scanned: Vec<Vec<Group>> = Vec::new();
@@ -239,6 +240,9 @@ struct Scan {
     rollups_alone: bool,
     /// How long the last read ahead took per series.
     ahead_pace: Option<Duration>,
+    /// The lists of values of the windows answered, for the store to fill again: a slice's
+    /// lists made anew were fresh pages to fault in, slice after slice.
+    lists: Vec<Vec<f64>>,
 }
 
 /// Folds one series' readings in `from..to` into its group: column by column from the store's
@@ -518,7 +522,7 @@ async fn by_slices(
         for (call, fields) in st.plan.calls.iter().zip(g.accs.iter_mut()) {
             for windows in fields.values_mut() {
                 for acc in windows.since(first) {
-                    scan.held -= acc.seal(call.func);
+                    scan.held -= acc.seal(call.func, &mut scan.lists);
                 }
             }
         }
@@ -563,7 +567,9 @@ async fn fold_together(
     }
     let most = ctx.state.limits.max_held.saturating_sub(scan.held);
     let named = named_fields(st);
-    let Some(values) = ctx.step_values_of(&keys, range, w.interval, named.as_deref(), most).await
+    let lists = std::mem::take(&mut scan.lists);
+    let Some(values) =
+        ctx.step_values_of(&keys, range, w.interval, named.as_deref(), most, lists).await
     else {
         return Ok(());
     };
