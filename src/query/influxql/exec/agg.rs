@@ -422,12 +422,19 @@ impl Acc {
             _ => return 0,
         };
         let cell = self.finish(func);
-        if let Acc::Floats(vs) = std::mem::replace(self, Acc::Answered(cell)) {
-            let mut list = vs;
-            list.clear();
-            lists.push(list);
-        }
+        lists.extend(std::mem::replace(self, Acc::Answered(cell)).into_list());
         held
+    }
+
+    /// The list of a window that keeps floats (`median`, `stddev`), emptied, to fill again.
+    pub fn into_list(self) -> Option<Vec<f64>> {
+        match self {
+            Acc::Floats(mut vs) => {
+                vs.clear();
+                Some(vs)
+            }
+            _ => None,
+        }
     }
 
     pub fn distinct_values(&self) -> Vec<Value> {

@@ -502,10 +502,13 @@ async fn by_slices(
             if scan.held <= limit || to <= first_end {
                 return Err(e);
             }
-            // Too many values for this slice: forget it, and read it again in a slice as long
-            // as the series read so far say a quarter of the limit takes.
+            // Too many values for this slice: forget it (its lists kept to fill again), and
+            // read it again in a slice as long as the series read so far say a quarter of the
+            // limit takes.
             for windows in g.accs.iter_mut().flat_map(BTreeMap::values_mut) {
-                scan.cells.made -= windows.map().split_off(&first).len();
+                let forgotten = windows.map().split_off(&first);
+                scan.cells.made -= forgotten.len();
+                scan.lists.extend(forgotten.into_values().filter_map(Acc::into_list));
             }
             debug_assert_eq!(scan.cells.made, made);
             g.aux.split_off(&first);
