@@ -241,8 +241,20 @@ struct Scan {
     /// How long the last read ahead took per series.
     ahead_pace: Option<Duration>,
     /// The lists of values of the windows answered, for the store to fill again: a slice's
-    /// lists made anew were fresh pages to fault in, slice after slice.
+    /// lists made anew were fresh pages to fault in, slice after slice. Room for at most the
+    /// values a statement may hold is kept ([`keep_lists`]); a read lets go of those it does
+    /// not fill.
     lists: Vec<Vec<f64>>,
+}
+
+/// Lets go of the `lists` past room for `most` values in all.
+fn keep_lists(lists: &mut Vec<Vec<f64>>, most: usize) {
+    let mut room = most;
+    lists.retain(|list| {
+        let keep = list.capacity() <= room;
+        room -= if keep { list.capacity() } else { 0 };
+        keep
+    });
 }
 
 /// Folds one series' readings in `from..to` into its group: column by column from the store's
@@ -529,6 +541,7 @@ async fn by_slices(
                 }
             }
         }
+        keep_lists(&mut scan.lists, limit);
         // Toward a quarter of the limit, growing at most fourfold per slice.
         let length = i128::from(to - from);
         let grown = (length * 4).min(i128::from(i64::MAX));
@@ -924,5 +937,22 @@ impl Cells {
             )));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_kept_for_the_next_slice_are_bounded_by_their_room() {
+        let mut lists: Vec<Vec<f64>> =
+            [10, 5, 20, 1].iter().map(|&n| Vec::with_capacity(n)).collect();
+        let rooms = |lists: &[Vec<f64>]| lists.iter().map(Vec::capacity).sum::<usize>();
+        keep_lists(&mut lists, 16);
+        assert!(rooms(&lists) <= 16, "kept room for {} values", rooms(&lists));
+        assert_eq!(lists.len(), 3, "the list too large for what is left goes, the others stay");
+        keep_lists(&mut lists, 0);
+        assert!(lists.is_empty());
     }
 }
