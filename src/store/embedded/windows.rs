@@ -233,6 +233,10 @@ pub(super) struct StepSink<'q> {
     wanted: Option<&'q [String]>,
     names: Vec<String>,
     steps: Vec<Vec<StepOfValues>>,
+    /// Per field, the step values were last added to: a series' values come in time order,
+    /// so their step is mostly that one or the next, where a search of the steps found it
+    /// for every series but the first.
+    near: Vec<usize>,
     pub held: usize,
     /// How many series add to the same steps: a step is made with room for the values of
     /// each of them as many as the first brought, so that it is not grown and copied again
@@ -247,8 +251,8 @@ pub(super) struct StepSink<'q> {
 
 impl<'q> StepSink<'q> {
     pub fn new(step: TimestampMs, wanted: Option<&'q [String]>) -> Self {
-        let (names, steps) = (Vec::new(), Vec::new());
-        StepSink { step, wanted, names, steps, held: 0, series: 1, spare: 0, lists: Vec::new() }
+        let (names, steps, near, lists) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        StepSink { step, wanted, names, steps, near, held: 0, series: 1, spare: 0, lists }
     }
 
     /// Steps made of `lists` (emptied or not) while they last.
@@ -273,6 +277,7 @@ impl NumberSink for StepSink<'_> {
         let (slot, new) = slot_of(&mut self.names, self.wanted, name)?;
         if new {
             self.steps.push(Vec::new());
+            self.near.push(0);
         }
         Some(slot)
     }
@@ -286,8 +291,20 @@ impl NumberSink for StepSink<'_> {
             let n = run_before(&ts[at..], end);
             let room = n.saturating_mul(self.series - 1).min(self.spare);
             let part = &values[at..at + n];
-            let steps = &mut self.steps[slot];
-            self.spare -= add_to_step_with_room(steps, start, part, n + room, &mut self.lists);
+            let (steps, near) = (&mut self.steps[slot], &mut self.near[slot]);
+            let found = [*near, *near + 1]
+                .into_iter()
+                .find(|&i| steps.get(i).is_some_and(|s| s.0 == start));
+            if let Some(i) = found {
+                steps[i].1.extend_from_slice(part);
+                *near = i;
+            } else {
+                self.spare -= add_to_step_with_room(steps, start, part, n + room, &mut self.lists);
+                *near = match steps.last() {
+                    Some(last) if last.0 == start => steps.len() - 1,
+                    _ => steps.partition_point(|s| s.0 < start),
+                };
+            }
             at += n;
         }
     }

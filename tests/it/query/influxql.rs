@@ -564,7 +564,9 @@ async fn a_statement_past_its_time_budget_fails_alone_and_the_next_one_runs() {
 /// read in slices of whole windows, so a statement whose values outnumber the limit answers
 /// as long as each window fits it, and equals the answer read in one pass. Site `d` writes
 /// every 5 s in the fifth hour, so a slice grown over the sparse hours has to be read again
-/// in fewer windows when it reaches the dense one.
+/// in fewer windows when it reaches the dense one. Under the smaller limit the first series
+/// alone is too many; under the larger one it fits, and the group is sliced because its
+/// first series say the others will not.
 #[tokio::test]
 async fn kept_values_are_bounded_per_window_not_per_statement() {
     let store = Arc::new(MemoryStore::new(BucketLimits::default()));
@@ -587,6 +589,11 @@ async fn kept_values_are_bounded_per_window_not_per_statement() {
         unflushed: unflushed.clone(),
         router: bucketd::query::router(with(200)),
     };
+    let medium = App {
+        store: store.clone(),
+        unflushed: unflushed.clone(),
+        router: bucketd::query::router(with(400)),
+    };
     fixture(&whole).await;
     let d = series("temp,site=d", "temp", &[("site", "d")]);
     let dense: Vec<Reading> = (0..720)
@@ -606,9 +613,11 @@ async fn kept_values_are_bounded_per_window_not_per_statement() {
             format!("SELECT median(v), stddev(v) FROM temp WHERE {} {tail}", range(0, 6));
         let (s1, a) = q(&whole, &statement).await;
         let (s2, b) = q(&small, &statement).await;
-        assert_eq!((s1, s2), (StatusCode::OK, StatusCode::OK), "{tail}");
+        let (s3, c) = q(&medium, &statement).await;
+        assert_eq!((s1, s2, s3), (StatusCode::OK, StatusCode::OK, StatusCode::OK), "{tail}");
         assert!(a["results"][0]["series"].as_array().is_some_and(|s| !s.is_empty()), "{a}");
         assert_eq!(a, b, "{tail}");
+        assert_eq!(a, c, "{tail}");
     }
     // Medians alone come from the store's step values, read a slice's series at a time when
     // sliced, and with an unflushed reading among them answer as the readings do.
@@ -621,6 +630,7 @@ async fn kept_values_are_bounded_per_window_not_per_statement() {
     assert!(by_readings["results"][0]["series"].as_array().is_some_and(|s| !s.is_empty()));
     assert_eq!(q(&whole, &median("")).await.1, by_readings);
     assert_eq!(q(&small, &median("")).await.1, by_readings);
+    assert_eq!(q(&medium, &median("")).await.1, by_readings);
     let statement =
         format!("SELECT percentile(v, 90) FROM temp WHERE {} GROUP BY time(5m)", range(0, 6));
     assert_eq!(q(&whole, &statement).await, q(&small, &statement).await);

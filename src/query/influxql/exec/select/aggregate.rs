@@ -463,9 +463,10 @@ fn answered_by_slice(plan: &Plan) -> bool {
 /// before the next, and answers each slice's windows before reading on. What the values held
 /// at once then grow with is one slice of the group, not the range: a median over 30 days of
 /// every sensor holds a few windows' values. The first slice is the whole range, so a group
-/// that fits is read once; one that holds too many values is forgotten and read again in
-/// slices of the length its series so far suggest, toward a quarter of the limit
-/// ([`QueryLimits::max_held`]), and only a single window over the limit is refused.
+/// that fits is read once; one that holds too many values, or whose series read so far say
+/// it will, is forgotten and read again in slices of the length those series suggest, toward
+/// a quarter of the limit ([`QueryLimits::max_held`]), and only a single window over the
+/// limit is refused.
 ///
 /// [`QueryLimits::max_held`]: crate::query::state::QueryLimits::max_held
 async fn by_slices(
@@ -499,6 +500,9 @@ async fn by_slices(
         }
         // Those folded together were read whole before the limit was met.
         let mut done = scan.folded.len().saturating_sub(1);
+        // Whether the series read whole so far say the group will not fit the whole range,
+        // which is then sliced at once rather than read on until the limit is met.
+        let mut foreseen = false;
         if read.is_ok() {
             done = 0;
             for (series, info) in members.iter().enumerate() {
@@ -507,11 +511,20 @@ async fn by_slices(
                     break;
                 }
                 done += 1;
+                let whole = (from, to) == (st.range.from, st.range.to) && to > first_end;
+                let seen = scan.held - held;
+                if whole
+                    && done < members.len()
+                    && seen.saturating_mul(members.len()) > limit.saturating_mul(done)
+                {
+                    (foreseen, read) = (true, Err(too_many_points(limit)));
+                    break;
+                }
             }
         }
         scan.folded.clear();
         if let Err(e) = read {
-            if scan.held <= limit || to <= first_end {
+            if (scan.held <= limit && !foreseen) || to <= first_end {
                 return Err(e);
             }
             // Too many values for this slice: forget it (its lists kept to fill again), and
@@ -526,7 +539,9 @@ async fn by_slices(
             g.aux.split_off(&first);
             let seen = (scan.held - held) as i128;
             scan.held = held;
-            let estimate = seen * members.len() as i128 / (done as i128 + 1);
+            // The series read, the last one in part unless the limit was foreseen.
+            let read = if foreseen { done } else { done + 1 };
+            let estimate = seen * members.len() as i128 / read as i128;
             let length = i128::from(to - from);
             span = i64::try_from(length * target / estimate.max(1))
                 .unwrap_or(0)
