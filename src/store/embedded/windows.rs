@@ -234,8 +234,8 @@ pub(super) struct StepSink<'q> {
     names: Vec<String>,
     steps: Vec<Vec<StepOfValues>>,
     /// Per field, the step values were last added to: a series' values come in time order,
-    /// so their step is mostly that one or the next, where a search of the steps found it
-    /// for every series but the first.
+    /// so their step is mostly that one or the next, which are looked at before the steps
+    /// are searched.
     near: Vec<usize>,
     pub held: usize,
     /// How many series add to the same steps: a step is made with room for the values of
