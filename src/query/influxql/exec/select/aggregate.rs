@@ -494,15 +494,18 @@ async fn by_slices(
         let (held, made) = (scan.held, scan.cells.made);
         // The first slice is the whole range, and a group too large for it is found so as
         // its series are read one by one: read together as well, it would be read twice.
+        let whole = (from, to) == (st.range.from, st.range.to);
         let mut read = Ok(());
-        if (from, to) != (st.range.from, st.range.to) {
+        if !whole {
             read = fold_together(ctx, st, m, members, (from, to), g, scan).await;
         }
         // Those folded together were read whole before the limit was met.
         let mut done = scan.folded.len().saturating_sub(1);
         // Whether the series read whole so far say the group will not fit the whole range,
-        // which is then sliced at once rather than read on until the limit is met.
+        // which is then sliced at once rather than read on until the limit is met (where it
+        // holds more than one window).
         let mut foreseen = false;
+        let foreseeable = whole && to > first_end;
         if read.is_ok() {
             done = 0;
             for (series, info) in members.iter().enumerate() {
@@ -511,9 +514,8 @@ async fn by_slices(
                     break;
                 }
                 done += 1;
-                let whole = (from, to) == (st.range.from, st.range.to) && to > first_end;
                 let seen = scan.held - held;
-                if whole
+                if foreseeable
                     && done < members.len()
                     && seen.saturating_mul(members.len()) > limit.saturating_mul(done)
                 {
